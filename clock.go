@@ -1,0 +1,101 @@
+package keyrate
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock tells the limiter what time it is. The default is the system clock,
+// read through its monotonic reading so that a wall-clock step (NTP, a manual
+// change, a leap smear) never opens or closes the gate. Supply another Clock
+// with WithClock to pin time in tests or simulations.
+type Clock interface {
+	Now() time.Time
+}
+
+// systemClock is the default Clock. The limiter recognises it and reads
+// time.Since(base), which uses only the monotonic clock and is cheaper than
+// time.Now followed by Sub.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// afterClock is implemented by clocks that can wake a waiter themselves, as
+// ManualClock does; Wait uses it instead of a real timer so that a waiter
+// under a manual clock wakes when the clock is moved, not when real time passes.
+type afterClock interface {
+	After(d time.Duration) <-chan time.Time
+}
+
+// ManualClock is a Clock that moves only when told to. It is safe for
+// concurrent use, and is meant for tests, examples and simulations: pin an
+// instant, make calls, Advance, make more calls.
+//
+// Moving it backwards is allowed. The limiter then keeps deciding each key at
+// the newest instant it has already seen for that key, so a backwards step
+// never admits more than the limit.
+type ManualClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []manualWaiter
+}
+
+type manualWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+// NewManualClock returns a ManualClock that reads start until it is moved.
+func NewManualClock(start time.Time) *ManualClock {
+	return &ManualClock{now: start.Round(0)}
+}
+
+// Now returns the clock's current instant.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock by d, which may be negative.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setLocked(c.now.Add(d))
+}
+
+// Set moves the clock to t, which may be before the current instant.
+func (c *ManualClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setLocked(t.Round(0))
+}
+
+// After returns a channel that receives the clock's instant once the clock
+// has been moved to d or more past the current instant. A d <= 0 fires at once.
+func (c *ManualClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	w := manualWaiter{at: c.now.Add(d), ch: ch}
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, w)
+	return ch
+}
+
+func (c *ManualClock) setLocked(t time.Time) {
+	c.now = t
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !t.Before(w.at) {
+			w.ch <- t
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(c.waiters[len(kept):])
+	c.waiters = kept
+}

@@ -1,0 +1,283 @@
+// Package keyrate is a per-key rate limiter with an exact sliding window.
+//
+// A Limiter admits at most limit events per key in any window-length span of
+// time: not approximately, and not per fixed calendar window. Where a fixed
+// window of 10 per 10s lets 10 requests through at 00:09 and 10 more at 00:11
+// (20 in two seconds), keyrate admits the first 10 and refuses the rest until
+// 00:19, when the first of them leaves the window.
+//
+// It keeps, per key, the instants of the events it admitted in a ring buffer
+// (at most limit of them, 8 bytes each) and decides each request with one
+// comparison. Keys live in a concurrent map with lock-free lookups and a lock
+// per key; a janitor goroutine evicts keys that have gone idle, and
+// WithMaxKeys bounds the map against floods of new keys.
+//
+// Most callers use Allow, or Take when they need the numbers behind the
+// answer (for RateLimit and Retry-After headers); Wait blocks until a request
+// fits, for guarding outbound calls. Close the Limiter when done with it.
+package keyrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Decision is the answer to one request, with the numbers behind it. All
+// durations are exact against the limiter's clock; rounding them (for
+// example to whole seconds for Retry-After) is left to the caller.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and, for Take,
+	// recorded).
+	Allowed bool
+	// Limit is the most events admitted per key in any window.
+	Limit int
+	// Remaining is how many more events the key could have admitted at this
+	// instant, after this decision.
+	Remaining int
+	// RetryAfter is 0 when allowed. When refused, it is exactly how long until
+	// the request would fit, as far as the events already admitted go. Refused
+	// with RetryAfter 0 means the request can never fit: its weight is
+	// negative or above the limit.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key's window holds no events, so that
+	// its whole limit is available again. 0 when it holds none.
+	ResetAfter time.Duration
+	// Overflow reports a refusal because the limiter already tracks as many
+	// keys as WithMaxKeys allows and this key is not one of them. Such a
+	// Decision says nothing about the key's own budget; its RetryAfter is the
+	// window, an estimate of when idle keys will have been evicted.
+	Overflow bool
+}
+
+// ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
+// been closed, including to calls that were waiting when Close was called.
+var ErrClosed = errors.New("keyrate: limiter closed")
+
+// ErrExceedsLimit is returned by WaitN for a weight that can never be
+// admitted: negative, or greater than the limit.
+var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
+
+// Limiter is an exact sliding-window rate limiter over string keys. It is
+// safe for concurrent use. Create one with New and Close it when done.
+type Limiter struct {
+	limit  int
+	window int64 // nanoseconds
+	now    func() int64
+	clock  Clock
+	keys   *keyMap
+
+	// floor is the newest instant at which the janitor evicted a key; logs
+	// created later start there, so that a clock moved backwards cannot
+	// re-admit events an evicted log was still counting.
+	floor atomic.Int64
+
+	closed    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+	janitor   sync.WaitGroup
+}
+
+// New returns a Limiter that admits at most limit events per key in any
+// span of length window. limit must be at least 1 and window positive;
+// otherwise, or for an invalid option, New returns an error wrapping
+// ErrConfig that names the field.
+func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	cfg, err := newConfig(limit, window, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		limit:  limit,
+		window: int64(window),
+		clock:  cfg.clock,
+		keys:   newKeyMap(cfg.maxKeys),
+		done:   make(chan struct{}),
+	}
+	l.now = offsetReader(cfg.clock)
+	if cfg.janitorInterval > 0 {
+		l.janitor.Add(1)
+		go l.runJanitor(cfg.janitorInterval)
+	}
+	return l, nil
+}
+
+// offsetReader returns a function giving nanoseconds since the moment it was
+// made. For the system clock that is time.Since, a monotonic read.
+func offsetReader(c Clock) func() int64 {
+	base := c.Now()
+	if _, ok := c.(systemClock); ok {
+		return func() int64 { return int64(time.Since(base)) }
+	}
+	return func() int64 { return int64(c.Now().Sub(base)) }
+}
+
+// Limit returns the most events admitted per key in any window.
+func (l *Limiter) Limit() int { return l.limit }
+
+// Window returns the length of the sliding window.
+func (l *Limiter) Window() time.Duration { return time.Duration(l.window) }
+
+// Allow reports whether one event for key fits now, and records it if so.
+func (l *Limiter) Allow(key string) bool { return l.Take(key, 1).Allowed }
+
+// AllowN reports whether n events for key fit now, and records them if so.
+func (l *Limiter) AllowN(key string, n int) bool { return l.Take(key, n).Allowed }
+
+// Take decides a request of weight n for key and records it if admitted,
+// atomically: concurrent calls for one key are decided one after another,
+// each against the events the earlier ones recorded. A refused request
+// records nothing.
+//
+// A weight of 0 is always allowed and records nothing (useful for requests a
+// cost function rates as free). A negative weight, or one above the limit,
+// is never allowed, with RetryAfter 0.
+func (l *Limiter) Take(key string, n int) Decision {
+	for {
+		g := l.keys.load(key)
+		if g == nil {
+			if n < 1 || n > l.limit {
+				return l.untracked(n)
+			}
+			if g = l.keys.loadOrCreate(key, l.floor.Load()); g == nil {
+				return l.overflow()
+			}
+		}
+		g.mu.Lock()
+		if g.buf == nil { // evicted between lookup and lock
+			g.mu.Unlock()
+			runtime.Gosched()
+			continue
+		}
+		d := g.decide(l.now(), n, l.limit, l.window, true)
+		g.mu.Unlock()
+		return d
+	}
+}
+
+// Peek returns the Decision that Take(key, 1) would return now, recording
+// nothing and creating no state for an untracked key.
+func (l *Limiter) Peek(key string) Decision {
+	for {
+		g := l.keys.load(key)
+		if g == nil {
+			if l.keys.full() {
+				return l.overflow()
+			}
+			return l.untracked(1)
+		}
+		g.mu.Lock()
+		if g.buf == nil {
+			g.mu.Unlock()
+			runtime.Gosched()
+			continue
+		}
+		d := g.decide(l.now(), 1, l.limit, l.window, false)
+		g.mu.Unlock()
+		return d
+	}
+}
+
+// untracked decides for a key with no log, on an empty one that is never stored.
+func (l *Limiter) untracked(n int) Decision {
+	empty := eventLog{last: l.floor.Load()}
+	return empty.decide(l.now(), n, l.limit, l.window, false)
+}
+
+func (l *Limiter) overflow() Decision {
+	return Decision{Limit: l.limit, RetryAfter: time.Duration(l.window), Overflow: true}
+}
+
+// TakeContext is Take for callers that hold a context, such as a backend
+// interface shared with networked limiters. It returns ctx's error when ctx
+// is already done and ErrClosed after Close; otherwise it cannot fail.
+func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{Limit: l.limit}, err
+	}
+	if l.closed.Load() {
+		return Decision{Limit: l.limit}, ErrClosed
+	}
+	return l.Take(key, n), nil
+}
+
+// Wait blocks until one event for key fits, records it and returns nil.
+// See WaitN.
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n events for key fit, records them and returns nil.
+//
+// It returns ctx's error if ctx ends first, and returns at once, with an
+// error for which errors.Is(err, context.DeadlineExceeded) holds, when ctx's
+// deadline comes before the events could fit. It returns ErrClosed after
+// Close, and an error wrapping ErrExceedsLimit for n < 0 or n > limit. n == 0
+// returns nil at once.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	if n < 0 || n > l.limit {
+		return fmt.Errorf("%w: n is %d, limit is %d", ErrExceedsLimit, n, l.limit)
+	}
+	for {
+		if l.closed.Load() {
+			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := l.Take(key, n)
+		if d.Allowed {
+			return nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
+			return fmt.Errorf("keyrate: wait of %v for %q would pass the context deadline: %w",
+				d.RetryAfter, key, context.DeadlineExceeded)
+		}
+		if err := l.sleep(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits for d on the limiter's clock, ctx, or Close.
+func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
+	var wake <-chan time.Time
+	if ac, ok := l.clock.(afterClock); ok {
+		wake = ac.After(d)
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		wake = t.C
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.done:
+		return ErrClosed
+	}
+}
+
+// Reset forgets every event recorded for key, giving it its whole limit back.
+func (l *Limiter) Reset(key string) {
+	l.keys.removeIf(key, nil, func(*eventLog) bool { return true })
+}
+
+// Len returns the number of keys currently tracked.
+func (l *Limiter) Len() int { return l.keys.len() }
+
+// Close stops the janitor and waits for it to exit, and wakes every Wait
+// with ErrClosed. It is idempotent and always returns nil. Allow, Take and
+// Peek keep answering exactly after Close, but idle keys are no longer
+// evicted.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.done)
+		l.janitor.Wait()
+	})
+	return nil
+}
