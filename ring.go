@@ -44,7 +44,7 @@ func (g *eventLog) prune(horizon int64) {
 		g.n--
 	}
 	if c := len(g.buf); c > 1 && int(g.n) <= c/4 {
-		g.resize(max(c/2, 1))
+		g.resize(max(2*int(g.n), 1)) // room to double before the next shrink
 	}
 }
 
