@@ -98,6 +98,7 @@ func (m *model) sweep(now int64) int {
 	evicted := 0
 	for key, k := range m.keys {
 		eff := max(now, k.last)
+		k.last = eff // a sweep looks at every key at its instant
 		if len(m.inWindow(k, eff)) == 0 {
 			m.floor = max(m.floor, eff)
 			delete(m.keys, key)

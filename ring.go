@@ -115,8 +115,11 @@ func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) De
 }
 
 // idle reports whether the log holds no event inside the window at now, so
-// that evicting it cannot change any later decision. It prunes as it looks.
+// that evicting it cannot change any later decision. It prunes as it looks,
+// and so counts as a decision at now: later decisions never go before it,
+// or a clock moved backwards could see room the pruned events still held.
 func (g *eventLog) idle(now, window int64) bool {
-	g.prune(max(now, g.last) - window)
+	g.last = max(now, g.last)
+	g.prune(g.last - window)
 	return g.n == 0
 }
