@@ -1,0 +1,22 @@
+package keyrate_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/backendtest"
+)
+
+// TestBackendSuite runs the behavioural suite shared by every backend
+// against the in-process Limiter, through TakeContext.
+func TestBackendSuite(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := keyrate.New(limit, window, keyrate.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return backendtest.BackendFunc(l.TakeContext)
+	})
+}
