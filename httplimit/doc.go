@@ -1,0 +1,32 @@
+// Package httplimit is net/http middleware that rate-limits requests per
+// client and per route, in front of any Backend: the in-process
+// keyrate.Limiter (through Local) or a networked store such as the Redis
+// backend.
+//
+// A Middleware is one budget. For each request it derives an identity (the
+// client's IP address by default; see ClientIP for the trust model behind
+// proxies, HeaderKey for API keys), prefixes the route name so routes keep
+// separate budgets, asks the backend one atomic question, and either serves
+// the request or refuses it. Every decided response carries the IETF draft
+// fields
+//
+//	RateLimit-Policy: "search";q=20;w=60
+//	RateLimit: "search";r=19;t=60
+//
+// (optionally also RateLimit-Limit/-Remaining/-Reset and X-RateLimit-*). A
+// refusal is a 429 with Retry-After in whole seconds, rounded up and never 0,
+// and an RFC 9457 application/problem+json body; t then equals Retry-After.
+//
+// When the backend fails or outlives its time budget (250ms by default), the
+// middleware either serves the request (FailOpen, the default) or answers 503
+// (FailClosed), and tells the OnError hook either way. A backend that blocks
+// is called on its own goroutine so that even one ignoring its context costs
+// a request no more than the budget; a NonBlocking one, such as Local, is
+// called inline at no extra cost.
+//
+// Most callers need three lines per route:
+//
+//	l, _ := keyrate.New(20, time.Minute)
+//	search, _ := httplimit.New(httplimit.Local(l), httplimit.WithRoute("search"))
+//	mux.Handle("GET /api/search", search.Handler(searchHandler))
+package httplimit

@@ -1,0 +1,268 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/keyrate/keyrate"
+)
+
+// KeyFunc maps a request to the identity it is limited by. The middleware
+// prefixes the route to it. Identities should not contain "\x00", which
+// separates the parts of a key.
+type KeyFunc func(*http.Request) (string, error)
+
+// IPOption configures ClientIP.
+type IPOption func(*ipConfig)
+
+type ipConfig struct {
+	hops    int
+	proxies []netip.Prefix
+	v4bits  int
+	v6bits  int
+}
+
+// TrustHops says that exactly n reverse proxies stand in front of the
+// server, each appending the address it received the request from to
+// X-Forwarded-For, as Express's "trust proxy n" does. The client is then the
+// address n steps back from the socket: the n-th X-Forwarded-For entry from
+// the right (when the header has fewer, the leftmost, which a trusted proxy
+// still wrote). Entries further left were written by the client and are
+// never read. Default: 0, X-Forwarded-For is ignored and the socket's
+// address is the client.
+//
+// Set n to the real number of proxies: one too many hands the choice of key
+// to the client, one too few limits the proxy instead of the client.
+func TrustHops(n int) IPOption { return func(c *ipConfig) { c.hops = n } }
+
+// TrustProxies says that the addresses in prefixes belong to reverse proxies
+// that append to X-Forwarded-For. Starting at the socket and walking the
+// header from the right, the client is the first address not in prefixes
+// (when all are, the leftmost, which a trusted proxy wrote). The prefixes
+// must cover proxies only: a client inside them is taken for a proxy and
+// could choose its key. Exclusive with TrustHops.
+func TrustProxies(prefixes ...netip.Prefix) IPOption {
+	return func(c *ipConfig) { c.proxies = append(c.proxies, prefixes...) }
+}
+
+// GroupIPv4 sets the prefix length IPv4 clients are grouped by. Default: 32,
+// one key per address.
+func GroupIPv4(bits int) IPOption { return func(c *ipConfig) { c.v4bits = bits } }
+
+// GroupIPv6 sets the prefix length IPv6 clients are grouped by. Default: 64,
+// the smallest network usually assigned to one subscriber: a host can pick
+// any of 2^64 addresses in it, so limiting single addresses would let it
+// rotate past the limit.
+func GroupIPv6(bits int) IPOption { return func(c *ipConfig) { c.v6bits = bits } }
+
+// Bounds on what the X-Forwarded-For walk reads: a longer entry is not an
+// address, and a longer chain of trusted proxies is not a real deployment.
+const (
+	maxEntryLen = 100
+	maxWalk     = 32
+)
+
+// ClientIP returns a KeyFunc that identifies a request by its client's IP
+// address, grouped by prefix (see GroupIPv6), as text: "192.0.2.1",
+// "2001:db8:1:2::/64". IPv4-mapped IPv6 addresses count as IPv4 and zones
+// are dropped, so neither can mint extra keys for one client.
+//
+// With no trust option the address is the socket's, whatever the request's
+// headers say. With TrustHops or TrustProxies it is read from
+// X-Forwarded-For, and anything unexpected in the part of the header that
+// trusted proxies wrote (an entry that is not an address, an overlong one, a
+// chain longer than 32) falls back to the socket's address, never to a value
+// the client chose. The KeyFunc fails only when RemoteAddr is not an address
+// (a Unix socket: use TrustHops behind a proxy, or your own KeyFunc).
+//
+// Invalid options give an error wrapping keyrate.ErrConfig.
+func ClientIP(opts ...IPOption) (KeyFunc, error) {
+	c := ipConfig{v4bits: 32, v6bits: 64}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	switch {
+	case c.hops < 0:
+		return nil, fmt.Errorf("%w: httplimit: trusted hops is %d, want >= 0", keyrate.ErrConfig, c.hops)
+	case c.hops > maxWalk:
+		return nil, fmt.Errorf("%w: httplimit: trusted hops is %d, want at most %d", keyrate.ErrConfig, c.hops, maxWalk)
+	case c.hops > 0 && len(c.proxies) > 0:
+		return nil, fmt.Errorf("%w: httplimit: TrustHops and TrustProxies are exclusive", keyrate.ErrConfig)
+	case c.v4bits < 0 || c.v4bits > 32:
+		return nil, fmt.Errorf("%w: httplimit: IPv4 grouping is /%d, want /0 to /32", keyrate.ErrConfig, c.v4bits)
+	case c.v6bits < 0 || c.v6bits > 128:
+		return nil, fmt.Errorf("%w: httplimit: IPv6 grouping is /%d, want /0 to /128", keyrate.ErrConfig, c.v6bits)
+	}
+	proxies := make([]netip.Prefix, len(c.proxies))
+	for i, p := range c.proxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("%w: httplimit: trusted proxy prefix %v is invalid", keyrate.ErrConfig, p)
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // addresses are compared unmapped
+		}
+		proxies[i] = p.Masked()
+	}
+	c.proxies = proxies
+	return c.key, nil
+}
+
+func (c *ipConfig) key(r *http.Request) (string, error) {
+	a, err := c.addr(r)
+	if err != nil {
+		return "", err
+	}
+	bits := c.v6bits
+	if a.Is4() {
+		bits = c.v4bits
+	}
+	var buf [64]byte
+	if bits == a.BitLen() {
+		return string(a.AppendTo(buf[:0])), nil
+	}
+	p, _ := a.Prefix(bits)
+	return string(p.AppendTo(buf[:0])), nil
+}
+
+// errRemoteAddr is returned for a RemoteAddr that holds no IP address.
+var errRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")
+
+// addr returns the client's address, unmapped and without zone.
+func (c *ipConfig) addr(r *http.Request) (netip.Addr, error) {
+	sock, ok := parseAddr(r.RemoteAddr, true)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: %q", errRemoteAddr, r.RemoteAddr)
+	}
+	if c.hops == 0 && len(c.proxies) == 0 {
+		return sock, nil
+	}
+	xff := forwardedWalk{lines: r.Header["X-Forwarded-For"]}
+	xff.i = len(xff.lines)
+	client := sock
+	for step := 0; ; step++ {
+		if c.hops > 0 && step == c.hops || c.hops == 0 && !c.trusted(client) {
+			return client, nil
+		}
+		if step == maxWalk {
+			return sock, nil
+		}
+		entry, more := xff.next()
+		if !more {
+			return client, nil // a shorter chain: the furthest address a trusted proxy wrote
+		}
+		a, ok := parseAddr(entry, false)
+		if !ok {
+			return sock, nil // garbage where a trusted proxy should have written
+		}
+		client = a
+	}
+}
+
+func (c *ipConfig) trusted(a netip.Addr) bool {
+	for _, p := range c.proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedWalk yields X-Forwarded-For entries from the right, across
+// several header lines (which count as one comma-separated list).
+type forwardedWalk struct {
+	lines []string
+	i     int    // lines[i:] are consumed, except rest
+	rest  string // what is left of lines[i] while open
+	open  bool
+}
+
+func (w *forwardedWalk) next() (string, bool) {
+	if !w.open {
+		if w.i == 0 {
+			return "", false
+		}
+		w.i--
+		w.rest, w.open = w.lines[w.i], true
+	}
+	var entry string
+	if j := strings.LastIndexByte(w.rest, ','); j >= 0 {
+		entry, w.rest = w.rest[j+1:], w.rest[:j]
+	} else {
+		entry, w.open = w.rest, false
+	}
+	return strings.Trim(entry, " \t"), true
+}
+
+// parseAddr reads "addr", "addr:port", "[addr]:port" or "[addr]", and
+// returns the address unmapped and without zone. portLikely orders the
+// attempts so the common form parses first.
+func parseAddr(s string, portLikely bool) (netip.Addr, bool) {
+	if len(s) == 0 || len(s) > maxEntryLen {
+		return netip.Addr{}, false
+	}
+	var a netip.Addr
+	if portLikely {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			a = ap.Addr()
+		} else if a, err = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err != nil {
+			return netip.Addr{}, false
+		}
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(s); err != nil {
+			if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+				a, err = netip.ParseAddr(s[1 : len(s)-1])
+			} else {
+				var ap netip.AddrPort
+				ap, err = netip.ParseAddrPort(s)
+				a = ap.Addr()
+			}
+			if err != nil {
+				return netip.Addr{}, false
+			}
+		}
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// HeaderKey returns a KeyFunc that identifies a request by the value of the
+// named header (an API key, say) when present, as "Header-Name:value", and
+// by fallback otherwise (nil: ClientIP's default). Values over 256 bytes
+// count as absent.
+//
+// The header is taken as given: validate API keys before this middleware
+// runs, or a client can mint fresh budgets by sending new keys (bound the
+// damage with keyrate.WithMaxKeys).
+func HeaderKey(header string, fallback KeyFunc) KeyFunc {
+	name := http.CanonicalHeaderKey(header)
+	if fallback == nil {
+		fallback, _ = ClientIP()
+	}
+	return func(r *http.Request) (string, error) {
+		if v := r.Header[name]; len(v) > 0 && v[0] != "" && len(v[0]) <= 256 {
+			return name + ":" + v[0], nil
+		}
+		return fallback(r)
+	}
+}
+
+// Join returns a KeyFunc whose identity is every fs's, joined by "\x00":
+// for a budget per user per address, say. It fails if any of them does.
+func Join(fs ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		parts := make([]string, len(fs))
+		for i, f := range fs {
+			id, err := f(r)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = id
+		}
+		return strings.Join(parts, "\x00"), nil
+	}
+}

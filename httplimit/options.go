@@ -1,0 +1,128 @@
+package httplimit
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// Option configures a Middleware; pass options to New.
+type Option func(*config)
+
+type config struct {
+	route      string
+	key        KeyFunc
+	cost       func(*http.Request) int
+	skip       func(*http.Request) bool
+	window     time.Duration
+	budget     time.Duration
+	failure    FailureMode
+	headers    HeaderSet
+	onDecision func(Event)
+	onLimited  func(Event)
+	onError    func(Event)
+	limited    func(http.ResponseWriter, *http.Request, keyrate.Decision)
+}
+
+// FailureMode says what the middleware does when it cannot get a decision:
+// the backend returned an error or outlived the time budget.
+//
+//   - FailOpen (the default) serves the request as if it were allowed, with
+//     no RateLimit field (only RateLimit-Policy), and reports the error to
+//     OnError. A store outage then costs the limits, not the API: choose it
+//     when availability matters more than the limit, and alert on OnError.
+//   - FailClosed answers 503 Service Unavailable with a problem body and
+//     reports the error to OnError. A store outage then takes the limited
+//     routes down: choose it when the limit protects something that must not
+//     be overrun (a paid upstream, a login form).
+type FailureMode int
+
+const (
+	FailOpen FailureMode = iota
+	FailClosed
+)
+
+// HeaderSet selects the response fields that carry the limit. Combine them
+// with |.
+type HeaderSet uint8
+
+const (
+	// DraftHeaders are the current IETF draft fields (the default):
+	//   RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
+	//   RateLimit: "name";r=REMAINING;t=SECONDS
+	DraftHeaders HeaderSet = 1 << iota
+	// LegacyHeaders are the older draft's RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (seconds from now).
+	LegacyHeaders
+	// XHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset, the last as a Unix time in seconds, as GitHub and
+	// most older middleware send it.
+	XHeaders
+)
+
+// WithRoute names the limited route. The name prefixes every key sent to
+// the backend (name + "\x00" + identity), so routes that share a backend
+// keep separate budgets, and it names the policy in the RateLimit fields.
+// Default: "" (keys are the identity alone; the fields say "default"). Give
+// every route its own name when routes share a backend.
+func WithRoute(name string) Option { return func(c *config) { c.route = name } }
+
+// WithKeyFunc sets how a request is mapped to the identity it is limited
+// by. Default: ClientIP() with no trusted proxies, the socket's address
+// (IPv6 grouped by /64). See ClientIP, HeaderKey and Join.
+func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
+
+// WithCost sets the weight of a request, for routes where some requests
+// cost more than others (a batch, a large export). Default: 1 for every
+// request. A weight of 0 is always admitted and consumes nothing; a weight
+// above the limit can never be admitted and is answered 413 (see
+// DefaultLimitedHandler). Negative weights are refused the same way.
+func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithSkip sets a function that exempts requests from the limit: health
+// checks, allow-listed clients. Skipped requests reach the handler with no
+// RateLimit fields and consume nothing. Default: none.
+func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
+
+// WithWindow sets the window reported in RateLimit-Policy, for a backend that
+// does not implement Policy (a BackendFunc). Default: the backend's Window.
+func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
+
+// WithTimeBudget bounds each backend call. A call that outlives it counts as
+// a failure (ErrBudgetExceeded, answered per the FailureMode), and the
+// request waits no longer, even for a backend that ignores its context.
+// Default: 250ms. NonBlocking backends (Local) are called inline and never
+// time out. Must be positive.
+func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
+
+// WithFailureMode sets what happens when the backend fails. Default:
+// FailOpen. See FailureMode for the trade-off.
+func WithFailureMode(m FailureMode) Option { return func(c *config) { c.failure = m } }
+
+// WithHeaders selects the fields written on every decided response.
+// Default: DraftHeaders. Retry-After is always written on a 429.
+func WithHeaders(h HeaderSet) Option { return func(c *config) { c.headers = h } }
+
+// WithOnDecision sets a hook called for every request the backend decided,
+// admitted or refused, before the response is written. It runs on the
+// request's goroutine, so keep it quick. Default: none.
+func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecision = f } }
+
+// WithOnLimited sets a hook called for every refused request, after
+// OnDecision and before the refusal is written. Default: none.
+func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
+
+// WithOnError sets a hook called when no decision could be had: the key
+// function or the backend failed, or the budget ran out. Event.Err says why.
+// Default: none; errors then pass silently, which under FailOpen means
+// unnoticed.
+func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
+
+// WithLimitedHandler replaces the response to a refused request. When it
+// runs, the RateLimit fields (and Retry-After, when waiting helps) are
+// already set; it writes the status and the body. Default:
+// DefaultLimitedHandler.
+func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, keyrate.Decision)) Option {
+	return func(c *config) { c.limited = f }
+}
