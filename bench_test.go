@@ -1,0 +1,157 @@
+package keyrate
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Benchmarks of Allow on the real system clock, without the janitor (its
+// cost is measured separately in the benchmarks module). Each reports
+// admit/op, the fraction of calls admitted, so that an admit benchmark that
+// started denying (or the reverse) shows up as a wrong number, not as a
+// flattering time.
+//
+// Admit paths use a 1ms window and a limit far above what a key can
+// receive in 1ms, so every call is admitted and every call also prunes the
+// event that left the window: the steady state of a busy, unthrottled key.
+// Deny paths use a limit of 1 per hour, spent before the timer starts.
+
+// admitLimiter returns a limiter that admits every call and already tracks
+// every key, so that the timed loop measures decisions, not inserts.
+func admitLimiter(b *testing.B, keys []string) *Limiter {
+	l, err := New(1<<24, time.Millisecond, WithJanitorInterval(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	for _, k := range keys {
+		l.Allow(k)
+	}
+	return l
+}
+
+func denyLimiter(b *testing.B, keys []string) *Limiter {
+	l, err := New(1, time.Hour, WithJanitorInterval(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	for _, k := range keys {
+		l.Allow(k)
+	}
+	return l
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("client-%08d", i)
+	}
+	return keys
+}
+
+func reportAdmits(b *testing.B, admitted int64, wantAdmit bool) {
+	rate := float64(admitted) / float64(b.N)
+	b.ReportMetric(rate, "admit/op")
+	if wantAdmit && rate < 0.99 || !wantAdmit && rate > 0.01 {
+		b.Fatalf("admit/op = %.3f: the benchmark does not measure the path its name says", rate)
+	}
+}
+
+func BenchmarkAllow(b *testing.B) {
+	for _, nkeys := range []int{1, 10_000, 1_000_000} {
+		keys := makeKeys(nkeys)
+		name := fmt.Sprintf("keys=%d", nkeys)
+		b.Run(name+"/admit", func(b *testing.B) {
+			l := admitLimiter(b, keys)
+			var admitted int64
+			b.ResetTimer()
+			for i := range b.N {
+				if l.Allow(keys[i%nkeys]) {
+					admitted++
+				}
+			}
+			reportAdmits(b, admitted, true)
+		})
+		b.Run(name+"/deny", func(b *testing.B) {
+			l := denyLimiter(b, keys)
+			var admitted int64
+			b.ResetTimer()
+			for i := range b.N {
+				if l.Allow(keys[i%nkeys]) {
+					admitted++
+				}
+			}
+			reportAdmits(b, admitted, false)
+		})
+	}
+}
+
+// BenchmarkAllowParallel runs Allow from GOMAXPROCS goroutines on one hot key,
+// or on 10k distinct keys with each goroutine walking its own stride so that
+// goroutines do not collide on keys.
+func BenchmarkAllowParallel(b *testing.B) {
+	for _, nkeys := range []int{1, 10_000} {
+		keys := makeKeys(nkeys)
+		name := "hot"
+		if nkeys > 1 {
+			name = "distinct"
+		}
+		run := func(b *testing.B, l *Limiter, wantAdmit bool) {
+			var admitted, worker atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919 // a different starting key per goroutine
+				n := int64(0)
+				for pb.Next() {
+					if l.Allow(keys[i%nkeys]) {
+						n++
+					}
+					i++
+				}
+				admitted.Add(n)
+			})
+			reportAdmits(b, admitted.Load(), wantAdmit)
+		}
+		b.Run(name+"/admit", func(b *testing.B) { run(b, admitLimiter(b, keys), true) })
+		b.Run(name+"/deny", func(b *testing.B) { run(b, denyLimiter(b, keys), false) })
+	}
+}
+
+// BenchmarkMemoryPerKey tracks b.N fresh keys (key strings built inside the
+// measurement, so they count) with 1 event each and with limit events each,
+// and reports the live heap per key after a GC.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const limit = 100
+	for _, events := range []int{1, limit} {
+		b.Run(fmt.Sprintf("events=%d", events), func(b *testing.B) {
+			l, err := New(limit, time.Hour, WithJanitorInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			before := heapInUse()
+			for i := range b.N {
+				l.AllowN(fmt.Sprintf("client-%08d", i), events)
+			}
+			after := heapInUse()
+			b.StopTimer()
+			if l.Len() != b.N {
+				b.Fatalf("tracked %d keys, want %d", l.Len(), b.N)
+			}
+			b.ReportMetric(float64(after-before)/float64(b.N), "bytes/key")
+			runtime.KeepAlive(l)
+		})
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}

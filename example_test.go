@@ -1,0 +1,112 @@
+package keyrate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// A limiter of 3 events per 10 seconds per key, on a manual clock so the
+// output is the same on every run.
+func Example() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := keyrate.New(3, 10*time.Second, keyrate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	for i := range 4 {
+		fmt.Println("request", i+1, "allowed:", limiter.Allow("alice"))
+	}
+	fmt.Println("bob allowed:", limiter.Allow("bob"))
+	clock.Advance(10 * time.Second)
+	fmt.Println("10s later, alice allowed:", limiter.Allow("alice"))
+	// Output:
+	// request 1 allowed: true
+	// request 2 allowed: true
+	// request 3 allowed: true
+	// request 4 allowed: false
+	// bob allowed: true
+	// 10s later, alice allowed: true
+}
+
+// The boundary burst: 10 requests at 00:09 and 10 at 00:11. A fixed window
+// resetting at 00:10 would admit all 20; the sliding window admits 10.
+func Example_boundaryBurst() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 9, 0, time.UTC))
+	limiter, _ := keyrate.New(10, 10*time.Second, keyrate.WithClock(clock))
+	defer limiter.Close()
+
+	burst := func() (admitted int) {
+		for range 10 {
+			if limiter.Allow("client") {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	fmt.Println("00:09 admitted:", burst())
+	clock.Advance(2 * time.Second)
+	fmt.Println("00:11 admitted:", burst())
+	fmt.Println("retry after:", limiter.Peek("client").RetryAfter)
+	// Output:
+	// 00:09 admitted: 10
+	// 00:11 admitted: 0
+	// retry after: 8s
+}
+
+// Take returns the numbers behind the answer: what a server puts in its
+// RateLimit and Retry-After headers.
+func ExampleLimiter_Take() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := keyrate.New(5, time.Minute, keyrate.WithClock(clock))
+	defer limiter.Close()
+
+	d := limiter.Take("upload", 4) // a request of weight 4
+	fmt.Printf("allowed=%v remaining=%d reset=%v\n", d.Allowed, d.Remaining, d.ResetAfter)
+	clock.Advance(15 * time.Second)
+	d = limiter.Take("upload", 2)
+	fmt.Printf("allowed=%v remaining=%d retry=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+	// Output:
+	// allowed=true remaining=1 reset=1m0s
+	// allowed=false remaining=1 retry=45s
+}
+
+// Wait blocks until the request fits. With a deadline too close for the
+// next free slot, it fails at once instead of sleeping in vain.
+func ExampleLimiter_Wait() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := keyrate.New(1, time.Hour, keyrate.WithClock(clock))
+	defer limiter.Close()
+
+	fmt.Println(limiter.Wait(context.Background(), "api.example.com"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := limiter.Wait(ctx, "api.example.com")
+	fmt.Println("deadline exceeded:", errors.Is(err, context.DeadlineExceeded), "context still live:", ctx.Err() == nil)
+	// Output:
+	// <nil>
+	// deadline exceeded: true context still live: true
+}
+
+// WithMaxKeys bounds the keys tracked at once: during a flood of new keys,
+// the ones beyond the bound are refused without growing the map.
+func ExampleWithMaxKeys() {
+	limiter, _ := keyrate.New(100, time.Minute, keyrate.WithMaxKeys(2))
+	defer limiter.Close()
+
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		d := limiter.Take(ip, 1)
+		fmt.Println(ip, "allowed:", d.Allowed, "overflow:", d.Overflow)
+	}
+	fmt.Println("tracked:", limiter.Len())
+	// Output:
+	// 192.0.2.1 allowed: true overflow: false
+	// 192.0.2.2 allowed: true overflow: false
+	// 192.0.2.3 allowed: false overflow: true
+	// tracked: 2
+}
