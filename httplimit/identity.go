@@ -117,16 +117,22 @@ func (c *ipConfig) key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return c.format(a), nil
+}
+
+// format returns the key for a: its group's prefix, or a alone when the group
+// is one address.
+func (c *ipConfig) format(a netip.Addr) string {
 	bits := c.v6bits
 	if a.Is4() {
 		bits = c.v4bits
 	}
 	var buf [64]byte
 	if bits == a.BitLen() {
-		return string(a.AppendTo(buf[:0])), nil
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(bits)
-	return string(p.AppendTo(buf[:0])), nil
+	return string(p.AppendTo(buf[:0]))
 }
 
 // errRemoteAddr is returned for a RemoteAddr that holds no IP address.
@@ -200,34 +206,35 @@ func (w *forwardedWalk) next() (string, bool) {
 
 // parseAddr reads "addr", "addr:port", "[addr]:port" or "[addr]", and
 // returns the address unmapped and without zone. portLikely orders the
-// attempts so the common form parses first.
+// attempts so the common form parses first (a failed parse allocates).
 func parseAddr(s string, portLikely bool) (netip.Addr, bool) {
 	if len(s) == 0 || len(s) > maxEntryLen {
 		return netip.Addr{}, false
 	}
-	var a netip.Addr
+	a, ok := netip.Addr{}, false
 	if portLikely {
-		if ap, err := netip.ParseAddrPort(s); err == nil {
-			a = ap.Addr()
-		} else if a, err = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err != nil {
-			return netip.Addr{}, false
-		}
-	} else {
-		var err error
-		if a, err = netip.ParseAddr(s); err != nil {
-			if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-				a, err = netip.ParseAddr(s[1 : len(s)-1])
-			} else {
-				var ap netip.AddrPort
-				ap, err = netip.ParseAddrPort(s)
-				a = ap.Addr()
-			}
-			if err != nil {
-				return netip.Addr{}, false
-			}
-		}
+		a, ok = parseWithPort(s)
 	}
-	return a.Unmap().WithZone(""), true
+	if !ok {
+		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			s = s[1 : len(s)-1]
+		}
+		a, ok = parseBare(s)
+	}
+	if !ok && !portLikely {
+		a, ok = parseWithPort(s)
+	}
+	return a.Unmap().WithZone(""), ok
+}
+
+func parseWithPort(s string) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(s)
+	return ap.Addr(), err == nil
+}
+
+func parseBare(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	return a, err == nil
 }
 
 // HeaderKey returns a KeyFunc that identifies a request by the value of the

@@ -1,0 +1,162 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+var errStore = errors.New("store unreachable")
+
+// Backends that fail in the ways a networked store does. Each blocks, if at
+// all, until release is closed, so the test can end its goroutines.
+func failingBackends(release <-chan struct{}) map[string]httplimit.BackendFunc {
+	return map[string]httplimit.BackendFunc{
+		"errors": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+			return keyrate.Decision{}, errStore
+		},
+		"hangs ignoring its context": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+			<-release
+			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2}, nil
+		},
+		"hangs until its context ends": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+			select {
+			case <-ctx.Done():
+				return keyrate.Decision{}, ctx.Err()
+			case <-release:
+				return keyrate.Decision{Allowed: true}, nil
+			}
+		},
+	}
+}
+
+func TestBackendFailure(t *testing.T) {
+	const budget = 100 * time.Millisecond
+	modes := map[string]httplimit.FailureMode{"fail-open": httplimit.FailOpen, "fail-closed": httplimit.FailClosed}
+	for mname, mode := range modes {
+		for bname := range failingBackends(nil) {
+			t.Run(mname+"/"+bname, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					release := make(chan struct{})
+					defer func() { close(release); synctest.Wait() }()
+					b := failingBackends(release)[bname]
+					var reported []error
+					m, err := httplimit.New(b,
+						httplimit.WithWindow(time.Minute),
+						httplimit.WithTimeBudget(budget),
+						httplimit.WithFailureMode(mode),
+						httplimit.WithOnError(func(e httplimit.Event) { reported = append(reported, e.Err) }),
+						httplimit.WithOnDecision(func(e httplimit.Event) { t.Errorf("OnDecision called for a failure") }),
+					)
+					if err != nil {
+						t.Fatal(err)
+					}
+					start := time.Now()
+					rec := httptest.NewRecorder()
+					m.Handler(okHandler).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+					took := time.Since(start)
+
+					hangs := bname != "errors"
+					if wantTook := map[bool]time.Duration{true: budget, false: 0}[hangs]; took != wantTook {
+						t.Errorf("request took %v, want %v", took, wantTook)
+					}
+					if len(reported) != 1 {
+						t.Fatalf("%d errors reported, want 1", len(reported))
+					}
+					if hangs && !(errors.Is(reported[0], httplimit.ErrBudgetExceeded) && errors.Is(reported[0], context.DeadlineExceeded)) {
+						t.Errorf("reported %v, want ErrBudgetExceeded and DeadlineExceeded", reported[0])
+					}
+					if !hangs && !errors.Is(reported[0], errStore) {
+						t.Errorf("reported %v, want the backend's error", reported[0])
+					}
+					if rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
+						t.Errorf("fields sent without a decision: %v", rec.Header())
+					}
+					switch mode {
+					case httplimit.FailOpen:
+						if rec.Code != 200 || rec.Body.String() != "ok" {
+							t.Errorf("fail-open: %d %q, want the handler's 200", rec.Code, rec.Body)
+						}
+					case httplimit.FailClosed:
+						if rec.Code != 503 {
+							t.Errorf("fail-closed: %d, want 503", rec.Code)
+						}
+						decodeProblem(t, rec)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A backend that answers within the budget is waited for, goroutine or not.
+func TestSlowBackendWithinBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+			time.Sleep(249 * time.Millisecond)
+			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}, nil
+		})
+		m, err := httplimit.New(b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(httplimit.FailClosed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		rec := httptest.NewRecorder()
+		m.Handler(okHandler).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if took := time.Since(start); rec.Code != 200 || took != 249*time.Millisecond {
+			t.Fatalf("%d after %v, want 200 after 249ms (inside the default 250ms budget)", rec.Code, took)
+		}
+		if rec.Header().Get("RateLimit") != `"default";r=2;t=60` {
+			t.Fatalf("RateLimit = %q", rec.Header().Get("RateLimit"))
+		}
+	})
+}
+
+// A client that goes away is reported as its own cancellation, not as the
+// backend's fault.
+func TestClientGoneIsNotBudgetExceeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer func() { close(release); synctest.Wait() }()
+		var reported error
+		m, err := httplimit.New(failingBackends(release)["hangs ignoring its context"],
+			httplimit.WithWindow(time.Minute),
+			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		start := time.Now()
+		m.Handler(okHandler).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+		if took := time.Since(start); took != 10*time.Millisecond || !errors.Is(reported, context.Canceled) || errors.Is(reported, httplimit.ErrBudgetExceeded) {
+			t.Fatalf("after %v reported %v; want context.Canceled after 10ms", took, reported)
+		}
+	})
+}
+
+// The in-process limiter is called inline: a closed one fails at once with
+// keyrate.ErrClosed, answered per the failure mode.
+func TestClosedLocalLimiter(t *testing.T) {
+	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		l, _ := newLimiter(t, 3, time.Minute)
+		l.Close()
+		var reported error
+		h := newHandler(t, httplimit.Local(l), httplimit.WithFailureMode(mode),
+			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
+		rec := get(h, "/")
+		want := map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[mode]
+		if rec.Code != want || !errors.Is(reported, keyrate.ErrClosed) {
+			t.Fatalf("mode %d: %d, reported %v; want %d and ErrClosed", mode, rec.Code, reported, want)
+		}
+		if mode == httplimit.FailOpen && rec.Header().Get("RateLimit-Policy") != `"default";q=3;w=60` {
+			t.Errorf("fail-open lost the policy: %v", rec.Header())
+		}
+	}
+}

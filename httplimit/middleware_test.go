@@ -1,0 +1,395 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Write([]byte("ok"))
+})
+
+// newLimiter returns a limiter on a manual clock, closed with the test.
+func newLimiter(t *testing.T, limit int, window time.Duration, opts ...keyrate.Option) (*keyrate.Limiter, *keyrate.ManualClock) {
+	t.Helper()
+	clock := keyrate.NewManualClock(t0)
+	l, err := keyrate.New(limit, window, append(opts, keyrate.WithClock(clock))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, clock
+}
+
+func newHandler(t *testing.T, b httplimit.Backend, opts ...httplimit.Option) http.Handler {
+	t.Helper()
+	m, err := httplimit.New(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Handler(okHandler)
+}
+
+func get(h http.Handler, path string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("GET", path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json", ct)
+	}
+	var p problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", rec.Body, err)
+	}
+	if p.Type != "about:blank" || p.Status != rec.Code || p.Title != http.StatusText(rec.Code) || p.Detail == "" {
+		t.Fatalf("problem body %+v does not describe status %d", p, rec.Code)
+	}
+	return p
+}
+
+// Three 200s, then 429s, with every field of every header set, at fixed
+// instants of a manual clock.
+func TestHeadersThroughRefusal(t *testing.T) {
+	l, clock := newLimiter(t, 3, time.Minute)
+	h := newHandler(t, httplimit.Local(l), httplimit.WithRoute("status"),
+		httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.LegacyHeaders|httplimit.XHeaders))
+
+	steps := []struct {
+		advance time.Duration
+		code    int
+		r, t    string
+		retry   string
+	}{
+		{0, 200, "2", "60", ""},
+		{10 * time.Second, 200, "1", "60", ""},
+		{10 * time.Second, 200, "0", "60", ""},
+		{10*time.Second + 300*time.Millisecond, 429, "0", "30", "30"}, // first event leaves at 60s: 29.7s, rounded up
+		{29*time.Second + 700*time.Millisecond, 200, "0", "60", ""},   // at 60s the first event has left
+		{0, 429, "0", "10", "10"},
+	}
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		before := time.Now().Unix()
+		rec := get(h, "/api/status")
+		after := time.Now().Unix()
+		hd := rec.Header()
+		if rec.Code != s.code {
+			t.Fatalf("step %d: status %d, want %d", i, rec.Code, s.code)
+		}
+		want := map[string]string{
+			"RateLimit-Policy":      `"status";q=3;w=60`,
+			"RateLimit":             `"status";r=` + s.r + ";t=" + s.t,
+			"RateLimit-Limit":       "3",
+			"RateLimit-Remaining":   s.r,
+			"RateLimit-Reset":       s.t,
+			"X-RateLimit-Limit":     "3",
+			"X-RateLimit-Remaining": s.r,
+			"Retry-After":           s.retry,
+		}
+		for k, v := range want {
+			if got := hd.Get(k); got != v {
+				t.Errorf("step %d: %s = %q, want %q", i, k, got, v)
+			}
+			if n := len(hd.Values(k)); v != "" && n != 1 {
+				t.Errorf("step %d: %s sent %d times", i, k, n)
+			}
+		}
+		sec, _ := strconv.ParseInt(s.t, 10, 64)
+		if x, _ := strconv.ParseInt(hd.Get("X-RateLimit-Reset"), 10, 64); x < before+sec || x > after+sec {
+			t.Errorf("step %d: X-RateLimit-Reset = %d, want Unix time %d..%d", i, x, before+sec, after+sec)
+		}
+		if s.code == 429 {
+			p := decodeProblem(t, rec)
+			if !strings.Contains(p.Detail, s.retry+" seconds") {
+				t.Errorf("step %d: detail %q does not give the wait", i, p.Detail)
+			}
+		} else if rec.Body.String() != "ok" {
+			t.Errorf("step %d: body %q, want the handler's", i, rec.Body)
+		}
+	}
+}
+
+// The first refusal after a burst: Retry-After equals RateLimit's t, also
+// with the system clock, where the wait is a hair under the window.
+func TestFirstRefusalRetryAfterEqualsT(t *testing.T) {
+	l, err := keyrate.New(3, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := newHandler(t, httplimit.Local(l))
+	for i := range 3 {
+		if rec := get(h, "/"); rec.Code != 200 {
+			t.Fatalf("request %d: %d", i, rec.Code)
+		}
+	}
+	rec := get(h, "/")
+	if rec.Code != 429 {
+		t.Fatalf("fourth request: %d, want 429", rec.Code)
+	}
+	retry := rec.Header().Get("Retry-After")
+	if want := `"default";r=0;t=` + retry; rec.Header().Get("RateLimit") != want || retry != "60" {
+		t.Fatalf("RateLimit %q, Retry-After %q; want %q and 60", rec.Header().Get("RateLimit"), retry, want)
+	}
+}
+
+func TestDefaultHeadersOnly(t *testing.T) {
+	l, _ := newLimiter(t, 1, time.Second)
+	h := newHandler(t, httplimit.Local(l))
+	for _, rec := range []*httptest.ResponseRecorder{get(h, "/"), get(h, "/")} {
+		for k := range rec.Header() {
+			switch k {
+			case "Ratelimit-Policy", "Ratelimit", "Retry-After", "Content-Type", "Content-Length", "X-Content-Type-Options":
+			default:
+				t.Errorf("unexpected field %s", k)
+			}
+		}
+		if rec.Header().Get("RateLimit-Policy") != `"default";q=1;w=1` {
+			t.Errorf("RateLimit-Policy = %q", rec.Header().Get("RateLimit-Policy"))
+		}
+	}
+}
+
+// Two routes on one shared limiter keep separate budgets through their
+// key prefixes.
+func TestRoutesKeepSeparateBudgets(t *testing.T) {
+	l, _ := newLimiter(t, 3, time.Minute)
+	status := newHandler(t, httplimit.Local(l), httplimit.WithRoute("status"))
+	search := newHandler(t, httplimit.Local(l), httplimit.WithRoute("search"))
+	for range 3 {
+		get(status, "/api/status")
+	}
+	if rec := get(status, "/api/status"); rec.Code != 429 {
+		t.Fatalf("status: %d, want 429", rec.Code)
+	}
+	rec := get(search, "/api/search")
+	if rec.Code != 200 || rec.Header().Get("RateLimit") != `"search";r=2;t=60` {
+		t.Fatalf("search after status is spent: %d %q, want 200 with its own budget", rec.Code, rec.Header().Get("RateLimit"))
+	}
+}
+
+func TestAPIKeysKeepSeparateBudgets(t *testing.T) {
+	l, _ := newLimiter(t, 3, time.Minute)
+	h := newHandler(t, httplimit.Local(l), httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
+	for range 3 {
+		get(h, "/", "X-API-Key", "alice")
+	}
+	cases := []struct {
+		hdr  []string
+		code int
+	}{
+		{[]string{"X-API-Key", "alice"}, 429},
+		{[]string{"X-API-Key", "bob"}, 200},
+		{nil, 200}, // no key: the client's address, another budget
+		{[]string{"X-API-Key", "192.0.2.1"}, 200}, // a key that looks like the address is still a key
+	}
+	for _, c := range cases {
+		if rec := get(h, "/", c.hdr...); rec.Code != c.code {
+			t.Errorf("%v: %d, want %d", c.hdr, rec.Code, c.code)
+		}
+	}
+}
+
+// 20 concurrent requests against a limit of 3: exactly three are served.
+func TestConcurrentRequestsExactCount(t *testing.T) {
+	for round := range 20 {
+		l, err := keyrate.New(3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHandler(t, httplimit.Local(l))
+		var wg sync.WaitGroup
+		codes := make(chan int, 20)
+		start := make(chan struct{})
+		for range 20 {
+			wg.Go(func() {
+				<-start
+				codes <- get(h, "/").Code
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(codes)
+		count := map[int]int{}
+		for c := range codes {
+			count[c]++
+		}
+		if count[200] != 3 || count[429] != 17 {
+			t.Fatalf("round %d: %v, want exactly 3 x 200 and 17 x 429", round, count)
+		}
+		l.Close()
+	}
+}
+
+func TestCost(t *testing.T) {
+	l, _ := newLimiter(t, 3, time.Minute)
+	cost := func(r *http.Request) int {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		return n
+	}
+	h := newHandler(t, httplimit.Local(l), httplimit.WithCost(cost))
+
+	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3;t=0` {
+		t.Fatalf("free request: %d %q", rec.Code, rec.Header().Get("RateLimit"))
+	}
+	if rec := get(h, "/?n=2"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=1;t=60` {
+		t.Fatalf("weight 2: %d %q", rec.Code, rec.Header().Get("RateLimit"))
+	}
+	if rec := get(h, "/?n=2"); rec.Code != 429 || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("weight 2 over budget: %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	// A weight that can never fit: waiting cannot help, so 413 and no Retry-After.
+	for _, n := range []string{"4", "-1"} {
+		rec := get(h, "/?n="+n)
+		if rec.Code != 413 || rec.Header().Get("Retry-After") != "" {
+			t.Fatalf("weight %s: %d, Retry-After %q; want 413 without it", n, rec.Code, rec.Header().Get("Retry-After"))
+		}
+		decodeProblem(t, rec)
+	}
+}
+
+func TestOverflowIs429(t *testing.T) {
+	l, _ := newLimiter(t, 3, time.Minute, keyrate.WithMaxKeys(1))
+	h := newHandler(t, httplimit.Local(l), httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
+	get(h, "/", "X-API-Key", "a")
+	rec := get(h, "/", "X-API-Key", "b")
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("overflow: %d, Retry-After %q; want 429 and the window", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if p := decodeProblem(t, rec); !strings.Contains(p.Detail, "Too many clients") {
+		t.Errorf("overflow detail %q", p.Detail)
+	}
+}
+
+func TestSkip(t *testing.T) {
+	l, _ := newLimiter(t, 1, time.Minute)
+	h := newHandler(t, httplimit.Local(l), httplimit.WithSkip(func(r *http.Request) bool {
+		return r.URL.Path == "/healthz"
+	}))
+	for range 3 {
+		if rec := get(h, "/healthz"); rec.Code != 200 || rec.Header().Get("RateLimit") != "" {
+			t.Fatalf("skipped request: %d %v", rec.Code, rec.Header())
+		}
+	}
+	if get(h, "/").Code != 200 || get(h, "/").Code != 429 {
+		t.Fatal("skipped requests consumed budget")
+	}
+}
+
+func TestHooksAndCustomHandler(t *testing.T) {
+	l, _ := newLimiter(t, 1, time.Minute)
+	var decided, limited []httplimit.Event
+	m, err := httplimit.New(httplimit.Local(l),
+		httplimit.WithRoute("search"),
+		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
+		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
+		httplimit.WithOnLimited(func(e httplimit.Event) { limited = append(limited, e) }),
+		httplimit.WithOnError(func(e httplimit.Event) { t.Errorf("OnError: %v", e.Err) }),
+		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, d keyrate.Decision) {
+			w.WriteHeader(http.StatusTeapot)
+		}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(okHandler)
+	get(h, "/", "X-API-Key", "k")
+	rec := get(h, "/", "X-API-Key", "k")
+	if rec.Code != http.StatusTeapot || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("custom handler: %d, Retry-After %q; want 418 with the fields already set", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if len(decided) != 2 || len(limited) != 1 {
+		t.Fatalf("%d decisions and %d refusals reported, want 2 and 1", len(decided), len(limited))
+	}
+	e := limited[0]
+	if e.Route != "search" || e.Identity != "X-Api-Key:k" || e.Key != "search\x00X-Api-Key:k" ||
+		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil {
+		t.Fatalf("event %+v", e)
+	}
+	if !decided[0].Decision.Allowed || decided[0].Key != e.Key {
+		t.Fatalf("first decision %+v", decided[0])
+	}
+}
+
+// A request that cannot be identified is refused whatever the failure mode.
+func TestKeyFuncErrorIsRefused(t *testing.T) {
+	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		l, _ := newLimiter(t, 1, time.Minute)
+		var errs []error
+		h := newHandler(t, httplimit.Local(l), httplimit.WithFailureMode(mode),
+			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "@" // a Unix socket
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != 500 || len(errs) != 1 {
+			t.Fatalf("mode %d: %d with %d errors reported, want 500 and 1", mode, rec.Code, len(errs))
+		}
+		decodeProblem(t, rec)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	l, _ := newLimiter(t, 1, time.Minute)
+	noWindow := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		return keyrate.Decision{Allowed: true}, nil
+	})
+	cases := map[string]struct {
+		b    httplimit.Backend
+		opts []httplimit.Option
+	}{
+		"nil backend":          {nil, nil},
+		"unknown window":       {noWindow, nil},
+		"zero budget":          {httplimit.Local(l), []httplimit.Option{httplimit.WithTimeBudget(0)}},
+		"unknown failure mode": {httplimit.Local(l), []httplimit.Option{httplimit.WithFailureMode(7)}},
+		"route with newline":   {httplimit.Local(l), []httplimit.Option{httplimit.WithRoute("a\nb")}},
+	}
+	for name, c := range cases {
+		if _, err := httplimit.New(c.b, c.opts...); !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("%s: err = %v, want keyrate.ErrConfig", name, err)
+		}
+	}
+	if _, err := httplimit.New(noWindow, httplimit.WithWindow(time.Minute)); err != nil {
+		t.Errorf("BackendFunc with WithWindow: %v", err)
+	}
+}
+
+// A backend without Policy methods: the policy's quota comes from each Decision.
+func TestPolicyFromDecision(t *testing.T) {
+	b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
+	})
+	h := newHandler(t, b, httplimit.WithWindow(1500*time.Millisecond), httplimit.WithRoute(`a"b`))
+	rec := get(h, "/")
+	if p, r := rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"); p != `"a\"b";q=5;w=2` || r != `"a\"b";r=4;t=2` {
+		t.Fatalf("RateLimit-Policy %q, RateLimit %q", p, r)
+	}
+}
