@@ -208,7 +208,7 @@ func TestAPIKeysKeepSeparateBudgets(t *testing.T) {
 	}{
 		{[]string{"X-API-Key", "alice"}, 429},
 		{[]string{"X-API-Key", "bob"}, 200},
-		{nil, 200}, // no key: the client's address, another budget
+		{nil, 200},                                // no key: the client's address, another budget
 		{[]string{"X-API-Key", "192.0.2.1"}, 200}, // a key that looks like the address is still a key
 	}
 	for _, c := range cases {
