@@ -155,3 +155,29 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// BenchmarkAllowCoarseClock is the hot-key and 10k-key admit paths with
+// WithCoarseClock(time.Millisecond): the clock read replaced by an atomic load.
+func BenchmarkAllowCoarseClock(b *testing.B) {
+	for _, nkeys := range []int{1, 10_000} {
+		keys := makeKeys(nkeys)
+		b.Run(fmt.Sprintf("keys=%d/admit", nkeys), func(b *testing.B) {
+			l, err := New(1<<24, 10*time.Millisecond, WithJanitorInterval(0), WithCoarseClock(time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			for _, k := range keys {
+				l.Allow(k)
+			}
+			var admitted int64
+			b.ResetTimer()
+			for i := range b.N {
+				if l.Allow(keys[i%nkeys]) {
+					admitted++
+				}
+			}
+			reportAdmits(b, admitted, true)
+		})
+	}
+}

@@ -4,7 +4,6 @@ import "time"
 
 // runJanitor sweeps every interval until Close.
 func (l *Limiter) runJanitor(interval time.Duration) {
-	defer l.janitor.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

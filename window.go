@@ -76,10 +76,13 @@ type Limiter struct {
 	// re-admit events an evicted log was still counting.
 	floor atomic.Int64
 
-	closed    atomic.Bool
-	done      chan struct{}
-	closeOnce sync.Once
-	janitor   sync.WaitGroup
+	// coarseNow is the cached instant WithCoarseClock decides at.
+	coarseNow atomic.Int64
+
+	closed     atomic.Bool
+	done       chan struct{}
+	closeOnce  sync.Once
+	background sync.WaitGroup // the janitor and the coarse clock
 }
 
 // New returns a Limiter that admits at most limit events per key in any
@@ -99,9 +102,12 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 		done:   make(chan struct{}),
 	}
 	l.now = offsetReader(cfg.clock)
+	if cfg.coarse > 0 {
+		l.background.Go(l.runCoarseClock(cfg.coarse))
+		l.now = l.coarseNow.Load
+	}
 	if cfg.janitorInterval > 0 {
-		l.janitor.Add(1)
-		go l.runJanitor(cfg.janitorInterval)
+		l.background.Go(func() { l.runJanitor(cfg.janitorInterval) })
 	}
 	return l, nil
 }
@@ -114,6 +120,26 @@ func offsetReader(c Clock) func() int64 {
 		return func() int64 { return int64(time.Since(base)) }
 	}
 	return func() int64 { return int64(c.Now().Sub(base)) }
+}
+
+// runCoarseClock returns the loop that keeps coarseNow within resolution of
+// the clock until Close. The first reading is taken before it returns, so
+// the cached instant is never the zero it started at.
+func (l *Limiter) runCoarseClock(resolution time.Duration) func() {
+	read := l.now
+	l.coarseNow.Store(read())
+	return func() {
+		t := time.NewTicker(resolution)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				l.coarseNow.Store(read())
+			case <-l.done:
+				return
+			}
+		}
+	}
 }
 
 // Limit returns the most events admitted per key in any window.
@@ -277,7 +303,7 @@ func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		close(l.done)
-		l.janitor.Wait()
+		l.background.Wait()
 	})
 	return nil
 }

@@ -490,3 +490,30 @@ func TestManualClockAfter(t *testing.T) {
 	c.Advance(time.Millisecond)
 	assert.Equal(t, t0.Add(time.Second), <-later)
 }
+
+func TestCoarseClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := New(1, 10*time.Millisecond, WithCoarseClock(time.Millisecond), WithJanitorInterval(0))
+		require.NoError(t, err)
+		require.True(t, l.Allow("k")) // stamped at the cached 0
+		time.Sleep(9500 * time.Microsecond)
+		synctest.Wait()
+		d := l.Peek("k")
+		assert.False(t, d.Allowed)
+		assert.Equal(t, time.Millisecond, d.RetryAfter, "decided at the cached 9ms, not the real 9.5ms")
+		time.Sleep(500 * time.Microsecond)
+		synctest.Wait() // the clock goroutine has stored 10ms
+		assert.True(t, l.Allow("k"))
+		require.NoError(t, l.Close())
+		// synctest.Test fails if the clock goroutine outlives Close.
+	})
+	for _, opts := range [][]Option{
+		{WithCoarseClock(-time.Millisecond)},
+		{WithCoarseClock(10 * time.Millisecond)},
+		{WithCoarseClock(time.Millisecond), WithClock(NewManualClock(t0))},
+	} {
+		_, err := New(1, 10*time.Millisecond, opts...)
+		require.ErrorIs(t, err, ErrConfig)
+		assert.Contains(t, err.Error(), "coarse clock")
+	}
+}
