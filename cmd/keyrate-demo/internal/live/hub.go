@@ -1,0 +1,299 @@
+// Package live streams the demo server's rate-limit decisions to a browser
+// page that draws them: every request as a mark on a time axis, the sliding
+// window moving across them, and beside it what a fixed window would have
+// admitted for the same requests.
+//
+// A Hub is fed one call per decision (Record) and serves three things: the
+// page itself, embedded in the binary and working offline; a JSON
+// description of the limited routes; and a Server-Sent Events stream of
+// decisions. Recording never waits for a browser: each subscriber has a
+// bounded buffer, and a subscriber that falls behind loses events (counted,
+// and reported to it) instead of slowing the requests being decided.
+package live
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// Route describes one limited route to the page: what to request and the
+// budget it has, so the page can draw the window and simulate a fixed one.
+type Route struct {
+	// Name is the route name the decision hook reports, such as "status".
+	Name string
+	// Method and Path are what the page's buttons request, such as "GET" and
+	// "/api/status". Method defaults to GET.
+	Method string
+	Path   string
+	// Limit and Window are the route's budget: Limit requests per key in any
+	// Window.
+	Limit  int
+	Window time.Duration
+}
+
+// Config configures a Hub. Only Routes is required.
+type Config struct {
+	// Routes are the limited routes the page offers, in the order shown.
+	Routes []Route
+	// KeyHeader is the request header that carries a client's identity; the
+	// page sends its chosen key in it. Default: X-API-Key.
+	KeyHeader string
+	// Buffer is how many events each subscriber may have queued before
+	// further events are dropped for it. Default: 512. A larger buffer
+	// rides out longer stalls of a browser at 200 bytes or so per event.
+	Buffer int
+	// History is how many recent events a new subscriber receives first, so
+	// a page opened after some traffic still shows it. Default: 1000; a
+	// negative value keeps none. Each costs one encoded event of memory.
+	History int
+	// MaxSubscribers bounds the number of open event streams; further
+	// requests get 503. Default: 32.
+	MaxSubscribers int
+	// KeepAlive is how often an idle stream gets a tick event carrying the
+	// server time, which keeps proxies from closing it and lets the page
+	// correct its clock. Default: 10s.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each write to a subscriber; a browser that stops
+	// reading for longer is disconnected. Default: 10s.
+	WriteTimeout time.Duration
+}
+
+// Hub collects decisions and streams them to the page. Create one with New,
+// register its handlers with Register, feed it with Record, and Close it
+// before shutting the server down so that open streams end.
+type Hub struct {
+	cfg     Config
+	routes  configJSON // the /live/config body, less the server time
+	dropped atomic.Uint64
+
+	mu      sync.Mutex
+	seq     uint64
+	history []sent // ring of recent decision frames, oldest at head
+	head    int
+	subs    map[*subscriber]struct{}
+	closed  bool
+	done    chan struct{}
+}
+
+// ErrConfig is wrapped by every error New returns.
+var ErrConfig = errors.New("live: invalid configuration")
+
+// New validates cfg, fills in its defaults and returns a Hub.
+func New(cfg Config) (*Hub, error) {
+	if len(cfg.Routes) == 0 {
+		return nil, fmt.Errorf("%w: no routes", ErrConfig)
+	}
+	seen := make(map[string]bool)
+	routes := make([]Route, len(cfg.Routes))
+	for i, r := range cfg.Routes {
+		if r.Method == "" {
+			r.Method = http.MethodGet
+		}
+		switch {
+		case r.Name == "":
+			return nil, fmt.Errorf("%w: route %d has no name", ErrConfig, i)
+		case seen[r.Name]:
+			return nil, fmt.Errorf("%w: route name %q used twice", ErrConfig, r.Name)
+		case !strings.HasPrefix(r.Path, "/"):
+			return nil, fmt.Errorf("%w: route %q: path %q does not start with /", ErrConfig, r.Name, r.Path)
+		case r.Limit < 1:
+			return nil, fmt.Errorf("%w: route %q: limit is %d, want >= 1", ErrConfig, r.Name, r.Limit)
+		case r.Window < time.Millisecond:
+			return nil, fmt.Errorf("%w: route %q: window is %v, want >= 1ms", ErrConfig, r.Name, r.Window)
+		}
+		seen[r.Name] = true
+		routes[i] = r
+	}
+	cfg.Routes = routes
+	if cfg.KeyHeader == "" {
+		cfg.KeyHeader = "X-API-Key"
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 512
+	}
+	if cfg.History == 0 {
+		cfg.History = 1000
+	}
+	if cfg.History < 0 {
+		cfg.History = 0
+	}
+	if cfg.MaxSubscribers <= 0 {
+		cfg.MaxSubscribers = 32
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 10 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	return &Hub{
+		cfg:    cfg,
+		routes: describe(cfg),
+		subs:   make(map[*subscriber]struct{}),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// event is one decision as the page receives it. Times are Unix
+// milliseconds, durations milliseconds, both with fractions.
+type event struct {
+	Seq          uint64  `json:"seq"`
+	At           float64 `json:"at"`
+	Route        string  `json:"route"`
+	Key          string  `json:"key"`
+	Allowed      bool    `json:"allowed"`
+	Limit        int     `json:"limit"`
+	Remaining    int     `json:"remaining"`
+	RetryAfterMs float64 `json:"retryAfterMs"`
+	ResetAfterMs float64 `json:"resetAfterMs"`
+	Overflow     bool    `json:"overflow,omitempty"`
+}
+
+// Record publishes one decision, taken at the instant at, for key on the
+// named route. It never blocks on a subscriber: one whose buffer is full
+// misses the event, and the miss is counted (see Dropped). It is safe for
+// concurrent use and does nothing after Close.
+func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
+		return
+	}
+	h.seq++
+	frame := decisionFrame(event{
+		Seq:          h.seq,
+		At:           unixMillis(at),
+		Route:        route,
+		Key:          key,
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		RetryAfterMs: millis(d.RetryAfter),
+		ResetAfterMs: millis(d.ResetAfter),
+		Overflow:     d.Overflow,
+	})
+	if h.cfg.History > 0 {
+		if len(h.history) < h.cfg.History {
+			h.history = append(h.history, sent{h.seq, frame})
+		} else {
+			h.history[h.head] = sent{h.seq, frame}
+			h.head = (h.head + 1) % len(h.history)
+		}
+	}
+	for s := range h.subs {
+		select {
+		case s.frames <- frame:
+		default:
+			s.dropped.Add(1)
+			h.dropped.Add(1)
+		}
+	}
+}
+
+// Dropped returns how many events have been dropped, over all subscribers,
+// because a subscriber's buffer was full.
+func (h *Hub) Dropped() uint64 { return h.dropped.Load() }
+
+// Subscribers returns the number of open event streams.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Close ends every open event stream and makes later ones fail with 503,
+// so that http.Server.Shutdown is not held up by browsers that stay
+// connected. It is idempotent. Record does nothing after Close.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+}
+
+// subscriber is one open event stream.
+type subscriber struct {
+	frames  chan []byte
+	dropped atomic.Uint64
+}
+
+// sent is a decision frame kept for subscribers that connect later.
+type sent struct {
+	seq   uint64
+	frame []byte
+}
+
+// subscribe registers a subscriber and returns it with the history it must
+// send first: the events after lastID, the last event id a reconnecting
+// browser saw, or all of them for a new browser or one whose id is from
+// before a restart. Both are taken under one lock, so nothing is seen twice
+// or missed in between.
+func (h *Hub) subscribe(lastID uint64) (*subscriber, [][]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, nil, errClosed
+	}
+	if len(h.subs) >= h.cfg.MaxSubscribers {
+		return nil, nil, errBusy
+	}
+	s := &subscriber{frames: make(chan []byte, h.cfg.Buffer)}
+	h.subs[s] = struct{}{}
+	if lastID > h.seq {
+		lastID = 0
+	}
+	past := make([][]byte, 0, len(h.history))
+	for _, part := range [][]sent{h.history[h.head:], h.history[:h.head]} {
+		for _, e := range part {
+			if e.seq > lastID {
+				past = append(past, e.frame)
+			}
+		}
+	}
+	return s, past, nil
+}
+
+func (h *Hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+}
+
+var (
+	errClosed = errors.New("live: hub closed")
+	errBusy   = errors.New("live: too many event streams")
+)
+
+func unixMillis(t time.Time) float64 {
+	return float64(t.UnixMicro()) / 1e3
+}
+
+func millis(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1e3
+}
+
+// decisionFrame encodes e as one SSE message. JSON never contains a raw
+// newline, so a single data line carries it.
+func decisionFrame(e event) []byte {
+	body, err := json.Marshal(e)
+	if err != nil { // cannot happen for this struct; keep the stream well formed anyway
+		body = []byte(`{}`)
+	}
+	return fmt.Appendf(nil, "id: %d\nevent: decision\ndata: %s\n\n", e.Seq, body)
+}
+
+// controlFrame encodes a message the page uses to keep its clock and
+// bookkeeping right (hello, tick, dropped).
+func controlFrame(name string, now time.Time, dropped uint64) []byte {
+	return fmt.Appendf(nil, "event: %s\ndata: {\"now\":%.3f,\"dropped\":%d}\n\n", name, unixMillis(now), dropped)
+}

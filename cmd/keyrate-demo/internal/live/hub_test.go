@@ -1,0 +1,587 @@
+package live
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+var testRoutes = []Route{
+	{Name: "status", Path: "/api/status", Limit: 3, Window: time.Minute},
+	{Name: "search", Method: http.MethodGet, Path: "/api/search", Limit: 20, Window: 10 * time.Second},
+}
+
+func newHub(t *testing.T, cfg Config) *Hub {
+	t.Helper()
+	if cfg.Routes == nil {
+		cfg.Routes = testRoutes
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	good := Route{Name: "a", Path: "/a", Limit: 1, Window: time.Second}
+	with := func(f func(*Route)) []Route {
+		r := good
+		f(&r)
+		return []Route{r}
+	}
+	cases := map[string][]Route{
+		"no routes":       nil,
+		"no name":         with(func(r *Route) { r.Name = "" }),
+		"duplicate name":  {good, good},
+		"relative path":   with(func(r *Route) { r.Path = "a" }),
+		"zero limit":      with(func(r *Route) { r.Limit = 0 }),
+		"negative limit":  with(func(r *Route) { r.Limit = -3 }),
+		"zero window":     with(func(r *Route) { r.Window = 0 }),
+		"sub-ms window":   with(func(r *Route) { r.Window = time.Microsecond }),
+		"negative window": with(func(r *Route) { r.Window = -time.Second }),
+	}
+	for name, routes := range cases {
+		t.Run(name, func(t *testing.T) {
+			h, err := New(Config{Routes: routes})
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, %v; want an error wrapping ErrConfig", h, err)
+			}
+		})
+	}
+}
+
+func TestNewFillsDefaults(t *testing.T) {
+	h := newHub(t, Config{})
+	c := h.cfg
+	if c.KeyHeader != "X-API-Key" || c.Buffer != 512 || c.History != 1000 ||
+		c.MaxSubscribers != 32 || c.KeepAlive != 10*time.Second || c.WriteTimeout != 10*time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c.Routes[0].Method != http.MethodGet {
+		t.Errorf("default method = %q, want GET", c.Routes[0].Method)
+	}
+}
+
+func get(t *testing.T, h http.Handler, method, path string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec.Result()
+}
+
+func TestHandlerServesPageFiles(t *testing.T) {
+	h := newHub(t, Config{}).Handler()
+	cases := []struct {
+		path, contentType, contains string
+	}{
+		{"/", "text/html; charset=utf-8", `<script src="/live/app.js" defer></script>`},
+		{"/live/app.js", "text/javascript; charset=utf-8", "new EventSource('/live/events')"},
+		{"/live/style.css", "text/css; charset=utf-8", "--ok:"},
+		{"/live/favicon.svg", "image/svg+xml", "<svg"},
+	}
+	for _, c := range cases {
+		resp := get(t, h, http.MethodGet, c.path)
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: status %d", c.path, resp.StatusCode)
+			continue
+		}
+		if got := resp.Header.Get("Content-Type"); got != c.contentType {
+			t.Errorf("GET %s: Content-Type %q, want %q", c.path, got, c.contentType)
+		}
+		if got := resp.Header.Get("Content-Security-Policy"); !strings.Contains(got, "default-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", c.path, got)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: no nosniff", c.path)
+		}
+		if !bytes.Contains(body, []byte(c.contains)) {
+			t.Errorf("GET %s: body lacks %q", c.path, c.contains)
+		}
+	}
+}
+
+func TestHandlerRejectsOtherPathsAndMethods(t *testing.T) {
+	h := newHub(t, Config{}).Handler()
+	for _, path := range []string{"/index.html", "/live/", "/live/page/app.js", "/live/../live/app.js.map", "/api/status"} {
+		if resp := get(t, h, http.MethodGet, path); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: status %d, want 404", path, resp.StatusCode)
+		}
+	}
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		resp := get(t, h, m, "/")
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s /: status %d, Allow %q", m, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
+	resp := get(t, h, http.MethodHead, "/")
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || len(body) != 0 || resp.Header.Get("Content-Type") == "" {
+		t.Errorf("HEAD /: status %d, %d body bytes, type %q", resp.StatusCode, len(body), resp.Header.Get("Content-Type"))
+	}
+}
+
+// The page must work offline: every file it loads comes from this server,
+// and nothing in it points anywhere else.
+func TestPageLoadsNothingFromElsewhere(t *testing.T) {
+	h := newHub(t, Config{}).Handler()
+	for _, path := range []string{"/", "/live/app.js", "/live/style.css"} {
+		body, _ := io.ReadAll(get(t, h, http.MethodGet, path).Body)
+		text := strings.ReplaceAll(string(body), "http://www.w3.org/2000/svg", "")
+		for _, bad := range []string{"http://", "https://", "//cdn", "@import"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s contains %q", path, bad)
+			}
+		}
+	}
+	index, _ := io.ReadAll(get(t, h, http.MethodGet, "/").Body)
+	for _, attr := range []string{`src="`, `href="`} {
+		rest := string(index)
+		for {
+			_, after, ok := strings.Cut(rest, attr)
+			if !ok {
+				break
+			}
+			ref, tail, _ := strings.Cut(after, `"`)
+			rest = tail
+			if resp := get(t, h, http.MethodGet, ref); resp.StatusCode != http.StatusOK {
+				t.Errorf("index.html refers to %s, which is not served (status %d)", ref, resp.StatusCode)
+			}
+		}
+	}
+}
+
+func TestConfigDescribesRoutes(t *testing.T) {
+	before := time.Now()
+	resp := get(t, newHub(t, Config{KeyHeader: "X-Client"}).Handler(), http.MethodGet, ConfigPath)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	var got configJSON
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := []routeJSON{
+		{Name: "status", Method: "GET", Path: "/api/status", Limit: 3, WindowMs: 60000},
+		{Name: "search", Method: "GET", Path: "/api/search", Limit: 20, WindowMs: 10000},
+	}
+	if got.KeyHeader != "X-Client" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
+		t.Errorf("config = %+v, want key header X-Client and routes %+v", got, want)
+	}
+	if now := time.UnixMilli(int64(got.Now)); now.Before(before.Truncate(time.Millisecond)) || now.After(time.Now()) {
+		t.Errorf("config now = %v, want between %v and now", now, before)
+	}
+}
+
+// sse is one Server-Sent Event as a browser would parse it.
+type sse struct {
+	id, event, data string
+	retry           int
+}
+
+// parseSSE splits a stream into events, following the framing rules of the
+// EventSource specification for the fields the hub uses.
+func parseSSE(t *testing.T, stream string) []sse {
+	t.Helper()
+	var out []sse
+	var cur sse
+	lines := strings.SplitAfter(stream, "\n")
+	if last := len(lines) - 1; lines[last] == "" {
+		lines = lines[:last]
+	}
+	for _, line := range lines {
+		if !strings.HasSuffix(line, "\n") {
+			t.Fatalf("stream ends inside a line: %q", line)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			out = append(out, cur)
+			cur = sse{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ": ")
+		switch field {
+		case "id":
+			cur.id = value
+		case "event":
+			cur.event = value
+		case "data":
+			if cur.data != "" {
+				t.Fatalf("event with two data lines: %q", stream)
+			}
+			cur.data = value
+		case "retry":
+			cur.retry, _ = strconv.Atoi(value)
+		default:
+			t.Fatalf("unknown field in line %q", line)
+		}
+	}
+	return out
+}
+
+func decoded(t *testing.T, e sse) event {
+	t.Helper()
+	var ev event
+	if e.event != "decision" {
+		t.Fatalf("event type %q, want decision (%+v)", e.event, e)
+	}
+	if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
+		t.Fatalf("data %q: %v", e.data, err)
+	}
+	if e.id != strconv.FormatUint(ev.Seq, 10) {
+		t.Fatalf("id %q does not match seq %d", e.id, ev.Seq)
+	}
+	return ev
+}
+
+// readEvents reads n events from a live stream.
+func readEvents(t *testing.T, r *bufio.Reader, n int) []sse {
+	t.Helper()
+	var b strings.Builder
+	for got := 0; got < n; {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream after %d events: %v (%q)", got, err, b.String())
+		}
+		b.WriteString(line)
+		if line == "\n" {
+			got++
+		}
+	}
+	return parseSSE(t, b.String())
+}
+
+func TestStreamOverRealConnection(t *testing.T) {
+	hub := newHub(t, Config{})
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+EventsPath, nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("Cache-Control %q", cc)
+	}
+	r := bufio.NewReader(resp.Body)
+	hello := readEvents(t, r, 1)[0]
+	if hello.event != "hello" || hello.retry != 2000 || !strings.Contains(hello.data, `"now":`) {
+		t.Fatalf("first event %+v, want hello with retry 2000 and the server time", hello)
+	}
+
+	at := time.Date(2026, 1, 2, 3, 4, 5, 678_900_000, time.UTC)
+	key := "alice \"quoted\"\nnew line </script>"
+	hub.Record("status", key, keyrate.Decision{Limit: 3, RetryAfter: 1500 * time.Millisecond, ResetAfter: 59 * time.Second}, at)
+	hub.Record("search", "bob", keyrate.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 10 * time.Second}, at.Add(time.Millisecond))
+
+	evs := readEvents(t, r, 2)
+	first, second := decoded(t, evs[0]), decoded(t, evs[1])
+	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, RetryAfterMs: 1500, ResetAfterMs: 59000}
+	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "search", Key: "bob", Allowed: true, Limit: 20, Remaining: 19, ResetAfterMs: 10000}
+	if first != want1 {
+		t.Errorf("first decision %+v, want %+v", first, want1)
+	}
+	if second != want2 {
+		t.Errorf("second decision %+v, want %+v", second, want2)
+	}
+	if hub.Subscribers() != 1 {
+		t.Errorf("Subscribers = %d, want 1", hub.Subscribers())
+	}
+}
+
+// stream drives serveEvents without a network inside a synctest bubble:
+// each Write blocks until the test takes it, so a stalled browser is a
+// writer nobody reads.
+type stream struct {
+	header http.Header
+	writes chan []byte
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+func (s *stream) Header() http.Header { return s.header }
+func (s *stream) WriteHeader(int)     {}
+func (s *stream) Flush()              {}
+func (s *stream) Write(b []byte) (int, error) {
+	s.writes <- bytes.Clone(b)
+	return len(b), nil
+}
+
+func open(h *Hub, lastID string) *stream {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{header: http.Header{}, writes: make(chan []byte), done: make(chan struct{}), cancel: cancel}
+	req := httptest.NewRequest(http.MethodGet, EventsPath, nil).WithContext(ctx)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	go func() {
+		defer close(s.done)
+		h.Handler().ServeHTTP(s, req)
+	}()
+	return s
+}
+
+// drain returns everything written until the handler blocks for more input.
+func (s *stream) drain() string {
+	var b strings.Builder
+	for {
+		synctest.Wait()
+		select {
+		case w := <-s.writes:
+			b.Write(w)
+		default:
+			return b.String()
+		}
+	}
+}
+
+func types(evs []sse) string {
+	var out []string
+	for _, e := range evs {
+		if e.event == "decision" {
+			out = append(out, "d"+e.id)
+		} else {
+			out = append(out, e.event)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func record(h *Hub, n int) {
+	for range n {
+		h.Record("status", "k", keyrate.Decision{Allowed: true, Limit: 3}, time.Now())
+	}
+}
+
+func TestSlowSubscriberIsDroppedNotWaitedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{Buffer: 4})
+		s := open(h, "")
+		synctest.Wait() // the handler is now stuck writing hello: nobody reads
+
+		record(h, 10) // must return at once though the subscriber reads nothing
+		if got := h.Dropped(); got != 6 {
+			t.Fatalf("Dropped = %d, want 6 (10 events, 4 buffered)", got)
+		}
+
+		evs := parseSSE(t, s.drain())
+		if got := types(evs); got != "hello d1 d2 d3 d4 dropped" {
+			t.Fatalf("stream = %s, want hello, the 4 buffered decisions, then a dropped notice", got)
+		}
+		var notice struct{ Dropped int }
+		if err := json.Unmarshal([]byte(evs[5].data), &notice); err != nil || notice.Dropped != 6 {
+			t.Errorf("dropped notice %q: want dropped 6 (%v)", evs[5].data, err)
+		}
+
+		record(h, 1) // the subscriber caught up and keeps receiving
+		if got := types(parseSSE(t, s.drain())); got != "d11" {
+			t.Errorf("after catching up: %s, want d11", got)
+		}
+		s.cancel()
+		<-s.done
+	})
+}
+
+func TestOneSlowSubscriberDoesNotStarveAnother(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{Buffer: 2, History: -1})
+		slow, fast := open(h, ""), open(h, "")
+		fast.drain()
+		synctest.Wait()
+		var got []string
+		for range 5 {
+			record(h, 1)
+			got = append(got, types(parseSSE(t, fast.drain())))
+		}
+		if strings.Join(got, ",") != "d1,d2,d3,d4,d5" {
+			t.Errorf("fast subscriber saw %v, want every decision", got)
+		}
+		if h.Dropped() != 3 {
+			t.Errorf("Dropped = %d, want 3 (the slow one buffers 2 of 5)", h.Dropped())
+		}
+		slow.cancel()
+		fast.cancel()
+		slow.drain()
+		<-slow.done
+		<-fast.done
+	})
+}
+
+func TestKeepAliveTickCarriesServerTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{KeepAlive: 5 * time.Second})
+		s := open(h, "")
+		hello := parseSSE(t, s.drain())
+		if types(hello) != "hello" {
+			t.Fatalf("first: %s", types(hello))
+		}
+		start := time.Now()
+		time.Sleep(4 * time.Second)
+		if got := s.drain(); got != "" {
+			t.Fatalf("wrote %q before the keep-alive interval", got)
+		}
+		time.Sleep(time.Second)
+		evs := parseSSE(t, s.drain())
+		want := fmt.Sprintf(`{"now":%.3f,"dropped":0}`, float64(start.Add(5*time.Second).UnixMicro())/1e3)
+		if types(evs) != "tick" || evs[0].data != want {
+			t.Errorf("after 5s: %+v, want one tick with data %s", evs, want)
+		}
+		s.cancel()
+		<-s.done
+	})
+}
+
+func TestHistoryReplay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{History: 3})
+		record(h, 5)
+		for _, c := range []struct{ lastID, want string }{
+			{"", "hello d3 d4 d5"},   // new page: the last 3
+			{"3", "hello d4 d5"},     // reconnect: what it missed
+			{"5", "hello"},           // reconnect, nothing missed
+			{"99", "hello d3 d4 d5"}, // an id from before a restart
+			{"junk", "hello d3 d4 d5"},
+		} {
+			s := open(h, c.lastID)
+			if got := types(parseSSE(t, s.drain())); got != c.want {
+				t.Errorf("Last-Event-ID %q: %s, want %s", c.lastID, got, c.want)
+			}
+			s.cancel()
+			<-s.done
+		}
+	})
+}
+
+func TestNoHistoryAndNoSubscribersRecordsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{History: -1})
+		record(h, 3)
+		s := open(h, "")
+		if got := types(parseSSE(t, s.drain())); got != "hello" {
+			t.Errorf("got %s, want hello only", got)
+		}
+		record(h, 1)
+		if got := types(parseSSE(t, s.drain())); got != "d1" {
+			t.Errorf("got %s, want d1: ids count only published events", got)
+		}
+		s.cancel()
+		<-s.done
+	})
+}
+
+func TestDisconnectUnsubscribes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{})
+		s := open(h, "")
+		s.drain()
+		if h.Subscribers() != 1 {
+			t.Fatalf("Subscribers = %d, want 1", h.Subscribers())
+		}
+		s.cancel()
+		<-s.done
+		if h.Subscribers() != 0 {
+			t.Errorf("after disconnect: Subscribers = %d, want 0", h.Subscribers())
+		}
+	})
+}
+
+func TestCloseEndsStreamsAndRefusesNewOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{})
+		s := open(h, "")
+		s.drain()
+		h.Close()
+		h.Close() // idempotent
+		<-s.done
+		record(h, 1) // ignored after Close
+		resp := get(t, h.Handler(), http.MethodGet, EventsPath)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("after Close: status %d, want 503", resp.StatusCode)
+		}
+	})
+}
+
+func TestMaxSubscribers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{MaxSubscribers: 1})
+		s := open(h, "")
+		s.drain()
+		resp := get(t, h.Handler(), http.MethodGet, EventsPath)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("second stream: status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		s.cancel()
+		<-s.done
+		s = open(h, "")
+		if got := types(parseSSE(t, s.drain())); got != "hello" {
+			t.Errorf("after the first left, a new stream got %s", got)
+		}
+		s.cancel()
+		<-s.done
+	})
+}
+
+// Many goroutines record while a subscriber reads: every event arrives once,
+// in id order, with nothing dropped when the buffer is large enough.
+func TestConcurrentRecord(t *testing.T) {
+	const writers, each = 8, 50
+	hub := newHub(t, Config{Buffer: writers * each, History: -1})
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Get(srv.URL + EventsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	readEvents(t, r, 1) // hello: subscribed
+
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				hub.Record("search", fmt.Sprint("k", w), keyrate.Decision{Allowed: i%2 == 0, Limit: 20}, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	var evs []sse
+	for len(evs) < writers*each {
+		for _, e := range readEvents(t, r, 1) {
+			if e.event == "decision" {
+				evs = append(evs, e)
+			}
+		}
+	}
+	for i, e := range evs {
+		if ev := decoded(t, e); ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+	}
+	if hub.Dropped() != 0 {
+		t.Errorf("Dropped = %d, want 0", hub.Dropped())
+	}
+}

@@ -1,0 +1,559 @@
+// keyrate live page: draws the decisions the server streams, and replays the
+// same requests through a fixed window to show what that design admits.
+'use strict';
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+
+  const MAX_MARKS = 5000;   // per route and key; older marks are dropped from the drawing
+  const FEED_ROWS = 12;
+  const DRAW_EVERY_MS = 100;
+
+  const state = {
+    keyHeader: 'X-API-Key',
+    routes: [],
+    byName: new Map(),
+    offset: 0,              // server clock minus this browser's clock, in ms
+    streams: new Map(),     // "route\u0000key" -> stream
+    keysByRoute: new Map(), // route -> Set of keys, for the "Key shown" list
+    keysVersion: 0,
+    drawnKeysVersion: -1,
+    route: null,            // route name shown and requested
+    watch: '',              // key shown
+    feed: [],
+    feedDirty: true,
+    dirty: true,
+    busy: false,
+  };
+
+  const serverNow = () => Date.now() + state.offset;
+
+  // ---------- formatting ----------
+
+  const pad = (n, w) => String(n).padStart(w, '0');
+  function clock(t, withMs) {
+    const d = new Date(t);
+    const s = pad(d.getHours(), 2) + ':' + pad(d.getMinutes(), 2) + ':' + pad(d.getSeconds(), 2);
+    return withMs ? s + '.' + pad(d.getMilliseconds(), 3) : s;
+  }
+  function span(ms) {
+    if (ms >= 60000 && ms % 60000 === 0) return (ms / 60000) + ' min';
+    if (ms >= 1000) return +(ms / 1000).toFixed(ms % 1000 === 0 ? 0 : 1) + ' s';
+    return Math.round(ms) + ' ms';
+  }
+  const ceilSeconds = (ms) => Math.max(1, Math.ceil(ms / 1000));
+  function esc(s) {
+    return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+  }
+  function setText(id, text) {
+    const el = $(id);
+    if (el && el.textContent !== text) el.textContent = text;
+  }
+
+  // ---------- model ----------
+
+  function streamFor(route, key) {
+    const id = route + '\u0000' + key;
+    let s = state.streams.get(id);
+    if (!s) {
+      s = {
+        route, key, marks: [],
+        admitted: 0, refused: 0, fAdmitted: 0, fRefused: 0,
+        fCounts: new Map(),            // fixed-window index -> requests it admitted
+        sMost: null, fMost: null,      // largest admitted set within one window length
+        last: null,
+      };
+      state.streams.set(id, s);
+      let keys = state.keysByRoute.get(route);
+      if (!keys) state.keysByRoute.set(route, keys = new Set());
+      keys.add(key);
+      state.keysVersion++;
+    }
+    return s;
+  }
+
+  // The most admitted marks within any half-open interval [t, t + w), over
+  // marks sorted by time, and the first and last of them.
+  function mostWithin(times, w) {
+    let best = { n: 0, from: 0, to: 0 };
+    let j = 0;
+    for (let i = 0; i < times.length; i++) {
+      if (j < i) j = i;
+      while (j < times.length && times[j] < times[i] + w) j++;
+      if (j - i > best.n) best = { n: j - i, from: times[i], to: times[j - 1] };
+    }
+    return best;
+  }
+
+  function onDecision(ev) {
+    const r = state.byName.get(ev.route);
+    state.feed.unshift(ev);
+    if (state.feed.length > FEED_ROWS) state.feed.length = FEED_ROWS;
+    state.feedDirty = true;
+    if (!r) return;
+
+    const s = streamFor(ev.route, ev.key);
+    // The fixed window this request falls in, aligned to multiples of the window.
+    const idx = Math.floor(ev.at / r.windowMs);
+    const used = s.fCounts.get(idx) || 0;
+    const fok = used < r.limit;
+    if (fok) s.fCounts.set(idx, used + 1);
+    if (s.fCounts.size > 8) {
+      for (const k of s.fCounts.keys()) if (k < idx - 4) s.fCounts.delete(k);
+    }
+    if (fok) s.fAdmitted++; else s.fRefused++;
+    if (ev.allowed) s.admitted++; else s.refused++;
+
+    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow });
+    if (s.marks.length > 1 && s.marks[s.marks.length - 2].t > ev.at) s.marks.sort((a, b) => a.t - b.t);
+    const horizon = serverNow() - 3 * r.windowMs;
+    let cut = 0;
+    while (cut < s.marks.length && (s.marks[cut].t < horizon || s.marks.length - cut > MAX_MARKS)) cut++;
+    if (cut > 0) s.marks.splice(0, cut);
+
+    const sm = mostWithin(s.marks.filter((m) => m.ok).map((m) => m.t), r.windowMs);
+    const fm = mostWithin(s.marks.filter((m) => m.fok).map((m) => m.t), r.windowMs);
+    if (!s.sMost || sm.n > s.sMost.n) s.sMost = sm;
+    if (!s.fMost || fm.n > s.fMost.n) s.fMost = fm;
+    s.last = ev;
+
+    if (ev.route === state.route && !state.watch) {
+      state.watch = ev.key;
+    }
+    state.dirty = true;
+  }
+
+  // ---------- stream ----------
+
+  function connect() {
+    const es = new EventSource('/live/events');
+    const conn = $('conn');
+    es.addEventListener('open', () => {
+      conn.textContent = 'Live';
+      conn.dataset.conn = 'live';
+    });
+    es.addEventListener('error', () => {
+      conn.textContent = es.readyState === EventSource.CLOSED ? 'Disconnected' : 'Reconnecting…';
+      conn.dataset.conn = 'lost';
+    });
+    es.addEventListener('decision', (e) => {
+      let ev;
+      try { ev = JSON.parse(e.data); } catch (err) { return; }
+      onDecision(ev);
+    });
+    es.addEventListener('dropped', (e) => {
+      let d;
+      try { d = JSON.parse(e.data); } catch (err) { return; }
+      state.dropped = (state.dropped || 0) + d.dropped;
+      const p = $('dropped');
+      p.hidden = false;
+      p.textContent = state.dropped + ' decisions were not shown: this page fell behind the server and they were skipped so that requests are never slowed down.';
+    });
+  }
+
+  // ---------- requests ----------
+
+  function currentRoute() { return state.byName.get(state.route); }
+
+  function burstSize() {
+    const n = parseInt($('burst-size').value, 10);
+    return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : currentRoute().limit;
+  }
+
+  // fire sends n requests at once and resolves to their status codes (0 for
+  // a network error).
+  function fire(n) {
+    const r = currentRoute();
+    const key = $('key').value.trim();
+    const headers = {};
+    if (key) headers[state.keyHeader] = key;
+    if (key) { state.watch = key; state.dirty = true; }
+    const one = () => fetch(r.path, { method: r.method, headers, cache: 'no-store' })
+      .then((res) => res.arrayBuffer().then(() => res.status, () => res.status), () => 0);
+    const all = [];
+    for (let i = 0; i < n; i++) all.push(one());
+    return Promise.all(all);
+  }
+
+  function tally(codes) {
+    const ok = codes.filter((c) => c >= 200 && c < 300).length;
+    const limited = codes.filter((c) => c === 429).length;
+    const other = codes.length - ok - limited;
+    let s = ok + ' admitted (200), ' + limited + ' refused (429)';
+    if (other) s += ', ' + other + ' other';
+    return s;
+  }
+
+  const sleepUntil = (t) => new Promise((res) => setTimeout(res, Math.max(0, t - serverNow())));
+
+  async function busy(fn) {
+    if (state.busy) return;
+    state.busy = true;
+    document.body.dataset.state = 'busy';
+    for (const id of ['send-one', 'send-burst', 'send-boundary']) $(id).disabled = true;
+    try {
+      await fn();
+    } catch (err) {
+      setText('status', 'Request failed: ' + err);
+    } finally {
+      for (const id of ['send-one', 'send-burst', 'send-boundary']) $(id).disabled = false;
+      state.busy = false;
+      document.body.dataset.state = 'idle';
+    }
+  }
+
+  async function sendOne() {
+    const codes = await fire(1);
+    setText('status', 'One request: ' + tally(codes) + '.');
+  }
+
+  async function sendBurst() {
+    const n = burstSize();
+    setText('status', 'Sending ' + n + ' requests at once…');
+    const codes = await fire(n);
+    setText('status', 'Burst of ' + n + ': ' + tally(codes) + '.');
+  }
+
+  // sendBoundary fires a burst just before a fixed-window boundary and
+  // another just after: the 00:09 / 00:11 pattern a fixed window of 10 s
+  // admits twice, and a sliding window only once.
+  async function sendBoundary() {
+    const r = currentRoute();
+    const n = burstSize();
+    const lead = Math.min(1000, r.windowMs / 10);
+    const boundary = Math.ceil((serverNow() + lead + 300) / r.windowMs) * r.windowMs;
+    const timer = setInterval(() => {
+      const left = boundary - lead - serverNow();
+      if (left > 0) {
+        setText('status', 'Waiting for the fixed-window boundary at ' + clock(boundary) +
+          ': first burst of ' + n + ' in ' + ceilSeconds(left) + ' s, the second ' + span(2 * lead) + ' later.');
+      }
+    }, 200);
+    try {
+      await sleepUntil(boundary - lead);
+      const before = fire(n);
+      setText('status', 'First burst sent at ' + clock(serverNow(), true) + '; the second follows after the boundary.');
+      await sleepUntil(boundary + lead);
+      const after = fire(n);
+      const [b, a] = await Promise.all([before, after]);
+      setText('status', 'Before the boundary ' + clock(boundary - lead) + ': ' + tally(b) +
+        '. After it, ' + clock(boundary + lead) + ': ' + tally(a) + '.');
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  // ---------- drawing ----------
+
+  function niceStep(total, px) {
+    const target = total / Math.max(3, Math.floor(px / 110));
+    const steps = [100, 200, 500, 1000, 2000, 5000, 10000, 15000, 20000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000];
+    for (const s of steps) if (s >= target) return s;
+    return steps[steps.length - 1];
+  }
+
+  // stack places marks into columns of one mark's width and rows upwards, so
+  // a burst stays countable; a column taller than the lane shows "+n".
+  function stack(marks, x, okOf, laneBottom, rows) {
+    const cols = new Map();
+    const out = [];
+    const more = new Map();
+    for (const m of marks) {
+      const px = x(m.t);
+      const col = Math.round(px / 10);
+      const row = cols.get(col) || 0;
+      cols.set(col, row + 1);
+      if (row >= rows) {
+        more.set(col, (more.get(col) || 0) + 1);
+        continue;
+      }
+      const cx = col * 10;
+      const cy = laneBottom - 9 - row * 10.5;
+      out.push(okOf(m)
+        ? '<circle class="m-ok" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
+        : '<path class="m-no" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
+    }
+    for (const [col, n] of more) {
+      out.push('<text class="more" text-anchor="middle" x="' + col * 10 + '" y="' + (laneBottom - 9 - rows * 10.5 - 2).toFixed(1) + '">+' + n + '</text>');
+    }
+    return out.join('');
+  }
+
+  function drawChart(r, s, now) {
+    const chart = $('chart');
+    const width = Math.max(640, Math.round(chart.clientWidth || 1000));
+    const left = 150, right = 18, top = 26;
+    const laneH = 124, gap = 34, axisH = 26;
+    const height = top + 2 * laneH + gap + axisH;
+    const w = r.windowMs;
+    const total = 2.4 * w;
+    const t1 = now + 0.12 * w;
+    const t0 = t1 - total;
+    const plotW = width - left - right;
+    const x = (t) => left + ((t - t0) / total) * plotW;
+    const lane1 = top, lane2 = top + laneH + gap;
+    const rows = Math.floor((laneH - 22) / 10.5);
+    const p = [];
+
+    p.push('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ' + width + ' ' + height + '" width="' + width + '" height="' + height + '" role="img" aria-labelledby="chart-title">');
+    p.push('<title id="chart-title">' + esc(chartSummary(r, s)) + '</title>');
+    p.push('<defs><clipPath id="plot"><rect x="' + left + '" y="0" width="' + plotW + '" height="' + height + '"/></clipPath></defs>');
+
+    // lanes and their titles
+    for (const [y, title, sub] of [[lane1, 'Sliding window', 'keyrate, exact'], [lane2, 'Fixed window', 'simulated']]) {
+      p.push('<rect class="lane-bg" x="' + left + '" y="' + y + '" width="' + plotW + '" height="' + laneH + '" rx="4"/>');
+      p.push('<text class="lane-title" x="8" y="' + (y + 20) + '">' + title + '</text>');
+      p.push('<text class="lane-sub" x="8" y="' + (y + 37) + '">' + sub + '</text>');
+      p.push('<text class="lane-sub" x="8" y="' + (y + 54) + '">' + r.limit + ' per ' + esc(span(w)) + '</text>');
+    }
+    p.push('<text class="lane-sub" x="8" y="' + (lane2 + 71) + '">resets every ' + esc(span(w)) + '</text>');
+    p.push('<text class="lane-sub" x="8" y="' + (lane1 + 71) + '">window ends now</text>');
+
+    // time ticks
+    const step = niceStep(total, plotW);
+    const axisY = lane2 + laneH + 16;
+    p.push('<g clip-path="url(#plot)">');
+    for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+      const tx = x(t).toFixed(1);
+      p.push('<line class="tick" x1="' + tx + '" x2="' + tx + '" y1="' + lane1 + '" y2="' + (lane2 + laneH) + '"/>');
+      if (x(t) > left + 28 && x(t) < left + plotW - 28) {
+        p.push('<text class="tick-label" text-anchor="middle" x="' + tx + '" y="' + axisY + '">' + clock(t) + '</text>');
+      }
+    }
+
+    // fixed windows: boundaries, the current one shaded, each one's count
+    for (let k = Math.floor(t0 / w); k * w <= t1; k++) {
+      const a = k * w, b = a + w;
+      const xa = x(a), xb = x(b);
+      if (a <= now && now < b) {
+        p.push('<rect class="fixed-current" x="' + xa.toFixed(1) + '" y="' + lane2 + '" width="' + (xb - xa).toFixed(1) + '" height="' + laneH + '"/>');
+      }
+      p.push('<line class="boundary" x1="' + xa.toFixed(1) + '" x2="' + xa.toFixed(1) + '" y1="' + (lane2 - 6) + '" y2="' + (lane2 + laneH) + '"/>');
+      const n = s ? (s.fCounts.get(k) || 0) : 0;
+      if (n > 0 && x(a) + 40 < left + plotW) {
+        p.push('<text class="fixed-count" x="' + (Math.max(xa, left) + 5).toFixed(1) + '" y="' + (lane2 + 14) + '">' + n + ' / ' + r.limit + '</text>');
+      }
+    }
+
+    // the sliding window (now - w, now]
+    const xs = x(now - w), xn = x(now);
+    p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (lane1 + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
+    const inWin = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now).length : 0;
+    p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + inWin + ' of ' + r.limit + '</text>');
+
+    // excess in the fixed lane
+    if (s && s.fMost && s.fMost.n > r.limit && s.fMost.to >= t0) {
+      const xa = x(s.fMost.from) - 8, xb = x(s.fMost.to) + 8;
+      p.push('<rect class="excess" x="' + xa.toFixed(1) + '" y="' + (lane2 + 22) + '" width="' + (xb - xa).toFixed(1) + '" height="' + (laneH - 26) + '" rx="4"/>');
+      const label = s.fMost.n + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' + (s.fMost.n - r.limit) + ' over the limit';
+      const anchorEnd = xb > left + plotW / 2;
+      p.push('<text class="excess-label" text-anchor="' + (anchorEnd ? 'end' : 'start') + '" x="' + (anchorEnd ? xb : xa).toFixed(1) + '" y="' + (lane2 - 8) + '">' + esc(label) + '</text>');
+    }
+
+    // marks
+    if (s) {
+      const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
+      p.push(stack(visible, x, (m) => m.ok, lane1 + laneH, rows));
+      p.push(stack(visible, x, (m) => m.fok, lane2 + laneH, rows));
+    }
+    p.push('</g>');
+
+    // now
+    p.push('<line class="now" x1="' + xn.toFixed(1) + '" x2="' + xn.toFixed(1) + '" y1="' + (lane1 - 8) + '" y2="' + (lane2 + laneH) + '"/>');
+    p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (lane1 - 11) + '">now</text>');
+
+    if (!s) {
+      p.push('<text class="empty" text-anchor="middle" x="' + (left + plotW / 2) + '" y="' + (lane1 + laneH / 2 + 40) + '">No requests on this route yet: press a button, or use curl.</text>');
+    }
+    p.push('</svg>');
+    chart.innerHTML = p.join('');
+  }
+
+  function chartSummary(r, s) {
+    if (!s) return 'Timeline of ' + r.path + ': no requests yet.';
+    return 'Timeline of ' + r.path + ' for key ' + s.key + ': sliding window admitted ' + s.admitted +
+      ' and refused ' + s.refused + '; a fixed window would have admitted ' + s.fAdmitted +
+      ' and refused ' + s.fRefused + '.';
+  }
+
+  function drawStats(r, s, now) {
+    const w = r.windowMs;
+    setText('s-most-label', 'Most in any ' + span(w));
+    setText('f-most-label', 'Most in any ' + span(w));
+    const admittedIn = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : [];
+    setText('s-inwindow', admittedIn.length + ' / ' + r.limit);
+    setText('s-remaining', String(Math.max(0, r.limit - admittedIn.length)));
+    if (admittedIn.length >= r.limit) {
+      // The request after the limit fits once the oldest admitted one leaves.
+      const oldest = admittedIn[admittedIn.length - r.limit].t;
+      setText('s-retry', ceilSeconds(oldest + w - now) + ' s');
+    } else {
+      setText('s-retry', 'none');
+    }
+    setText('s-admitted', String(s ? s.admitted : 0));
+    setText('s-refused', String(s ? s.refused : 0));
+    setText('s-most', String(s && s.sMost ? s.sMost.n : 0));
+
+    const idx = Math.floor(now / w);
+    const fNow = s ? (s.fCounts.get(idx) || 0) : 0;
+    setText('f-inwindow', fNow + ' / ' + r.limit);
+    setText('f-reset', ceilSeconds((idx + 1) * w - now) + ' s');
+    setText('f-every', 'every ' + span(w));
+    setText('f-admitted', String(s ? s.fAdmitted : 0));
+    setText('f-refused', String(s ? s.fRefused : 0));
+    setText('f-most', String(s && s.fMost ? s.fMost.n : 0));
+
+    const sv = $('s-verdict'), fv = $('f-verdict');
+    if (!s) {
+      sv.dataset.kind = ''; fv.dataset.kind = '';
+      setText('s-verdict', '');
+      setText('f-verdict', '');
+      setText('s-last', '');
+      return;
+    }
+    if (s.sMost.n > r.limit) {
+      sv.dataset.kind = 'excess';
+      setText('s-verdict', s.sMost.n + ' admitted within ' + span(w) + ': over the limit of ' + r.limit + '.');
+    } else {
+      sv.dataset.kind = 'held';
+      setText('s-verdict', 'Never more than ' + r.limit + ' in any ' + span(w) + '.');
+    }
+    if (s.fMost.n > r.limit) {
+      fv.dataset.kind = 'excess';
+      setText('f-verdict', s.fMost.n + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' +
+        (s.fMost.n - r.limit) + ' over the limit of ' + r.limit + ' per ' + span(w) + '.');
+    } else {
+      fv.dataset.kind = '';
+      setText('f-verdict', 'No excess yet: try “Burst at the boundary”.');
+    }
+    const l = s.last;
+    let last = 'Last decision at ' + clock(l.at, true) + ': ' + (l.allowed ? 'admitted' : 'refused') +
+      ', server said Remaining ' + l.remaining;
+    if (!l.allowed && l.retryAfterMs > 0) last += ', Retry-After ' + ceilSeconds(l.retryAfterMs) + ' s (exactly ' + (l.retryAfterMs / 1000).toFixed(3) + ' s)';
+    if (l.overflow) last += ' (the limiter is tracking as many keys as it may)';
+    setText('s-last', last + '.');
+  }
+
+  function drawKeys() {
+    if (state.drawnKeysVersion === state.keysVersion && $('watch').value === state.watch) return;
+    state.drawnKeysVersion = state.keysVersion;
+    const sel = $('watch');
+    const keys = [...(state.keysByRoute.get(state.route) || [])].sort();
+    if (state.watch && !keys.includes(state.watch)) keys.unshift(state.watch);
+    sel.replaceChildren();
+    if (keys.length === 0) {
+      const o = document.createElement('option');
+      o.value = '';
+      o.textContent = '(no traffic yet)';
+      sel.append(o);
+    }
+    for (const k of keys) {
+      const o = document.createElement('option');
+      o.value = k;
+      o.textContent = k;
+      sel.append(o);
+    }
+    sel.value = state.watch;
+  }
+
+  function drawFeed() {
+    if (!state.feedDirty) return;
+    state.feedDirty = false;
+    const body = $('feed');
+    const rows = state.feed.map((ev) => {
+      const r = state.byName.get(ev.route);
+      const tr = document.createElement('tr');
+      const cells = [
+        clock(ev.at, true),
+        r ? r.method + ' ' + r.path : ev.route,
+        ev.key,
+        ev.allowed ? '● 200 admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused'),
+        String(ev.remaining),
+        ev.allowed ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
+      ];
+      cells.forEach((text, i) => {
+        const td = document.createElement('td');
+        td.textContent = text;
+        if (i === 2) { td.className = 'key'; td.title = text; }
+        if (i === 3) td.className = ev.allowed ? 'r-ok' : 'r-no';
+        tr.append(td);
+      });
+      return tr;
+    });
+    body.replaceChildren(...rows);
+  }
+
+  let lastDraw = 0;
+  function draw(ts) {
+    requestAnimationFrame(draw);
+    if (ts - lastDraw < DRAW_EVERY_MS) return;
+    lastDraw = ts;
+    const r = currentRoute();
+    if (!r) return;
+    const now = serverNow();
+    const s = state.watch ? state.streams.get(r.name + '\u0000' + state.watch) : undefined;
+    drawKeys();
+    drawStats(r, s, now);
+    drawChart(r, s, now);
+    drawFeed();
+    state.dirty = false;
+  }
+
+  // ---------- start ----------
+
+  function selectRoute(name) {
+    state.route = name;
+    const r = currentRoute();
+    $('burst-size').value = String(r.limit);
+    const keys = state.keysByRoute.get(name);
+    if (!keys || !keys.has(state.watch)) {
+      const typed = $('key').value.trim();
+      state.watch = keys && keys.has(typed) ? typed : (keys ? [...keys][0] : '');
+    }
+    state.drawnKeysVersion = -1;
+    setText('view-title', 'Timeline of ' + r.method + ' ' + r.path);
+    setText('curl-hint', 'curl -i -H \'' + state.keyHeader + ': alice\' ' + location.origin + r.path);
+  }
+
+  async function start() {
+    const sent = Date.now();
+    const res = await fetch('/live/config', { cache: 'no-store' });
+    if (!res.ok) throw new Error('config: HTTP ' + res.status);
+    const cfg = await res.json();
+    const got = Date.now();
+    state.offset = cfg.now - (sent + got) / 2;
+    state.keyHeader = cfg.keyHeader;
+    state.routes = cfg.routes;
+    const sel = $('route');
+    for (const r of cfg.routes) {
+      state.byName.set(r.name, r);
+      const o = document.createElement('option');
+      o.value = r.name;
+      o.textContent = r.method + ' ' + r.path + ' (' + r.limit + ' per ' + span(r.windowMs) + ')';
+      sel.append(o);
+    }
+    const wanted = new URLSearchParams(location.search).get('route');
+    const first = state.byName.has(wanted) ? wanted : cfg.routes[0].name;
+    sel.value = first;
+    $('key').value = 'page-' + Math.random().toString(36).slice(2, 7);
+    selectRoute(first);
+
+    sel.addEventListener('change', () => selectRoute(sel.value));
+    $('watch').addEventListener('change', () => { state.watch = $('watch').value; state.dirty = true; });
+    $('send-one').addEventListener('click', () => busy(sendOne));
+    $('send-burst').addEventListener('click', () => busy(sendBurst));
+    $('send-boundary').addEventListener('click', () => busy(sendBoundary));
+
+    connect();
+    setText('status', 'Ready. Each button sends real requests with the API key above; watch both lanes.');
+    document.body.dataset.state = 'idle';
+    requestAnimationFrame(draw);
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    start().catch((err) => {
+      setText('status', 'Could not load the page’s configuration: ' + err.message);
+      document.body.dataset.state = 'error';
+    });
+  });
+})();
