@@ -1,0 +1,124 @@
+// Command keyrate-demo is a small API behind the keyrate middleware, to try
+// rate limiting with curl:
+//
+//	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0]
+//
+// GET /api/status allows 3 requests per 60 s and GET /api/search 20 per 60 s,
+// each its own budget per client. A client is its X-API-Key header when it
+// sends one, else its IP address (read from X-Forwarded-For only with
+// -trusted-proxies). Every decision is logged in one line.
+//
+// The first line of output is "keyrate-demo listening on http://ADDR", with
+// the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
+// read back.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
+	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, config{TrustedProxies: *hops}, os.Stdout); err != nil {
+		log.Fatalf("keyrate-demo: %v", err)
+	}
+}
+
+// run serves until ctx ends, writing the address, the curl hints and one
+// line per decision to out.
+func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
+	logLine := decisionLogger(out)
+	if next := cfg.OnDecision; next != nil {
+		cfg.OnDecision = func(d decision) { logLine(d); next(d) }
+	} else {
+		cfg.OnDecision = logLine
+	}
+	h, closeLimiters, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLimiters()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg.TrustedProxies))
+
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(out, "keyrate-demo shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func hints(base string, hops int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
+	for _, rt := range routes {
+		fmt.Fprintf(&b, "  %-6s %-12s %d requests per %gs\n", rt.Method, rt.Path, rt.Limit, rt.Window.Seconds())
+	}
+	fmt.Fprintf(&b, `
+  curl -i %[1]s/api/status
+  for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/status; done; echo
+  curl -i -H '%[2]s: alice' %[1]s/api/status
+  curl -i '%[1]s/api/search?q=limits'
+`, base, keyHeader)
+	if hops > 0 {
+		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// decisionLogger returns a subscriber that writes one line per decision.
+func decisionLogger(out io.Writer) func(decision) {
+	var mu sync.Mutex
+	return func(d decision) {
+		var line string
+		switch {
+		case d.Err != nil:
+			line = fmt.Sprintf("error    %v", d.Err)
+		case d.Decision.Allowed:
+			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
+		case d.Decision.Overflow:
+			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
+		default:
+			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "%s %-7s %-22q %s\n", d.At.UTC().Format("15:04:05.000"), d.Route, d.Key, line)
+	}
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoBinary builds the real command, starts it on a free loopback port
+// and drives it with an HTTP client, as a user following the README would.
+func TestDemoBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the demo with")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "keyrate-demo")
+	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	cmd := exec.CommandContext(ctx, bin, "-addr", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v", lines.Err())
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "keyrate-demo listening on ")
+	if !ok {
+		t.Fatalf("first line %q does not give the address", lines.Text())
+	}
+	rest := make(chan string, 1)
+	go func() { // keep the pipe drained; hand over everything printed
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) *http.Response {
+		t.Helper()
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for i := range 3 {
+		if resp := get("/api/status"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"status";q=3;w=60` {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	resp := get("/api/status")
+	retry := resp.Header.Get("Retry-After")
+	if resp.StatusCode != 429 || retry == "" || retry == "0" ||
+		resp.Header.Get("RateLimit") != `"status";r=0;t=`+retry ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("fourth request: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp := get("/api/search?q=x"); resp.StatusCode != 200 {
+		t.Fatalf("search: %d", resp.StatusCode)
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("demo exited with %v", err)
+	}
+	out := <-rest
+	if strings.Count(out, " status ") != 4 || strings.Count(out, " refused ") != 1 || !strings.Contains(out, "shutting down") {
+		t.Fatalf("log does not show one line per decision:\n%s", out)
+	}
+}

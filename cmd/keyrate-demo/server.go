@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+// route is one limited route of the demo: what to request and its budget.
+type route struct {
+	Name   string // names the budget in keys, RateLimit fields and decisions
+	Method string
+	Path   string
+	Limit  int
+	Window time.Duration
+	serve  http.HandlerFunc
+}
+
+// routes are the demo's limited routes, as in the classic tutorial setup.
+// Each has its own limiter, so its own budget per client.
+var routes = []route{
+	{"status", http.MethodGet, "/api/status", 3, time.Minute, serveStatus},
+	{"search", http.MethodGet, "/api/search", 20, time.Minute, serveSearch},
+}
+
+// keyHeader carries a client's API key; without it the client is its IP address.
+const keyHeader = "X-API-Key"
+
+// maxKeys bounds each limiter against floods of made-up API keys.
+const maxKeys = 100_000
+
+// decision is one decided request, as every subscriber sees it.
+type decision struct {
+	At       time.Time
+	Route    string // a route's Name
+	Key      string // the client's identity: "X-Api-Key:alice" or "127.0.0.1"
+	Decision keyrate.Decision
+	Err      error // the limiter failed; Decision is zero
+}
+
+type config struct {
+	// TrustedProxies is how many reverse proxies stand in front of the
+	// server, appending to X-Forwarded-For. 0: the header is ignored.
+	TrustedProxies int
+	// OnDecision receives every decision, on the request's goroutine, before
+	// the response is written. The log is its first subscriber; fan out
+	// from here to add others.
+	OnDecision func(decision)
+	// Clock is the limiters' clock; nil is the system clock.
+	Clock keyrate.Clock
+}
+
+// newServer assembles the demo: a mux with each route behind its own
+// limiter. close releases the limiters once the server has stopped. "/" is
+// left unrouted (404) for a front page.
+func newServer(cfg config) (h http.Handler, close func(), err error) {
+	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
+	if err != nil {
+		return nil, nil, err
+	}
+	identity := httplimit.HeaderKey(keyHeader, ip)
+	publish := cfg.OnDecision
+	if publish == nil {
+		publish = func(decision) {}
+	}
+	hook := func(e httplimit.Event) {
+		publish(decision{At: time.Now(), Route: e.Route, Key: e.Identity, Decision: e.Decision, Err: e.Err})
+	}
+
+	mux := http.NewServeMux()
+	var limiters []*keyrate.Limiter
+	close = func() {
+		for _, l := range limiters {
+			l.Close()
+		}
+	}
+	for _, rt := range routes {
+		opts := []keyrate.Option{keyrate.WithMaxKeys(maxKeys)}
+		if cfg.Clock != nil {
+			opts = append(opts, keyrate.WithClock(cfg.Clock))
+		}
+		l, err := keyrate.New(rt.Limit, rt.Window, opts...)
+		if err != nil {
+			close()
+			return nil, nil, err
+		}
+		limiters = append(limiters, l)
+		m, err := httplimit.New(httplimit.Local(l),
+			httplimit.WithRoute(rt.Name),
+			httplimit.WithKeyFunc(identity),
+			httplimit.WithOnDecision(hook),
+			httplimit.WithOnError(hook),
+		)
+		if err != nil {
+			close()
+			return nil, nil, err
+		}
+		mux.Handle(rt.Method+" "+rt.Path, m.Handler(rt.serve))
+	}
+	return mux, close, nil
+}
+
+func serveStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"status": "ok", "time": time.Now().UTC().Format(time.RFC3339)})
+}
+
+func serveSearch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("q")
+	writeJSON(w, map[string]any{"query": q, "results": []string{
+		fmt.Sprintf("%s: the first result", q),
+		fmt.Sprintf("%s: another result", q),
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,107 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+// discard is a ResponseWriter that keeps nothing but its header map, cleared
+// between requests, so that allocations counted are the handler's own.
+type discard struct{ h http.Header }
+
+func (w *discard) Header() http.Header         { return w.h }
+func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discard) WriteHeader(int)             {}
+
+var bare = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusOK)
+})
+
+// requests returns n requests from n distinct client addresses.
+func requests(n int) []*http.Request {
+	rs := make([]*http.Request, n)
+	for i := range rs {
+		rs[i] = httptest.NewRequest("GET", "/api/search", nil)
+		rs[i].RemoteAddr = fmt.Sprintf("198.51.%d.%d:40000", i/256, i%256)
+	}
+	return rs
+}
+
+func serve(b *testing.B, h http.Handler, rs []*http.Request) {
+	w := &discard{h: make(http.Header)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		clear(w.h)
+		h.ServeHTTP(w, rs[i%len(rs)])
+	}
+}
+
+// allowAll is a free NonBlocking backend: what it costs is the middleware's
+// own overhead and nothing of a limiter's.
+type allowAll struct{}
+
+func (allowAll) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	return keyrate.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute}, nil
+}
+func (allowAll) Limit() int            { return 100 }
+func (allowAll) Window() time.Duration { return time.Minute }
+func (allowAll) NonBlocking() bool     { return true }
+
+// blockingAllowAll is allowAll without the NonBlocking mark: every call pays
+// for the goroutine and timer of the time budget.
+type blockingAllowAll struct{}
+
+func (blockingAllowAll) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	return allowAll{}.Take(ctx, key, n)
+}
+func (blockingAllowAll) Limit() int            { return 100 }
+func (blockingAllowAll) Window() time.Duration { return time.Minute }
+
+func mustNew(b *testing.B, backend httplimit.Backend, opts ...httplimit.Option) http.Handler {
+	m, err := httplimit.New(backend, append(opts, httplimit.WithRoute("search"))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m.Handler(bare)
+}
+
+// BenchmarkMiddleware compares the bare handler with the same handler behind
+// the middleware, over 1024 client addresses.
+//
+//   - bare: the handler alone, the baseline.
+//   - overhead: a free backend, so the difference from bare is the
+//     middleware's own cost: identity, key, fields.
+//   - local: the in-process keyrate.Limiter (admitting every request).
+//   - local-refused: every request refused, 429 with a problem body.
+//   - blocking: the free backend without the NonBlocking mark, for the cost
+//     of the budget's goroutine and timer a networked backend pays.
+func BenchmarkMiddleware(b *testing.B) {
+	rs := requests(1024)
+	b.Run("bare", func(b *testing.B) { serve(b, bare, rs) })
+	b.Run("overhead", func(b *testing.B) { serve(b, mustNew(b, allowAll{}), rs) })
+	b.Run("local", func(b *testing.B) {
+		// A window short enough that logs stay small whatever b.N is, and a
+		// limit high enough that nothing is refused.
+		l, _ := keyrate.New(1<<20, time.Millisecond)
+		defer l.Close()
+		serve(b, mustNew(b, httplimit.Local(l)), rs)
+	})
+	b.Run("local-refused", func(b *testing.B) {
+		l, _ := keyrate.New(1, time.Hour)
+		defer l.Close()
+		h := mustNew(b, httplimit.Local(l))
+		for _, r := range rs {
+			h.ServeHTTP(&discard{h: make(http.Header)}, r)
+		}
+		serve(b, h, rs)
+	})
+	b.Run("blocking", func(b *testing.B) { serve(b, mustNew(b, blockingAllowAll{}), rs) })
+}
