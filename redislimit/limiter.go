@@ -1,0 +1,176 @@
+// Package redislimit is a per-key rate limiter whose state lives in Redis
+// (or Valkey), so that every replica of a service shares one budget per key.
+//
+// An in-process keyrate.Limiter gives each replica its own budget: behind
+// two replicas a client gets through twice. A redislimit.Limiter answers the
+// same question with the same Decision, but decides in Redis, atomically, in
+// one round trip per call: one Lua script, called by its SHA and sent in
+// full only when the server does not have it cached.
+//
+// The default algorithm is the exact sliding log of the core package (at
+// most limit events per key in any window-length span); FixedWindow trades
+// exactness at window boundaries for O(1) memory per key. Either way the
+// decision reads the Redis server's clock, never the callers', so replicas
+// whose clocks disagree still share one exact window.
+//
+// Every call has a time budget (WithTimeout, 250ms by default) on top of
+// the caller's context. A stopped, paused or unreachable Redis makes Take
+// return an error within that budget instead of hanging the request; the
+// caller decides whether to fail open or closed.
+//
+// Give the go-redis client ContextTimeoutEnabled: true so that it, too,
+// abandons a call at the budget's deadline; otherwise a call that Take has
+// already given up on keeps its connection until the client's own
+// ReadTimeout.
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxKeyLen is the longest key, in bytes, that Take accepts. Longer keys
+// are refused with ErrInvalidKey rather than hashed (two clients must never
+// share a budget because their keys collided) or stored (a client must not
+// be able to make Redis hold arbitrarily large keys).
+const MaxKeyLen = 1024
+
+// ErrInvalidKey is wrapped by the error Take and Allow return for an empty
+// key or one longer than MaxKeyLen. An empty key usually means the caller
+// failed to identify the client; sharing one budget among all such
+// requests would hide that bug.
+var ErrInvalidKey = errors.New("redislimit: invalid key")
+
+// Limiter is a rate limiter whose per-key state lives in Redis. It is safe
+// for concurrent use, holds no goroutines or state of its own beyond its
+// configuration, and needs no Close: the client's lifetime is the caller's.
+type Limiter struct {
+	client  redis.UniversalClient
+	script  *redis.Script
+	limit   int
+	window  time.Duration
+	micros  int64 // the window in microseconds, the scripts' unit
+	prefix  string
+	suffix  string
+	timeout time.Duration
+	clock   keyrate.Clock
+}
+
+// New returns a Limiter that admits at most limit events per key in any
+// window, keeping its state in the Redis that client reaches. limit must be
+// from 1 to math.MaxInt32 and window at least 1ms in whole microseconds
+// (the scripts count in the microseconds of Redis TIME). Invalid arguments
+// or options give an error wrapping keyrate.ErrConfig. New does not contact
+// Redis: an outage shows up in Take's errors, not here.
+func New(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redis client is nil", keyrate.ErrConfig)
+	}
+	cfg, err := newConfig(limit, window, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		client:  client,
+		limit:   limit,
+		window:  window,
+		micros:  window.Microseconds(),
+		prefix:  cfg.prefix,
+		timeout: cfg.timeout,
+		clock:   cfg.clock,
+	}
+	switch cfg.algorithm {
+	case FixedWindow:
+		l.script, l.suffix = fixedWindowScript, ":fw"
+	default:
+		l.script, l.suffix = slidingLogScript, ":sl"
+	}
+	return l, nil
+}
+
+// Limit returns the most events admitted per key in any window.
+func (l *Limiter) Limit() int { return l.limit }
+
+// Window returns the length of the window.
+func (l *Limiter) Window() time.Duration { return l.window }
+
+// Allow reports whether one event for key fits now, and records it if so.
+// See Take for the errors.
+func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
+	d, err := l.Take(ctx, key, 1)
+	return d.Allowed, err
+}
+
+// Take decides a request of weight n for key and records it if admitted,
+// atomically across every client of the same Redis: one script run, one
+// round trip. A refused request records nothing. The rules for n are the
+// core's: 0 is always allowed and records nothing, a negative n or one
+// above the limit is refused with RetryAfter 0 (it can never fit).
+//
+// Take returns an error wrapping ErrInvalidKey for an empty key or one
+// longer than MaxKeyLen, the context's error if ctx is already done, an
+// error wrapping context.DeadlineExceeded when Redis has not answered
+// within the time budget (or ctx's deadline), and Redis's or the network's
+// error otherwise. With an error the Decision is not an answer: only its
+// Limit is set. A call that timed out may still have been recorded, once
+// Redis gets to it; that can only make later decisions stricter.
+func (l *Limiter) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	d := keyrate.Decision{Limit: l.limit}
+	if key == "" {
+		return d, fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return d, fmt.Errorf("%w: key is %d bytes, want at most %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if err := ctx.Err(); err != nil {
+		return d, err
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+
+	args := make([]any, 3, 4)
+	args[0], args[1], args[2] = l.limit, l.micros, n
+	if l.clock != nil {
+		args = append(args, l.clock.Now().UnixMicro())
+	}
+	keys := []string{l.prefix + "{" + key + "}" + l.suffix}
+
+	// The client may not honour ctx's deadline on the socket (go-redis only
+	// does with ContextTimeoutEnabled), so the budget is enforced here.
+	reply := make(chan result, 1)
+	go func() {
+		v, err := l.script.Run(ctx, l.client, keys, args...).Int64Slice()
+		reply <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-reply:
+	case <-ctx.Done():
+		if err := parent.Err(); err != nil {
+			return d, fmt.Errorf("redislimit: take %q: %w", key, err)
+		}
+		return d, fmt.Errorf("redislimit: take %q: no answer from redis within the %v budget: %w", key, l.timeout, ctx.Err())
+	}
+	if r.err != nil {
+		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
+	}
+	if len(r.v) != 4 {
+		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 4", key, len(r.v))
+	}
+	d.Allowed = r.v[0] == 1
+	d.Remaining = int(r.v[1])
+	d.RetryAfter = time.Duration(r.v[2]) * time.Microsecond
+	d.ResetAfter = time.Duration(r.v[3]) * time.Microsecond
+	return d, nil
+}
+
+type result struct {
+	v   []int64
+	err error
+}

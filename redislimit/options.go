@@ -1,0 +1,121 @@
+package redislimit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// Option configures a Limiter; pass options to New.
+type Option func(*config)
+
+type config struct {
+	prefix    string
+	timeout   time.Duration
+	algorithm Algorithm
+	clock     keyrate.Clock // nil: the Redis server's TIME (tests only set it)
+}
+
+// Algorithm selects how a Limiter counts. Both run as one Lua script per
+// decision, so each decision is atomic and costs one round trip.
+type Algorithm int
+
+const (
+	// SlidingLog is the default: an exact sliding log, the same rule as the
+	// in-process keyrate.Limiter. At most limit events per key are admitted
+	// in any window-length span. Redis keeps one sorted-set member per
+	// admitted event (about 50-70 bytes each), so a key costs memory
+	// proportional to the events it holds, up to limit, and admitting a
+	// weight of n costs O(n log limit) on the server.
+	SlidingLog Algorithm = iota
+
+	// FixedWindow counts events in windows aligned to multiples of the
+	// window length since the Unix epoch: O(1) memory and work per key
+	// whatever the limit. The trade-off is the boundary burst: up to
+	// 2*limit events can be admitted within a short span around the end of
+	// one window and the start of the next.
+	FixedWindow
+)
+
+// String returns the algorithm's name as written in this package.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "SlidingLog"
+	case FixedWindow:
+		return "FixedWindow"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// DefaultPrefix is the key prefix a Limiter uses unless WithPrefix sets
+// another.
+const DefaultPrefix = "keyrate:"
+
+// DefaultTimeout is the per-call time budget a Limiter uses unless
+// WithTimeout sets another.
+const DefaultTimeout = 250 * time.Millisecond
+
+// WithAlgorithm selects the counting algorithm. Default: SlidingLog, exact
+// at a memory cost proportional to the limit; FixedWindow is O(1) per key
+// but admits bursts of up to 2*limit across a window boundary.
+func WithAlgorithm(a Algorithm) Option {
+	return func(cfg *config) { cfg.algorithm = a }
+}
+
+// WithPrefix sets the prefix of every Redis key the Limiter writes.
+// Default: DefaultPrefix ("keyrate:"). Limiters with the same prefix and
+// algorithm share budgets per key, which is what replicas of one service
+// want; give each route, tier or differently configured limiter its own
+// prefix (for example "keyrate:login:") so their budgets stay separate. The
+// prefix must not contain '{' or '}', which would move the hash tag that
+// keeps each key in one Redis Cluster slot.
+func WithPrefix(p string) Option {
+	return func(cfg *config) { cfg.prefix = p }
+}
+
+// WithTimeout sets the time budget of each call, applied on top of the
+// caller's context: a call returns an error once the budget or the context
+// runs out, whichever comes first, even while Redis is stopped, paused or
+// unreachable. Default: DefaultTimeout (250ms). A shorter budget bounds the
+// latency an outage adds to every request; a budget below the network's
+// round trip turns slow answers into errors. It must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(cfg *config) { cfg.timeout = d }
+}
+
+// withClock makes decisions at the clock's instants instead of the Redis
+// server's TIME. Only tests set it (through export_test.go), so that one
+// manual clock can drive the in-process limiter and this backend alike.
+func withClock(c keyrate.Clock) Option {
+	return func(cfg *config) { cfg.clock = c }
+}
+
+func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
+	if limit < 1 || limit > math.MaxInt32 {
+		return config{}, fmt.Errorf("%w: limit is %d, want 1 to %d", keyrate.ErrConfig, limit, math.MaxInt32)
+	}
+	if window < time.Millisecond || window%time.Microsecond != 0 {
+		return config{}, fmt.Errorf("%w: window is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, window)
+	}
+	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	switch {
+	case cfg.algorithm != SlidingLog && cfg.algorithm != FixedWindow:
+		return config{}, fmt.Errorf("%w: unknown algorithm %v", keyrate.ErrConfig, cfg.algorithm)
+	case strings.ContainsAny(cfg.prefix, "{}"):
+		return config{}, fmt.Errorf("%w: prefix %q contains '{' or '}'", keyrate.ErrConfig, cfg.prefix)
+	case len(cfg.prefix) > MaxKeyLen:
+		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), MaxKeyLen)
+	case cfg.timeout <= 0:
+		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
+	}
+	return cfg, nil
+}

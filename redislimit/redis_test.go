@@ -1,0 +1,453 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// newLimiter returns a Limiter on the shared server with a prefix of its own.
+func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window time.Duration, opts ...redislimit.Option) *redislimit.Limiter {
+	t.Helper()
+	opts = append([]redislimit.Option{redislimit.WithPrefix(uniquePrefix())}, opts...)
+	l, err := redislimit.New(client, limit, window, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
+	t.Helper()
+	d, err := l.Take(context.Background(), key, n)
+	if err != nil {
+		t.Fatalf("Take(%q, %d): %v", key, n, err)
+	}
+	return d
+}
+
+// TestServerTime exercises the production path, where the script reads the
+// server's TIME: decisions that need no waiting, so real time cannot make
+// the test flaky.
+func TestServerTime(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit, window = 5, 24 * time.Hour
+			l := newLimiter(t, client, limit, window, redislimit.WithAlgorithm(alg))
+			for i := range limit {
+				d := mustTake(t, l, "user", 1)
+				if !d.Allowed || d.Remaining != limit-1-i || d.RetryAfter != 0 || d.Limit != limit {
+					t.Fatalf("request %d: got %+v, want allowed with %d remaining", i, d, limit-1-i)
+				}
+				if d.ResetAfter <= 0 || d.ResetAfter > window {
+					t.Fatalf("request %d: ResetAfter %v, want in (0, %v]", i, d.ResetAfter, window)
+				}
+			}
+			d := mustTake(t, l, "user", 1)
+			if d.Allowed || d.Remaining != 0 {
+				t.Fatalf("request over the limit: got %+v, want refused with 0 remaining", d)
+			}
+			if d.RetryAfter <= 0 || d.RetryAfter > window || d.ResetAfter < d.RetryAfter || d.ResetAfter > window {
+				t.Fatalf("refused: RetryAfter %v, ResetAfter %v; want 0 < RetryAfter <= ResetAfter <= %v",
+					d.RetryAfter, d.ResetAfter, window)
+			}
+			if ok, err := l.Allow(context.Background(), "user"); ok || err != nil {
+				t.Fatalf("Allow over the limit = %v, %v; want false, nil", ok, err)
+			}
+			if ok, err := l.Allow(context.Background(), "other"); !ok || err != nil {
+				t.Fatalf("Allow for another key = %v, %v; want true, nil", ok, err)
+			}
+		})
+	}
+}
+
+// TestClientsShareOneWindow runs several limiters, each on its own client
+// (own connection pool), as replicas of a service would: together they
+// admit exactly the limit.
+func TestClientsShareOneWindow(t *testing.T) {
+	srv := redistest.Shared(t)
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit, clients, callsPerClient = 50, 4, 25
+			prefix := uniquePrefix()
+			var limiters []*redislimit.Limiter
+			for range clients {
+				l, err := redislimit.New(srv.Client(t), limit, 24*time.Hour,
+					redislimit.WithPrefix(prefix), redislimit.WithAlgorithm(alg), redislimit.WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				limiters = append(limiters, l)
+			}
+			// 100 calls released at once against a limit of 50.
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			ready := make(chan struct{})
+			for _, l := range limiters {
+				for range callsPerClient {
+					wg.Go(func() {
+						<-ready
+						d, err := l.Take(context.Background(), "shared", 1)
+						if err != nil {
+							failed.Add(1)
+						} else if d.Allowed {
+							admitted.Add(1)
+						}
+					})
+				}
+			}
+			close(ready)
+			wg.Wait()
+			if failed.Load() != 0 || admitted.Load() != limit {
+				t.Fatalf("%d calls on %d clients: admitted %d with %d errors, want exactly %d and no errors",
+					clients*callsPerClient, clients, admitted.Load(), failed.Load(), limit)
+			}
+		})
+	}
+}
+
+// helperEnv carries TestHelperProcess's settings to a child process.
+const helperEnv = "REDISLIMIT_TEST_HELPER"
+
+// TestHelperProcess is not a test: run by TestProcessesShareOneWindow as a
+// separate OS process, it hammers one key and prints how many calls were
+// admitted. Without helperEnv set it does nothing.
+func TestHelperProcess(t *testing.T) {
+	spec := os.Getenv(helperEnv)
+	if spec == "" {
+		return
+	}
+	// spec: addr prefix key limit calls
+	f := strings.Fields(spec)
+	limit, _ := strconv.Atoi(f[3])
+	calls, _ := strconv.Atoi(f[4])
+	client := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true})
+	defer client.Close()
+	l, err := redislimit.New(client, limit, time.Hour, redislimit.WithPrefix(f[1]), redislimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			d, err := l.Take(context.Background(), f[2], 1)
+			if err != nil {
+				failed.Add(1)
+			} else if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("\nhelper: admitted=%d failed=%d\n", admitted.Load(), failed.Load())
+}
+
+// TestProcessesShareOneWindow re-runs this test binary as several OS
+// processes hammering one key at once: exactly limit are admitted in total.
+func TestProcessesShareOneWindow(t *testing.T) {
+	srv := redistest.Shared(t)
+	const procs, callsPerProc, limit = 4, 40, 50
+	prefix := uniquePrefix()
+	type out struct {
+		text string
+		err  error
+	}
+	results := make(chan out, procs)
+	for range procs {
+		go func() {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s hot %d %d", helperEnv, srv.Addr(), prefix, limit, callsPerProc))
+			b, err := cmd.CombinedOutput()
+			results <- out{string(b), err}
+		}()
+	}
+	total := 0
+	for range procs {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("helper process: %v\n%s", r.err, r.text)
+		}
+		var admitted, failed int
+		i := strings.Index(r.text, "helper: ")
+		if i < 0 {
+			t.Fatalf("helper process printed no result:\n%s", r.text)
+		}
+		if _, err := fmt.Sscanf(r.text[i:], "helper: admitted=%d failed=%d", &admitted, &failed); err != nil {
+			t.Fatalf("helper output %q: %v", r.text, err)
+		}
+		if failed != 0 {
+			t.Fatalf("helper process had %d failed calls:\n%s", failed, r.text)
+		}
+		total += admitted
+	}
+	if total != limit {
+		t.Fatalf("%d processes x %d calls: admitted %d in total, want exactly %d", procs, callsPerProc, total, limit)
+	}
+}
+
+// TestSameInstantEventsAllCount checks that events admitted in one
+// microsecond are each kept: a weight of n adds n members, and repeated
+// calls at one instant add more, never overwriting each other.
+func TestSameInstantEventsAllCount(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	prefix := uniquePrefix()
+	l, err := redislimit.New(client, 2000, time.Minute, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := prefix + "{k}:sl"
+	for i, n := range []int{1, 1, 3, 1200, 795} { // 1200 exceeds one ZADD batch
+		if d := mustTake(t, l, "k", n); !d.Allowed {
+			t.Fatalf("call %d: weight %d refused: %+v", i, n, d)
+		}
+	}
+	if got := client.ZCard(context.Background(), key).Val(); got != 2000 {
+		t.Fatalf("ZCARD after 2000 events at one instant = %d, want 2000", got)
+	}
+	if d := mustTake(t, l, "k", 1); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("call over the limit: %+v", d)
+	}
+	ttl := client.PTTL(context.Background(), key).Val()
+	if ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("PTTL of the log = %v, want in (0, 1m]", ttl)
+	}
+}
+
+// TestKeys checks the key layout (prefix, hash tag, algorithm), that
+// prefixes keep budgets apart, and that unusual keys are kept apart too.
+func TestKeys(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	prefix := uniquePrefix()
+	sl, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(prefix), redislimit.WithAlgorithm(redislimit.FixedWindow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustTake(t, sl, "user:42", 1)
+	mustTake(t, fw, "user:42", 1)
+	if typ := client.Type(ctx, prefix+"{user:42}:sl").Val(); typ != "zset" {
+		t.Errorf("sliding log key %q has type %q, want zset", prefix+"{user:42}:sl", typ)
+	}
+	if typ := client.Type(ctx, prefix+"{user:42}:fw").Val(); typ != "hash" {
+		t.Errorf("fixed window key %q has type %q, want hash", prefix+"{user:42}:fw", typ)
+	}
+
+	other, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, other, "user:42", 1); !d.Allowed {
+		t.Errorf("a limiter with another prefix shared the budget: %+v", d)
+	}
+
+	keys := []string{"a}b", "{a}", "}", "{", "a b", "ключ", "\x00\xff", strings.Repeat("k", redislimit.MaxKeyLen)}
+	for _, k := range keys {
+		if d := mustTake(t, sl, k, 1); !d.Allowed {
+			t.Errorf("first call for key %q refused: %+v", k, d)
+		}
+	}
+	for _, k := range keys {
+		if d := mustTake(t, sl, k, 1); d.Allowed {
+			t.Errorf("second call for key %q admitted over a limit of 1: %+v", k, d)
+		}
+	}
+}
+
+// TestBadInput checks that bad keys and weights give clear errors or the
+// documented decisions, and that nothing panics.
+func TestBadInput(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	l := newLimiter(t, client, 3, time.Hour)
+	ctx := context.Background()
+
+	for _, key := range []string{"", strings.Repeat("x", redislimit.MaxKeyLen+1), strings.Repeat("x", 1<<20)} {
+		d, err := l.Take(ctx, key, 1)
+		if !errors.Is(err, redislimit.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
+			t.Errorf("Take(key of %d bytes) = %+v, %v; want ErrInvalidKey", len(key), d, err)
+		}
+		if ok, err := l.Allow(ctx, key); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
+			t.Errorf("Allow(key of %d bytes) = %v, %v; want false, ErrInvalidKey", len(key), ok, err)
+		}
+	}
+
+	// Weights, with the server's clock: the core's rules.
+	for _, c := range []struct {
+		n    int
+		want keyrate.Decision
+	}{
+		{0, keyrate.Decision{Allowed: true, Limit: 3, Remaining: 3}},
+		{-1, keyrate.Decision{Limit: 3, Remaining: 3}},
+		{math.MinInt64, keyrate.Decision{Limit: 3, Remaining: 3}},
+		{4, keyrate.Decision{Limit: 3, Remaining: 3}},
+		{math.MaxInt64, keyrate.Decision{Limit: 3, Remaining: 3}},
+	} {
+		if got := mustTake(t, l, "weights", c.n); got != c.want {
+			t.Errorf("Take(n=%d) on a fresh key = %+v, want %+v", c.n, got, c.want)
+		}
+	}
+	if d := mustTake(t, l, "weights", 3); !d.Allowed {
+		t.Errorf("after the invalid weights the key was not whole: %+v", d)
+	}
+}
+
+// TestNewErrors checks every invalid argument and option.
+func TestNewErrors(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	cases := []struct {
+		name   string
+		client redis.UniversalClient
+		limit  int
+		window time.Duration
+		opts   []redislimit.Option
+	}{
+		{"nil client", nil, 1, time.Second, nil},
+		{"zero limit", client, 0, time.Second, nil},
+		{"negative limit", client, -1, time.Second, nil},
+		{"huge limit", client, math.MaxInt32 + 1, time.Second, nil},
+		{"zero window", client, 1, 0, nil},
+		{"negative window", client, 1, -time.Second, nil},
+		{"sub-millisecond window", client, 1, 999 * time.Microsecond, nil},
+		{"fractional microseconds", client, 1, time.Second + time.Nanosecond, nil},
+		{"prefix with {", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("a{")}},
+		{"prefix with }", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("}")}},
+		{"huge prefix", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix(strings.Repeat("p", redislimit.MaxKeyLen+1))}},
+		{"zero timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(0)}},
+		{"negative timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(-time.Second)}},
+		{"unknown algorithm", client, 1, time.Second, []redislimit.Option{redislimit.WithAlgorithm(7)}},
+	}
+	for _, c := range cases {
+		l, err := redislimit.New(c.client, c.limit, c.window, c.opts...)
+		if !errors.Is(err, keyrate.ErrConfig) || l != nil {
+			t.Errorf("%s: New = %v, %v; want nil and an error wrapping keyrate.ErrConfig", c.name, l, err)
+		}
+	}
+	l, err := redislimit.New(client, 7, time.Millisecond, nil, redislimit.WithPrefix(""))
+	if err != nil || l.Limit() != 7 || l.Window() != time.Millisecond {
+		t.Errorf("New with a nil option and an empty prefix = %v, %v; want a limiter of 7 per 1ms", l, err)
+	}
+}
+
+// TestRoundTrips checks that every decision is one round trip, for both
+// algorithms, and that a script cache flushed on the server (as after a
+// restart) costs one extra round trip once, not an error.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Shared(t)
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			client := srv.Client(t)
+			var rt redistest.RoundTrips
+			client.AddHook(&rt)
+			l := newLimiter(t, client, 10, time.Hour, redislimit.WithAlgorithm(alg))
+			mustTake(t, l, "warm", 1) // connects and, if needed, loads the script
+
+			before := rt.Load()
+			for i := range 20 {
+				mustTake(t, l, fmt.Sprint("key", i%3), 1+i%2)
+			}
+			if got := rt.Load() - before; got != 20 {
+				t.Fatalf("20 decisions took %d round trips, want 20", got)
+			}
+
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before = rt.Load()
+			if d := mustTake(t, l, "after-flush", 1); !d.Allowed {
+				t.Fatalf("first decision after SCRIPT FLUSH: %+v", d)
+			}
+			if got := rt.Load() - before; got != 2 {
+				t.Fatalf("decision after SCRIPT FLUSH took %d round trips, want 2 (EVALSHA, then EVAL)", got)
+			}
+			before = rt.Load()
+			mustTake(t, l, "after-flush", 1)
+			if got := rt.Load() - before; got != 1 {
+				t.Fatalf("next decision took %d round trips, want 1 (EVAL cached the script)", got)
+			}
+		})
+	}
+}
+
+// TestFixedWindow traces the fixed window under a manual clock: windows
+// aligned to multiples of the window length, and the boundary burst the
+// sliding log prevents.
+func TestFixedWindow(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // a multiple of 10s since the epoch
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 10, 10*time.Second,
+		redislimit.WithAlgorithm(redislimit.FixedWindow), redislimit.WithClock(clock))
+	s := time.Second
+	steps := []struct {
+		at   time.Duration
+		n    int
+		want keyrate.Decision
+	}{
+		{0, 0, keyrate.Decision{Allowed: true, Remaining: 10}},
+		{9 * s, 10, keyrate.Decision{Allowed: true, Remaining: 0, ResetAfter: 1 * s}},
+		{9 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 1 * s, ResetAfter: 1 * s}},
+		{9 * s, 11, keyrate.Decision{Remaining: 0, ResetAfter: 1 * s}},
+		// 00:11 is in the next window: the burst the sliding log refuses.
+		{11 * s, 10, keyrate.Decision{Allowed: true, Remaining: 0, ResetAfter: 9 * s}},
+		{11 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 9 * s, ResetAfter: 9 * s}},
+		{20 * s, 4, keyrate.Decision{Allowed: true, Remaining: 6, ResetAfter: 10 * s}},
+		{25 * s, 7, keyrate.Decision{Remaining: 6, RetryAfter: 5 * s, ResetAfter: 5 * s}},
+		{25 * s, 6, keyrate.Decision{Allowed: true, Remaining: 0, ResetAfter: 5 * s}},
+		{25 * s, -1, keyrate.Decision{Remaining: 0, ResetAfter: 5 * s}},
+		// Backwards to an earlier window: no fresh budget.
+		{15 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 15 * s, ResetAfter: 15 * s}},
+		{30 * s, 0, keyrate.Decision{Allowed: true, Remaining: 10}},
+	}
+	for i, st := range steps {
+		clock.Set(start.Add(st.at))
+		st.want.Limit = 10
+		if got := mustTake(t, l, "fw", st.n); got != st.want {
+			t.Errorf("step %d: at +%v Take(%d)\n got %+v\nwant %+v", i, st.at, st.n, got, st.want)
+		}
+	}
+}
+
+// TestClockSteppedBack checks that a clock moved backwards (a failover to a
+// server whose clock is behind) never admits more than the limit.
+func TestClockSteppedBack(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 3, 10*time.Second, redislimit.WithClock(clock))
+	clock.Set(start.Add(20 * time.Second))
+	if d := mustTake(t, l, "b", 3); !d.Allowed {
+		t.Fatalf("filling: %+v", d)
+	}
+	for _, back := range []time.Duration{15 * time.Second, 5 * time.Second, 0, -time.Hour} {
+		clock.Set(start.Add(back))
+		if d := mustTake(t, l, "b", 1); d.Allowed || d.RetryAfter != 10*time.Second {
+			t.Fatalf("clock at +%v after filling at +20s: got %+v, want refused with RetryAfter 10s", back, d)
+		}
+	}
+	clock.Set(start.Add(30 * time.Second))
+	if d := mustTake(t, l, "b", 3); !d.Allowed {
+		t.Fatalf("at +30s: %+v", d)
+	}
+}

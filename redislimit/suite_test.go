@@ -1,0 +1,35 @@
+package redislimit_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/backendtest"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+)
+
+// prefixes makes each limiter's keys unique on the shared server, so that
+// scenarios and shuffled tests never see each other's events.
+var prefixes atomic.Int64
+
+func uniquePrefix() string { return fmt.Sprintf("test%d:", prefixes.Add(1)) }
+
+// TestBackendSuite runs the behavioural suite shared by every backend
+// against the sliding log in Redis, with the suite's manual clock standing
+// in for the server's TIME.
+func TestBackendSuite(t *testing.T) {
+	srv := redistest.Shared(t)
+	client := srv.Client(t)
+	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := redislimit.New(client, limit, window,
+			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}
