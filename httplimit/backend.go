@@ -84,8 +84,8 @@ func (m *Middleware) take(ctx context.Context, key string, n int) (keyrate.Decis
 	}()
 	select {
 	case res := <-done:
-		if res.err != nil && ctx.Err() != nil {
-			res.err = context.Cause(ctx) // the budget's error, or the request's
+		if res.err != nil && ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
+			res.err = context.Cause(ctx) // say whether the budget or the request ran out
 		}
 		return res.d, res.err
 	case <-ctx.Done():

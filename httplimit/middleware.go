@@ -34,15 +34,13 @@ type Event struct {
 // (one route), and may wrap several handlers that should share it.
 type Middleware struct {
 	backend   Backend
-	inline    bool // backend never blocks: call it without the budget machinery
-	budget    time.Duration
-	budgetErr error
+	inline    bool   // backend never blocks: call it without the budget machinery
+	budgetErr error  // what a call that outlives the budget fails with
 	prefix    string // route + "\x00", or ""
 	config
 
 	policy    string // RateLimit-Policy value
 	name      string // the route as a structured-field string, quoted
-	limit     int
 	windowSec int64
 }
 
@@ -87,11 +85,9 @@ func New(b Backend, opts ...Option) (*Middleware, error) {
 	}
 	m := &Middleware{
 		backend:   b,
-		budget:    c.budget,
 		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, c.budget, context.DeadlineExceeded),
 		config:    c,
 		name:      name,
-		limit:     limit,
 		windowSec: ceilSeconds(window),
 	}
 	if nb, ok := b.(NonBlocking); ok && nb.NonBlocking() {

@@ -39,7 +39,9 @@ type config struct {
 type FailureMode int
 
 const (
+	// FailOpen serves the request when no decision can be had.
 	FailOpen FailureMode = iota
+	// FailClosed answers 503 when no decision can be had.
 	FailClosed
 )
 
