@@ -1,0 +1,230 @@
+package benchmarks
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Every adapter must admit exactly its budget of 100 on a fresh key, refuse
+// the 101st, and keep keys apart. It runs in a synctest bubble, so the peers
+// that read time.Now see a clock that does not move; go-limiter reads the
+// raw clock, but a 1-minute window cannot pass during the test.
+func TestAdaptersAdmitExactlyTheBudget(t *testing.T) {
+	for _, p := range Peers {
+		t.Run(p.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l, err := p.New(Config{Limit: 100, Window: time.Minute, Sweep: NoSweep})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				for i := range 100 {
+					if !l.Allow("a") {
+						t.Fatalf("event %d of a fresh budget of 100 refused", i+1)
+					}
+				}
+				if l.Allow("a") {
+					t.Fatal("event 101 admitted")
+				}
+				if !l.Allow("b") {
+					t.Fatal("another key was refused: keys share a budget")
+				}
+			})
+		})
+	}
+}
+
+// Exhaust must leave the key refused, and still refused half a window later
+// (token buckets refill half their burst by then: the deficit covers it).
+func TestExhaustKeepsTheKeyRefused(t *testing.T) {
+	for _, p := range Peers {
+		t.Run(p.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clock := NewVirtualClock(t0)
+				cfg := Config{Limit: 100, Window: time.Minute, Sweep: NoSweep}
+				if p.Clock {
+					cfg.Now = clock.Now
+				}
+				l, err := p.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				l.Exhaust("a")
+				if l.Allow("a") {
+					t.Fatal("admitted right after Exhaust")
+				}
+				if p.Name == "golimiter" {
+					return // reads the raw clock, which no test can move
+				}
+				clock.SleepUntil(t0.Add(30 * time.Second))
+				time.Sleep(30 * time.Second) // the bubble's clock, for the others
+				if l.Allow("a") {
+					t.Fatal("admitted half a window after Exhaust")
+				}
+			})
+		})
+	}
+}
+
+func TestAccuracyOfKeyrateIsExact(t *testing.T) {
+	p, _ := PeerByName("keyrate")
+	for _, sc := range Scenarios {
+		got, err := Accuracy(p, sc, NewVirtualClock(t0), 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 100 {
+			t.Errorf("%s: keyrate admitted %d in one window, want exactly 100", sc.Name, got)
+		}
+	}
+}
+
+// The harness must see over-admission where there is some: the token bucket
+// lets its burst plus a window of refill through, the fixed window nearly
+// twice its limit around a boundary.
+func TestAccuracyCatchesOverAdmission(t *testing.T) {
+	xrate, _ := PeerByName("xrate")
+	for _, c := range []struct {
+		sc   Scenario
+		want int
+	}{
+		{BoundaryBurst, 120}, // burst 100 at 0.9W, plus 0.2W of refill at 1.1W
+		{SteadyOverload, 199},
+	} {
+		got, err := Accuracy(xrate, c.sc, NewVirtualClock(t0), 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("xrate %s: %d in one window, want %d", c.sc.Name, got, c.want)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ulule, _ := PeerByName("ulule")
+		got, err := Accuracy(ulule, BoundaryBurst, RealClock{}, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 199 {
+			t.Errorf("ulule boundary burst: %d in one window, want 199 (99 + 100 across its boundary)", got)
+		}
+	})
+}
+
+func TestMaxInWindow(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		at   []time.Duration
+		want int
+	}{
+		{nil, 0},
+		{[]time.Duration{0}, 1},
+		{[]time.Duration{0, 10 * s}, 1},               // (0, 10s] excludes 0: half-open
+		{[]time.Duration{0, 10*s - 1}, 2},             // both inside one window
+		{[]time.Duration{9 * s, 9 * s, 11 * s}, 3},    // the boundary burst
+		{[]time.Duration{11 * s, 0, 9 * s, 5 * s}, 3}, // unsorted input
+	} {
+		if got := MaxInWindow(c.at, 10*s); got != c.want {
+			t.Errorf("MaxInWindow(%v) = %d, want %d", c.at, got, c.want)
+		}
+	}
+}
+
+func TestPathCheck(t *testing.T) {
+	for _, c := range []struct {
+		p               Path
+		admits, errs, n int
+		ok              bool
+	}{
+		{Deny, 0, 0, 1000, true},
+		{Deny, 10, 0, 1000, true},
+		{Deny, 11, 0, 1000, false},
+		{Admit, 1000, 0, 1000, true},
+		{Admit, 989, 0, 1000, false},
+		{Admit, 990, 10, 1000, true}, // errors are not refusals
+	} {
+		if err := c.p.Check(c.admits, c.errs, c.n); (err == nil) != c.ok {
+			t.Errorf("%s.Check(%d, %d, %d) = %v, want ok=%v", c.p, c.admits, c.errs, c.n, err, c.ok)
+		}
+	}
+}
+
+func TestKeysAndZipfStream(t *testing.T) {
+	keys := Keys(1000)
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			t.Fatalf("key %q repeated", k)
+		}
+		seen[k] = true
+	}
+	stream, distinct := ZipfStream()
+	if len(stream) != ZipfLen {
+		t.Fatalf("stream has %d keys, want %d", len(stream), ZipfLen)
+	}
+	counts := map[string]int{}
+	for _, k := range stream {
+		counts[k]++
+	}
+	if len(counts) != len(distinct) {
+		t.Fatalf("%d distinct keys in the stream, %d listed", len(counts), len(distinct))
+	}
+	// Zipf: the most popular key dwarfs the typical one, and the tail is long.
+	if head := counts[Key(0)]; head < 50*len(stream)/len(distinct) {
+		t.Errorf("key 0 drawn %d times of %d over %d keys: not skewed", head, len(stream), len(distinct))
+	}
+	if len(distinct) < ZipfKeys/4 {
+		t.Errorf("only %d of %d keys drawn: no long tail", len(distinct), ZipfKeys)
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h Histogram
+	for i := range 1000 {
+		h.Add(time.Duration(i+1) * time.Nanosecond) // 1ns..1000ns
+	}
+	h.Add(5 * time.Millisecond)
+	if got := h.Quantile(0.5); got != 502*time.Nanosecond { // 501ns sits in [501ns, 502ns)
+		t.Errorf("p50 = %v, want the 501ns bucket's edge, 502ns", got)
+	}
+	if got := h.Quantile(1); got != 6*time.Millisecond {
+		t.Errorf("p100 = %v, want the 5ms bucket's edge, 6ms", got)
+	}
+	if h.Max() != 5*time.Millisecond || h.Count() != 1001 || h.AtLeast(time.Millisecond) != 1 {
+		t.Errorf("max %v, count %d, >=1ms %d", h.Max(), h.Count(), h.AtLeast(time.Millisecond))
+	}
+}
+
+// In a synctest bubble the idle measurement runs in fake time: keyrate's
+// janitor must give the memory back, x/time/rate (no sweeper) must keep it.
+func TestMemoryAfterIdle(t *testing.T) {
+	const keys = 20_000
+	for _, c := range []struct {
+		name     string
+		returned bool
+	}{{"keyrate", true}, {"xrate", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			p, _ := PeerByName(c.name)
+			synctest.Test(t, func(t *testing.T) {
+				full, err := BytesPerKey(p, keys, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle, err := BytesPerKeyAfterIdle(p, keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if full < 24 {
+					t.Fatalf("%.0f B per tracked key: too little to be a key and its state", full)
+				}
+				if gaveBack := idle < full/10; gaveBack != c.returned {
+					t.Fatalf("%.0f B per key tracked, %.0f B after idle: memory returned = %v, want %v", full, idle, gaveBack, c.returned)
+				}
+			})
+		})
+	}
+}
