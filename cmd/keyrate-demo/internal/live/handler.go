@@ -87,12 +87,13 @@ type routeJSON struct {
 
 type configJSON struct {
 	KeyHeader string      `json:"keyHeader"`
+	KeyPrefix string      `json:"keyPrefix"`
 	Routes    []routeJSON `json:"routes"`
 	Now       float64     `json:"now"`
 }
 
 func describe(cfg Config) configJSON {
-	c := configJSON{KeyHeader: cfg.KeyHeader}
+	c := configJSON{KeyHeader: cfg.KeyHeader, KeyPrefix: cfg.KeyPrefix}
 	for _, r := range cfg.Routes {
 		c.Routes = append(c.Routes, routeJSON{r.Name, r.Method, r.Path, r.Limit, millis(r.Window)})
 	}

@@ -46,6 +46,11 @@ type Config struct {
 	// KeyHeader is the request header that carries a client's identity; the
 	// page sends its chosen key in it. Default: X-API-Key.
 	KeyHeader string
+	// KeyPrefix is what the keys given to Record put before a KeyHeader
+	// value, so the page can pick out the decisions for the key it sends:
+	// "X-Api-Key:" for the identities httplimit.HeaderKey returns. Default:
+	// none, for keys recorded as the header value itself.
+	KeyPrefix string
 	// Buffer is how many events each subscriber may have queued before
 	// further events are dropped for it. Default: 512. A larger buffer
 	// rides out longer stalls of a browser at 200 bytes or so per event.

@@ -169,7 +169,7 @@ func TestPageLoadsNothingFromElsewhere(t *testing.T) {
 
 func TestConfigDescribesRoutes(t *testing.T) {
 	before := time.Now()
-	resp := get(t, newHub(t, Config{KeyHeader: "X-Client"}).Handler(), http.MethodGet, ConfigPath)
+	resp := get(t, newHub(t, Config{KeyHeader: "X-Client", KeyPrefix: "X-Client:"}).Handler(), http.MethodGet, ConfigPath)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
@@ -181,8 +181,8 @@ func TestConfigDescribesRoutes(t *testing.T) {
 		{Name: "status", Method: "GET", Path: "/api/status", Limit: 3, WindowMs: 60000},
 		{Name: "search", Method: "GET", Path: "/api/search", Limit: 20, WindowMs: 10000},
 	}
-	if got.KeyHeader != "X-Client" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
-		t.Errorf("config = %+v, want key header X-Client and routes %+v", got, want)
+	if got.KeyHeader != "X-Client" || got.KeyPrefix != "X-Client:" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
+		t.Errorf("config = %+v, want key header and prefix X-Client and routes %+v", got, want)
 	}
 	if now := time.UnixMilli(int64(got.Now)); now.Before(before.Truncate(time.Millisecond)) || now.After(time.Now()) {
 		t.Errorf("config now = %v, want between %v and now", now, before)

@@ -11,6 +11,7 @@
 
   const state = {
     keyHeader: 'X-API-Key',
+    keyPrefix: '',          // what the server's keys put before a header value
     routes: [],
     byName: new Map(),
     offset: 0,              // server clock minus this browser's clock, in ms
@@ -167,7 +168,7 @@
     const key = $('key').value.trim();
     const headers = {};
     if (key) headers[state.keyHeader] = key;
-    if (key) { state.watch = key; state.dirty = true; }
+    if (key) { state.watch = state.keyPrefix + key; state.dirty = true; }
     const one = () => fetch(r.path, { method: r.method, headers, cache: 'no-store' })
       .then((res) => res.arrayBuffer().then(() => res.status, () => res.status), () => 0);
     const all = [];
@@ -507,7 +508,7 @@
     $('burst-size').value = String(r.limit);
     const keys = state.keysByRoute.get(name);
     if (!keys || !keys.has(state.watch)) {
-      const typed = $('key').value.trim();
+      const typed = state.keyPrefix + $('key').value.trim();
       state.watch = keys && keys.has(typed) ? typed : (keys ? [...keys][0] : '');
     }
     state.drawnKeysVersion = -1;
@@ -523,6 +524,7 @@
     const got = Date.now();
     state.offset = cfg.now - (sent + got) / 2;
     state.keyHeader = cfg.keyHeader;
+    state.keyPrefix = cfg.keyPrefix || '';
     state.routes = cfg.routes;
     const sel = $('route');
     for (const r of cfg.routes) {
