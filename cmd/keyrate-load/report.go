@@ -1,0 +1,255 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// tally counts requests by outcome: 2xx admitted, 429 rejected, anything
+// else (other statuses, timeouts, connection errors) other.
+type tally struct{ sent, admitted, rejected, other int }
+
+func (t *tally) add(code int) {
+	t.sent++
+	switch {
+	case code >= 200 && code < 300:
+		t.admitted++
+	case code == 429:
+		t.rejected++
+	default:
+		t.other++
+	}
+}
+
+// identityReport is one identity's share of a run.
+type identityReport struct {
+	name string
+	tally
+	most int       // most admitted within one window (see MostWithin)
+	from time.Time // where that window starts
+}
+
+// report is what a run found, ready to print.
+type report struct {
+	plan
+	start      time.Time
+	seconds    []tally
+	total      tally
+	identities []identityReport
+	unknown    int  // requests with no reply, so no identity
+	fromPolicy bool // limit and window came from RateLimit-Policy
+	metrics    *vegeta.Metrics
+}
+
+// analyse sorts the hits into seconds and identities and finds, for each
+// identity, the most requests admitted within one window.
+func analyse(p plan, hits []hit, m *vegeta.Metrics) report {
+	r := report{plan: p, metrics: m}
+	names := p.keys
+	if len(names) == 0 {
+		names = []string{"(no " + p.header + ": the client address)"}
+	}
+	for _, n := range names {
+		r.identities = append(r.identities, identityReport{name: n})
+	}
+	if len(hits) == 0 {
+		return r
+	}
+	r.start = hits[0].sent
+	for _, h := range hits {
+		if h.sent.Before(r.start) {
+			r.start = h.sent
+		}
+	}
+	if r.window == 0 || r.limit == 0 {
+		for _, h := range hits {
+			if l, w, ok := parsePolicy(h.policy); ok {
+				if r.limit == 0 {
+					r.limit = l
+				}
+				if r.window == 0 {
+					r.window = w
+				}
+				r.fromPolicy = true
+				break
+			}
+		}
+	}
+	admitted := make([][]Span, len(r.identities))
+	for _, h := range hits {
+		sec := int(h.sent.Sub(r.start) / time.Second)
+		for len(r.seconds) <= sec {
+			r.seconds = append(r.seconds, tally{})
+		}
+		r.seconds[sec].add(h.code)
+		r.total.add(h.code)
+		if h.identity < 0 {
+			r.unknown++
+			continue
+		}
+		r.identities[h.identity].add(h.code)
+		if h.code >= 200 && h.code < 300 {
+			admitted[h.identity] = append(admitted[h.identity], h.span())
+		}
+	}
+	if r.window > 0 {
+		for i := range r.identities {
+			r.identities[i].most, r.identities[i].from = MostWithin(admitted[i], r.window)
+		}
+	}
+	return r
+}
+
+// excess reports whether any identity had more than the limit admitted
+// within one window.
+func (r report) excess() bool {
+	if r.limit == 0 || r.window == 0 {
+		return false
+	}
+	for _, id := range r.identities {
+		if id.most > r.limit {
+			return true
+		}
+	}
+	return false
+}
+
+// verdict is the checkable line for one identity, or for all of them.
+func (r report) verdict(most int, rate float64) string {
+	switch {
+	case most > r.limit:
+		return fmt.Sprintf("EXCESS: %d admitted within %s, %d over the limit of %d", most, seconds(r.window), most-r.limit, r.limit)
+	case most == r.limit:
+		return fmt.Sprintf("held exactly %d per %s under %s requests/s", r.limit, seconds(r.window), perSecond(rate))
+	default:
+		return fmt.Sprintf("held: at most %d per %s under %s requests/s (limit %d not reached)", most, seconds(r.window), perSecond(rate), r.limit)
+	}
+}
+
+func (r report) write(w io.Writer) {
+	who := "no identity header"
+	if len(r.keys) > 0 {
+		order := "in turn"
+		if r.random {
+			order = fmt.Sprintf("at random, seed %d", r.seed)
+		}
+		who = fmt.Sprintf("%d identities in %s, %s", len(r.keys), r.header, order)
+	}
+	fmt.Fprintf(w, "keyrate-load: %s %s at %d requests/s for %s, %s\n\n", r.method, r.target, r.rate, r.duration, who)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "second\tsent\tadmitted\trejected\tother\t")
+	for i, s := range r.seconds {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t\n", i, s.sent, s.admitted, s.rejected, s.other)
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\n", r.total.sent, r.total.admitted, r.total.rejected, r.total.other)
+	tw.Flush()
+
+	if m := r.metrics; m != nil && m.Requests > 0 {
+		l := m.Latencies
+		fmt.Fprintf(w, "\nlatency: mean %s, p50 %s, p90 %s, p95 %s, p99 %s, max %s\n",
+			short(l.Mean), short(l.P50), short(l.P90), short(l.P95), short(l.P99), short(l.Max))
+		var codes []string
+		for _, c := range slices.Sorted(maps.Keys(m.StatusCodes)) {
+			codes = append(codes, fmt.Sprintf("%s: %d", c, m.StatusCodes[c]))
+		}
+		fmt.Fprintf(w, "sent at %.1f requests/s; status codes %s\n", m.Rate, strings.Join(codes, ", "))
+		for i, e := range m.Errors {
+			if i == 3 {
+				fmt.Fprintf(w, "... and %d more kinds of error\n", len(m.Errors)-3)
+				break
+			}
+			if !strings.HasPrefix(e, "429 ") {
+				fmt.Fprintf(w, "error: %s\n", e)
+			}
+		}
+	}
+	if r.unknown > 0 {
+		fmt.Fprintf(w, "%d requests got no reply and are counted in the totals only\n", r.unknown)
+	}
+
+	fmt.Fprintln(w)
+	if r.window == 0 {
+		fmt.Fprintln(w, "no window to check: pass -window and -limit, or target a server that sends RateLimit-Policy")
+	} else {
+		source := "from the flags"
+		if r.fromPolicy {
+			source = "from the server's RateLimit-Policy"
+		}
+		if r.limit > 0 {
+			fmt.Fprintf(w, "limit %d per %s (%s)\n", r.limit, seconds(r.window), source)
+		} else {
+			fmt.Fprintf(w, "window %s (%s); pass -limit to check a limit\n", seconds(r.window), source)
+		}
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "identity\tsent\tadmitted\trejected\tother"
+	if r.window > 0 {
+		header += "\tmost in any " + seconds(r.window)
+		if r.limit > 0 {
+			header += "\tverdict"
+		}
+	}
+	fmt.Fprintln(tw, header)
+	for _, id := range r.identities {
+		line := fmt.Sprintf("%s\t%d\t%d\t%d\t%d", id.name, id.sent, id.admitted, id.rejected, id.other)
+		if r.window > 0 {
+			line += fmt.Sprintf("\t%d", id.most)
+			if r.limit > 0 {
+				line += "\t" + r.verdict(id.most, float64(id.sent)/r.duration.Seconds())
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+
+	if r.window > 0 && r.limit > 0 && r.total.sent > 0 {
+		most, over := 0, 0
+		for _, id := range r.identities {
+			most = max(most, id.most)
+			if id.most > r.limit {
+				over++
+			}
+		}
+		all := fmt.Sprintf("all %d identities", len(r.identities))
+		if len(r.identities) == 1 {
+			all = "the identity"
+		}
+		if over > 0 {
+			fmt.Fprintf(w, "\n%d of %d identities: %s\n", over, len(r.identities), r.verdict(most, float64(r.rate)))
+		} else {
+			fmt.Fprintf(w, "\n%s: %s\n", all, r.verdict(most, float64(r.rate)))
+		}
+	}
+}
+
+// seconds writes a window the way people say it: "10 s", "60 s".
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return d.String()
+}
+
+func perSecond(rate float64) string {
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", rate), ".0")
+}
+
+// short rounds a latency to three significant digits or so.
+func short(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(time.Millisecond).String()
+	}
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+// pipeListener connects clients to an http.Server through net.Pipe, so a
+// whole load run happens inside a synctest bubble: time is fake, every
+// request's round trip takes no time, and the run is the same every time.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
+
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serve runs h behind a pipe listener for the rest of the bubble's test and
+// returns the transport that reaches it.
+func serve(t *testing.T, h http.Handler) http.RoundTripper {
+	l := newPipeListener()
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	tr := &http.Transport{DialContext: l.dial, MaxIdleConnsPerHost: 100}
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return tr
+}
+
+// limited is the demo's setup: an exact limiter behind the middleware,
+// identity by X-API-Key.
+func limited(t *testing.T, limit int, window time.Duration) http.Handler {
+	l, err := keyrate.New(limit, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	mw, err := httplimit.New(httplimit.Local(l), httplimit.WithRoute("search"),
+		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	}))
+}
+
+func runLoad(t *testing.T, transport http.RoundTripper, args ...string) (int, string) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	code := run(t.Context(), args, &out, &errs, transport)
+	if errs.Len() > 0 {
+		t.Logf("stderr: %s", errs.String())
+	}
+	return code, out.String()
+}
+
+func TestRunHoldsExactlyTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, limited(t, 5, 10*time.Second))
+		code, out := runLoad(t, tr, "-url", "http://127.0.0.1/api/search", "-rate", "200", "-duration", "30s", "-key-count", "5")
+		t.Log("\n" + out)
+		if code != exitOK {
+			t.Errorf("exit status %d, want %d", code, exitOK)
+		}
+		for _, want := range []string{
+			"keyrate-load: GET http://127.0.0.1/api/search at 200 requests/s for 30s, 5 identities in X-API-Key, in turn",
+			"limit 5 per 10 s (from the server's RateLimit-Policy)",
+			"all 5 identities: held exactly 5 per 10 s under 200 requests/s",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+		// Vegeta paces hits at 5 ms, 10 ms, ... 30 s: 6001 of them, in turn
+		// over the identities. Each identity gets 5 admitted in each 10 s,
+		// and load-1 a 16th at 30 s, when its first of 20 s has left the
+		// window.
+		for i, want := range []string{
+			"load-1    1201  16        1185      0      5                 held exactly 5 per 10 s under 40 requests/s",
+			"load-2    1200  15        1185      0      5                 held exactly 5 per 10 s under 40 requests/s",
+			"load-5    1200  15        1185      0      5                 held exactly 5 per 10 s under 40 requests/s",
+			"     0   200        25       175      0",
+			"     9   200         0       200      0",
+			"    10   200        25       175      0",
+			"    30     1         1         0      0",
+			"total  6001        76      5925      0",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("line %d: output lacks %q", i, want)
+			}
+		}
+	})
+}
+
+// fixedWindow admits limit requests per key per calendar window: the design
+// that lets a burst through on both sides of a boundary.
+func fixedWindow(limit int, window time.Duration) http.Handler {
+	var mu sync.Mutex
+	counts := map[string]int{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := fmt.Sprint(r.Header.Get("X-API-Key"), time.Now().UnixNano()/int64(window))
+		mu.Lock()
+		counts[k]++
+		n := counts[k]
+		mu.Unlock()
+		if n > limit {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+}
+
+func TestRunFlagsAnExcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, fixedWindow(5, 10*time.Second))
+		time.Sleep(9 * time.Second) // start one second before a boundary
+		code, out := runLoad(t, tr, "-url", "http://127.0.0.1/x", "-rate", "100", "-duration", "3s",
+			"-keys", "alice,bob", "-window", "10s", "-limit", "5")
+		t.Log("\n" + out)
+		if code != exitExcess {
+			t.Errorf("exit status %d, want %d", code, exitExcess)
+		}
+		for _, want := range []string{
+			"limit 5 per 10 s (from the flags)",
+			"alice     151   10        141       0      10                EXCESS: 10 admitted within 10 s, 5 over the limit of 5",
+			"2 of 2 identities: EXCESS: 10 admitted within 10 s, 5 over the limit of 5",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+	})
+}
+
+func TestRunCountsOtherOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-API-Key") == "broken" {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+			}
+		}))
+		code, out := runLoad(t, tr, "-url", "http://127.0.0.1/x", "-rate", "10", "-duration", "2s", "-keys", "fine,broken")
+		t.Log("\n" + out)
+		if code != exitOK {
+			t.Errorf("exit status %d, want %d", code, exitOK)
+		}
+		for _, want := range []string{
+			"no window to check: pass -window and -limit",
+			"fine      11    11        0         0",
+			"broken    10    0         0         10",
+			"status codes 200: 11, 503: 10",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+	})
+}
+
+func TestRunWithoutReplies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refuse := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, net.ErrClosed })
+		code, out := runLoad(t, refuse, "-url", "http://127.0.0.1/x", "-rate", "5", "-duration", "1s")
+		if code != exitFailed {
+			t.Errorf("exit status %d, want %d\n%s", code, exitFailed, out)
+		}
+		if !strings.Contains(out, "6 requests got no reply") {
+			t.Errorf("output does not count the requests without a reply:\n%s", out)
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestRandomPickIsSeeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		args := []string{"-url", "http://127.0.0.1/x", "-rate", "50", "-duration", "2s", "-keys", "a,b,c", "-pick", "random", "-seed", "7"}
+		_, first := runLoad(t, tr, args...)
+		_, second := runLoad(t, tr, args...)
+		table := func(out string) string {
+			_, after, _ := strings.Cut(out, "identity")
+			return after
+		}
+		if table(first) != table(second) {
+			t.Errorf("same seed, different picks:\n%s\n%s", first, second)
+		}
+		if !strings.Contains(first, "at random, seed 7") {
+			t.Errorf("output does not say the pick is random:\n%s", first)
+		}
+		// 101 hits over 3 identities: each gets a share near 34, and the
+		// shares are not the round-robin split of 34, 34, 33.
+		var shares []int
+		for _, k := range []string{"a", "b", "c"} {
+			var n int
+			for _, line := range strings.Split(table(first), "\n") {
+				if f := strings.Fields(line); len(f) > 1 && f[0] == k {
+					fmt.Sscan(f[1], &n)
+				}
+			}
+			if n < 15 || n > 55 {
+				t.Errorf("identity %s got %d of 101 requests", k, n)
+			}
+			shares = append(shares, n)
+		}
+		if fmt.Sprint(shares) == "[34 34 33]" {
+			t.Errorf("random pick gave the round-robin split %v", shares)
+		}
+	})
+}
+
+func TestFlagErrors(t *testing.T) {
+	cases := map[string][]string{
+		"no url":               {},
+		"relative url":         {"-url", "/api/status"},
+		"ftp url":              {"-url", "ftp://127.0.0.1/x"},
+		"zero rate":            {"-url", "http://127.0.0.1/", "-rate", "0"},
+		"zero duration":        {"-url", "http://127.0.0.1/", "-duration", "0s"},
+		"negative window":      {"-url", "http://127.0.0.1/", "-window", "-1s"},
+		"negative limit":       {"-url", "http://127.0.0.1/", "-limit", "-1"},
+		"both key flags":       {"-url", "http://127.0.0.1/", "-keys", "a", "-key-count", "2"},
+		"negative key count":   {"-url", "http://127.0.0.1/", "-key-count", "-2"},
+		"empty key":            {"-url", "http://127.0.0.1/", "-keys", "a,,b"},
+		"unknown pick":         {"-url", "http://127.0.0.1/", "-pick", "fair"},
+		"stray argument":       {"-url", "http://127.0.0.1/", "extra"},
+		"unknown flag":         {"-url", "http://127.0.0.1/", "-bogus"},
+		"empty header w/ keys": {"-url", "http://127.0.0.1/", "-keys", "a", "-header", ""},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errs bytes.Buffer
+			code := run(t.Context(), args, &out, &errs, nil)
+			if code != exitUsage || errs.Len() == 0 || out.Len() != 0 {
+				t.Errorf("run(%q) = %d, stderr %q, stdout %q; want status %d with a message", args, code, errs.String(), out.String(), exitUsage)
+			}
+		})
+	}
+}
