@@ -6,7 +6,9 @@
 // GET /api/status allows 3 requests per 60 s and GET /api/search 20 per 60 s,
 // each its own budget per client. A client is its X-API-Key header when it
 // sends one, else its IP address (read from X-Forwarded-For only with
-// -trusted-proxies). Every decision is logged in one line.
+// -trusted-proxies). Every decision is logged in one line, and streamed to
+// the page at / that draws it live beside what a fixed window would have
+// done (see internal/live).
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -45,11 +47,18 @@ func main() {
 // run serves until ctx ends, writing the address, the curl hints and one
 // line per decision to out.
 func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
-	logLine := decisionLogger(out)
+	hub, err := newLive()
+	if err != nil {
+		return err
+	}
+	subscribers := []func(decision){decisionLogger(out), recordTo(hub)}
 	if next := cfg.OnDecision; next != nil {
-		cfg.OnDecision = func(d decision) { logLine(d); next(d) }
-	} else {
-		cfg.OnDecision = logLine
+		subscribers = append(subscribers, next)
+	}
+	cfg.OnDecision = func(d decision) {
+		for _, s := range subscribers {
+			s(d)
+		}
 	}
 	h, closeLimiters, err := newServer(cfg)
 	if err != nil {
@@ -63,7 +72,8 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg.TrustedProxies))
 
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: withLive(h, hub), ReadHeaderTimeout: 5 * time.Second}
+	srv.RegisterOnShutdown(hub.Close) // end the page's event streams, or Shutdown waits on them
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -85,6 +95,7 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
 
 func hints(base string, hops int) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
 		fmt.Fprintf(&b, "  %-6s %-12s %d requests per %gs\n", rt.Method, rt.Path, rt.Limit, rt.Window.Seconds())

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The demo serves the page and its stream beside the API, and every
+// decision the API makes reaches the stream keyed as the limiter keys it.
+func TestLiveViewIsWired(t *testing.T) {
+	hub, err := newLive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	api, closeLimiters, err := newServer(config{OnDecision: recordTo(hub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLimiters)
+	srv := httptest.NewServer(withLive(api, hub))
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Timeout = 30 * time.Second
+
+	resp, err := client.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), "/live/app.js") {
+		t.Fatalf("GET /: %d %q", resp.StatusCode, page)
+	}
+	if resp, err := client.Get(srv.URL + "/nope"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("GET /nope: %v %v, want 404", resp, err)
+	}
+
+	resp, err = client.Get(srv.URL + "/live/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		KeyHeader, KeyPrefix string
+		Routes               []struct {
+			Name, Method, Path string
+			Limit              int
+			WindowMs           float64
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cfg.KeyHeader != keyHeader || cfg.KeyPrefix != "X-Api-Key:" || len(cfg.Routes) != len(routes) {
+		t.Fatalf("config %+v", cfg)
+	}
+	for i, rt := range routes {
+		got := cfg.Routes[i]
+		if got.Name != rt.Name || got.Method != rt.Method || got.Path != rt.Path || got.Limit != rt.Limit || got.WindowMs != float64(rt.Window.Milliseconds()) {
+			t.Errorf("route %d: page has %+v, demo has %+v", i, got, rt)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/live/events", nil)
+	stream, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	lines := bufio.NewScanner(stream.Body)
+
+	req, _ = http.NewRequest("GET", srv.URL+"/api/status", nil)
+	req.Header.Set(keyHeader, "alice")
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /api/status: %v %v", resp, err)
+	}
+	for lines.Scan() {
+		data, ok := strings.CutPrefix(lines.Text(), "data: ")
+		if !ok || !strings.Contains(data, `"route"`) {
+			continue
+		}
+		var ev struct {
+			Route, Key       string
+			Allowed          bool
+			Limit, Remaining int
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Route != "status" || ev.Key != "X-Api-Key:alice" || !ev.Allowed || ev.Limit != 3 || ev.Remaining != 2 {
+			t.Errorf("streamed decision %+v, want alice's first of 3 on status", ev)
+		}
+		return
+	}
+	t.Fatalf("stream ended without the decision: %v", lines.Err())
+}
+
+// An open page must not hold up shutdown: run closes the event streams
+// before waiting for connections to finish.
+func TestShutdownWithPageOpen(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, "127.0.0.1:0", config{}, w)
+		w.Close()
+	}()
+	lines := bufio.NewScanner(r)
+	if !lines.Scan() {
+		t.Fatal("no output")
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "keyrate-demo listening on ")
+	if !ok {
+		t.Fatalf("first line %q", lines.Text())
+	}
+	go io.Copy(io.Discard, r)
+
+	resp, err := http.Get(base + "/live/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %v", resp.Header)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v (an open event stream held up shutdown)", err)
+	}
+}
