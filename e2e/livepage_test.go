@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestLivePage builds the demo, starts it on a free loopback port and
+// drives its page in headless Chromium: a burst admits exactly the limit,
+// and a burst on each side of a fixed-window boundary shows the fixed
+// window's excess while the sliding window still admits the limit once.
+func TestLivePage(t *testing.T) {
+	browser := findChromium(t)
+	base := startDemo(t)
+	route := demoRoute(t, base, "status")
+	limit := route.Limit
+	window := time.Duration(route.WindowMs) * time.Millisecond
+
+	// The boundary burst may wait a whole window for the next boundary.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute+window)
+	defer cancel()
+	ctx, cancel = chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1000),
+	)
+	defer cancel()
+	ctx, cancel = chromedp.NewContext(ctx)
+	defer cancel()
+
+	console := collectConsole(ctx)
+	defer func() { saveScreenshot(t, ctx) }()
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/?route="+route.Name)); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	waitFor[bool](t, ctx, "the page to load its routes and connect its stream", 60*time.Second,
+		`document.body.dataset.state === 'idle' && document.getElementById('conn').dataset.conn === 'live'`)
+
+	// A burst of twice the limit on a fresh key: exactly the limit admitted.
+	burst := 2 * limit
+	setInput(t, ctx, "key", "e2e-burst")
+	setInput(t, ctx, "burst-size", fmt.Sprint(burst))
+	click(t, ctx, "send-burst")
+	got := waitForShown(t, ctx, burst, 60*time.Second)
+	if got.SAdmitted != limit || got.SRefused != burst-limit || got.SMost != limit {
+		t.Errorf("after a burst of %d: page shows %+v, want %d admitted, %d refused, most %d in a window",
+			burst, got, limit, burst-limit, limit)
+	}
+	if got.Watch != "X-Api-Key:e2e-burst" || got.SInWindow != fmt.Sprintf("%d / %d", limit, limit) || got.SRemaining != "0" {
+		t.Errorf("after a burst: page shows %+v, want key X-Api-Key:e2e-burst, %d / %d in the window and 0 remaining", got, limit, limit)
+	}
+
+	// A burst of the limit just before a fixed-window boundary and another
+	// just after, on another fresh key: the sliding window admits the limit
+	// once; the fixed window admits both bursts, twice the limit in two
+	// seconds, and the page says so.
+	setInput(t, ctx, "key", "e2e-boundary")
+	setInput(t, ctx, "burst-size", fmt.Sprint(limit))
+	click(t, ctx, "send-boundary")
+	got = waitForShown(t, ctx, 2*limit, window+90*time.Second)
+	t.Logf("after the boundary burst the page shows %+v", got)
+	if got.Watch != "X-Api-Key:e2e-boundary" {
+		t.Errorf("page shows key %q, want X-Api-Key:e2e-boundary", got.Watch)
+	}
+	if got.SAdmitted != limit || got.SRefused != limit || got.SMost != limit {
+		t.Errorf("sliding window: %d admitted, %d refused, most %d in a window; want %d, %d, %d",
+			got.SAdmitted, got.SRefused, got.SMost, limit, limit, limit)
+	}
+	if !strings.HasPrefix(got.SVerdict, fmt.Sprintf("Never more than %d in any", limit)) {
+		t.Errorf("sliding window verdict %q", got.SVerdict)
+	}
+	if got.FAdmitted != 2*limit || got.FRefused != 0 || got.FMost != 2*limit {
+		t.Errorf("fixed window: %d admitted, %d refused, most %d in a window; want %d, 0, %d",
+			got.FAdmitted, got.FRefused, got.FMost, 2*limit, 2*limit)
+	}
+	if want := fmt.Sprintf("%d over the limit of %d", limit, limit); !strings.Contains(got.FVerdict, want) {
+		t.Errorf("fixed window verdict %q does not contain %q", got.FVerdict, want)
+	}
+	if got.ExcessMarked != 1 {
+		t.Errorf("timeline marks %d excess spans in the fixed lane, want 1", got.ExcessMarked)
+	}
+
+	// The page itself must log nothing but the browser's note for each 429
+	// it received, which are the refusals it asked for.
+	refusals := 0
+	for _, m := range console.all() {
+		switch {
+		case m.Source == "network" && strings.Contains(m.Text, "status of 429"):
+			refusals++
+		case m.Type == chromedp.ConsoleError || m.IsException():
+			t.Errorf("console %s", m)
+		default:
+			t.Logf("console %s", m)
+		}
+	}
+	t.Logf("console: %d notes of a 429 response, nothing else of level error", refusals)
+}
+
+// shown is what the page displays for the key it shows.
+type shown struct {
+	State, Watch, SInWindow, SRemaining, SVerdict, FVerdict string
+	SAdmitted, SRefused, SMost, FAdmitted, FRefused, FMost  int
+	ExcessMarked                                            int
+}
+
+// waitForShown waits until the page is idle and shows n decisions for its
+// key (the stream may deliver them a little after the responses), then
+// returns what it shows.
+func waitForShown(t *testing.T, ctx context.Context, n int, timeout time.Duration) shown {
+	t.Helper()
+	return waitFor[shown](t, ctx, fmt.Sprintf("the page to show %d decisions", n), timeout, fmt.Sprintf(`(() => {
+		const text = (id) => document.getElementById(id).textContent;
+		const num = (id) => parseInt(text(id), 10);
+		if (document.body.dataset.state !== 'idle' || num('s-admitted') + num('s-refused') < %d) return false;
+		return {
+			State: document.body.dataset.state, Watch: document.getElementById('watch').value,
+			SInWindow: text('s-inwindow'), SRemaining: text('s-remaining'),
+			SVerdict: text('s-verdict'), FVerdict: text('f-verdict'),
+			SAdmitted: num('s-admitted'), SRefused: num('s-refused'), SMost: num('s-most'),
+			FAdmitted: num('f-admitted'), FRefused: num('f-refused'), FMost: num('f-most'),
+			ExcessMarked: document.querySelectorAll('#chart rect.excess').length,
+		};
+	})()`, n))
+}
+
+func waitFor[T any](t *testing.T, ctx context.Context, what string, timeout time.Duration, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Poll[T](expr, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+		t.Fatalf("waiting for %s: %v (page status: %q)", what, err, status)
+	}
+	return v
+}
+
+func setInput(t *testing.T, ctx context.Context, id, value string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID(id), value)); err != nil {
+		t.Fatalf("set #%s: %v", id, err)
+	}
+}
+
+func click(t *testing.T, ctx context.Context, id string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID(id))); err != nil {
+		t.Fatalf("click #%s: %v", id, err)
+	}
+}
+
+// consoleLog gathers the page's console messages as they come.
+type consoleLog struct {
+	mu   sync.Mutex
+	msgs []chromedp.ConsoleMessage
+}
+
+func collectConsole(ctx context.Context) *consoleLog {
+	c := &consoleLog{}
+	msgs := chromedp.Console(ctx) // subscribes now, before the page opens
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.msgs = append(c.msgs, m)
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+func (c *consoleLog) all() []chromedp.ConsoleMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]chromedp.ConsoleMessage(nil), c.msgs...)
+}
+
+// saveScreenshot keeps a picture of the page, pass or fail, in
+// $KEYRATE_ARTIFACTS when set.
+func saveScreenshot(t *testing.T, ctx context.Context) {
+	dir := os.Getenv("KEYRATE_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("artifacts directory: %v", err)
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("no screenshot: %v", err)
+		return
+	}
+	path := filepath.Join(dir, "live-page.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// findChromium returns the browser to drive, or skips the test with an
+// install hint; under KEYRATE_INTEGRATION=1 a missing browser fails it.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	const hint = "chromium not found; install it with: apt-get install -y chromium"
+	if os.Getenv("KEYRATE_INTEGRATION") == "1" {
+		t.Fatal(hint + " (required: KEYRATE_INTEGRATION=1)")
+	}
+	t.Skip(hint)
+	return ""
+}
+
+// startDemo builds the demo into a temporary directory, starts it on a free
+// loopback port and returns its base URL. It is stopped when the test ends.
+func startDemo(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build the demo with: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "keyrate-demo")
+	build := exec.Command(goTool, "build", "-o", bin, "./cmd/keyrate-demo")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/keyrate-demo: %v\n%s", err, out)
+	}
+
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	first := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	go func() {
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() {
+			select {
+			case first <- lines.Text():
+			default:
+			}
+			logMu.Lock()
+			log.WriteString(lines.Text() + "\n")
+			logMu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("demo output:\n%s", log.String())
+			logMu.Unlock()
+		}
+	})
+
+	select {
+	case line := <-first:
+		base, ok := strings.CutPrefix(line, "keyrate-demo listening on ")
+		if !ok || !strings.HasPrefix(base, "http://127.0.0.1:") {
+			t.Fatalf("demo's first line %q does not give a loopback address", line)
+		}
+		return base
+	case err := <-exited:
+		t.Fatalf("demo exited before listening: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("demo did not print its address within 60 s")
+	}
+	return ""
+}
+
+type route struct {
+	Name     string  `json:"name"`
+	Limit    int     `json:"limit"`
+	WindowMs float64 `json:"windowMs"`
+}
+
+// demoRoute reads a route's budget from the page's own configuration, so
+// the test follows the demo's settings.
+func demoRoute(t *testing.T, base, name string) route {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(base + "/live/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cfg struct{ Routes []route }
+	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
+		t.Fatalf("/live/config: %v", err)
+	}
+	for _, r := range cfg.Routes {
+		if r.Name == name && r.Limit > 0 && r.WindowMs >= 1000 {
+			return r
+		}
+	}
+	t.Fatalf("/live/config has no usable route %q: %+v", name, cfg.Routes)
+	return route{}
+}
