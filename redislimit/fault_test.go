@@ -229,27 +229,41 @@ func TestRedisUnreachable(t *testing.T) {
 }
 
 // TestCallerContext checks that the caller's context bounds a call as well
-// as the budget does: its deadline and its cancellation both end the call,
-// with the caller's error, not the budget's.
+// as the budget does, with the caller's error rather than the budget's. A
+// deadline ends the call at once on either path. Cancellation does too when
+// Take waits in a goroutine; a client called directly only watches
+// deadlines, so there a cancelled call ends at the budget at the latest.
 func TestCallerContext(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: blackhole(t), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { client.Close() })
-	l, err := redislimit.New(client, 5, time.Hour, redislimit.WithTimeout(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	for _, direct := range []bool{true, false} {
+		name := map[bool]string{true: "Direct", false: "Goroutine"}[direct]
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: blackhole(t), ContextTimeoutEnabled: direct})
+			t.Cleanup(func() { client.Close() })
+			l, err := redislimit.New(client, 5, time.Hour, redislimit.WithTimeout(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err, took := timedTake(ctx, l, "k")
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "budget") || took > 100*time.Millisecond+slack {
+				t.Fatalf("caller deadline of 100ms: %v after %v; want the caller's context.DeadlineExceeded", err, took)
+			}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_, err, took := timedTake(ctx, l, "k")
-	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "budget") || took > 100*time.Millisecond+slack {
-		t.Fatalf("caller deadline of 100ms: %v after %v; want the caller's context.DeadlineExceeded", err, took)
-	}
-
-	ctx, cancel = context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err, took = timedTake(ctx, l, "k")
-	if !errors.Is(err, context.Canceled) || took > 50*time.Millisecond+slack {
-		t.Fatalf("caller cancelled at 50ms: %v after %v; want context.Canceled", err, took)
+			wait := 50 * time.Millisecond
+			if direct {
+				l, err = redislimit.New(client, 5, time.Hour, redislimit.WithTimeout(budget))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait = budget
+			}
+			ctx, cancel = context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel)
+			_, err, took = timedTake(ctx, l, "k")
+			if !errors.Is(err, context.Canceled) || took > wait+slack {
+				t.Fatalf("caller cancelled at 50ms: %v after %v; want context.Canceled within %v", err, took, wait)
+			}
+		})
 	}
 }

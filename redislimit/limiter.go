@@ -18,10 +18,12 @@
 // return an error within that budget instead of hanging the request; the
 // caller decides whether to fail open or closed.
 //
-// Give the go-redis client ContextTimeoutEnabled: true so that it, too,
-// abandons a call at the budget's deadline; otherwise a call that Take has
-// already given up on keeps its connection until the client's own
-// ReadTimeout.
+// Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
+// with it set stops at the budget's deadline by itself, and Take calls it
+// directly. Any other client is called from a goroutine that Take stops
+// waiting for at the deadline: the budget still holds, but each call costs
+// a goroutine hand-off (tens of microseconds on a busy machine), and a call
+// given up on keeps its connection until the client's own ReadTimeout.
 package redislimit
 
 import (
@@ -59,6 +61,7 @@ type Limiter struct {
 	suffix  string
 	timeout time.Duration
 	clock   keyrate.Clock
+	direct  bool // the client stops at ctx's deadline by itself
 }
 
 // New returns a Limiter that admits at most limit events per key in any
@@ -83,6 +86,9 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 		prefix:  cfg.prefix,
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
+	}
+	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
+		l.direct = true
 	}
 	switch cfg.algorithm {
 	case FixedWindow:
@@ -113,10 +119,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // above the limit is refused with RetryAfter 0 (it can never fit).
 //
 // Take returns an error wrapping ErrInvalidKey for an empty key or one
-// longer than MaxKeyLen, the context's error if ctx is already done, an
-// error wrapping context.DeadlineExceeded when Redis has not answered
-// within the time budget (or ctx's deadline), and Redis's or the network's
-// error otherwise. With an error the Decision is not an answer: only its
+// longer than MaxKeyLen; ctx's error, wrapped, if ctx is done before Redis
+// answers; an error wrapping context.DeadlineExceeded when Redis has not
+// answered within the time budget; and Redis's or the network's error
+// otherwise. ctx's deadline ends the call at once. Its cancellation does
+// too, except with a client Take calls directly (see the package doc),
+// which watches only deadlines: there a cancelled call ends at the budget
+// at the latest. With an error the Decision is not an answer: only its
 // Limit is set. A call that timed out may still have been recorded, once
 // Redis gets to it; that can only make later decisions stricter.
 func (l *Limiter) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -141,23 +150,31 @@ func (l *Limiter) Take(ctx context.Context, key string, n int) (keyrate.Decision
 	}
 	keys := []string{l.prefix + "{" + key + "}" + l.suffix}
 
-	// The client may not honour ctx's deadline on the socket (go-redis only
-	// does with ContextTimeoutEnabled), so the budget is enforced here.
-	reply := make(chan result, 1)
-	go func() {
-		v, err := l.script.Run(ctx, l.client, keys, args...).Int64Slice()
-		reply <- result{v, err}
-	}()
 	var r result
-	select {
-	case r = <-reply:
-	case <-ctx.Done():
+	if l.direct {
+		r.v, r.err = l.script.Run(ctx, l.client, keys, args...).Int64Slice()
+	} else {
+		// The client may not stop at ctx's deadline (go-redis only does
+		// with ContextTimeoutEnabled), so the budget is enforced here, at
+		// the cost of a goroutine hand-off per call.
+		reply := make(chan result, 1)
+		go func() {
+			v, err := l.script.Run(ctx, l.client, keys, args...).Int64Slice()
+			reply <- result{v, err}
+		}()
+		select {
+		case r = <-reply:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil {
 		if err := parent.Err(); err != nil {
 			return d, fmt.Errorf("redislimit: take %q: %w", key, err)
 		}
-		return d, fmt.Errorf("redislimit: take %q: no answer from redis within the %v budget: %w", key, l.timeout, ctx.Err())
-	}
-	if r.err != nil {
+		if err := ctx.Err(); err != nil {
+			return d, fmt.Errorf("redislimit: take %q: no answer from redis within the %v budget: %w", key, l.timeout, err)
+		}
 		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
 	}
 	if len(r.v) != 4 {

@@ -27,14 +27,16 @@ const (
 	// SlidingLog is the default: an exact sliding log, the same rule as the
 	// in-process keyrate.Limiter. At most limit events per key are admitted
 	// in any window-length span. Redis keeps one sorted-set member per
-	// admitted event (about 50-70 bytes each), so a key costs memory
-	// proportional to the events it holds, up to limit, and admitting a
-	// weight of n costs O(n log limit) on the server.
+	// admitted event still in the window: about 30 bytes each while a key
+	// holds at most 128 (Redis's compact listpack encoding), about 120
+	// beyond. A key therefore costs memory proportional to its events, up
+	// to limit, and admitting a weight of n costs O(n log limit) on the
+	// server.
 	SlidingLog Algorithm = iota
 
 	// FixedWindow counts events in windows aligned to multiples of the
 	// window length since the Unix epoch: O(1) memory and work per key
-	// whatever the limit. The trade-off is the boundary burst: up to
+	// whatever the limit (a small hash, about 100 bytes). The trade-off is the boundary burst: up to
 	// 2*limit events can be admitted within a short span around the end of
 	// one window and the start of the next.
 	FixedWindow

@@ -1,0 +1,104 @@
+package redislimit_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// benchKeys is the key set of the many-keys workloads: enough distinct keys
+// that the server works on many sorted sets, few enough calls per key (at
+// 100 per minute) that most decisions admit and record.
+var benchKeys = func() []string {
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+// BenchmarkTake measures decisions per second against the test's local
+// redis-server, serial and with many calls in flight, on many keys and on
+// one hot key (which, past its limit, takes the refusal path), and reports
+// round trips per decision, counted by a go-redis hook. The clients have
+// ContextTimeoutEnabled set, as recommended; the Goroutine cases use a
+// client without it, to show what enforcing the budget in Take costs.
+func BenchmarkTake(b *testing.B) {
+	srv := redistest.Shared(b)
+	type bench struct {
+		alg            redislimit.Algorithm
+		parallel, hot  bool
+		ctxTimeoutsOff bool
+	}
+	var cases []bench
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		for _, parallel := range []bool{false, true} {
+			for _, hot := range []bool{false, true} {
+				cases = append(cases, bench{alg: alg, parallel: parallel, hot: hot})
+			}
+		}
+	}
+	cases = append(cases,
+		bench{alg: redislimit.SlidingLog, ctxTimeoutsOff: true},
+		bench{alg: redislimit.SlidingLog, parallel: true, ctxTimeoutsOff: true})
+	for _, c := range cases {
+		name := c.alg.String() + "/" + map[bool]string{false: "Serial", true: "Parallel"}[c.parallel] +
+			"/" + map[bool]string{false: "ManyKeys", true: "HotKey"}[c.hot]
+		if c.ctxTimeoutsOff {
+			name += "/Goroutine"
+		}
+		b.Run(name, func(b *testing.B) {
+			client := srv.Client(b)
+			if c.ctxTimeoutsOff {
+				client = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				b.Cleanup(func() { client.Close() })
+			}
+			ctx := context.Background()
+			if err := client.FlushDB(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var rt redistest.RoundTrips
+			client.AddHook(&rt)
+			l, err := redislimit.New(client, 100, time.Minute, redislimit.WithAlgorithm(c.alg))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.Take(ctx, "warm-up", 1); err != nil {
+				b.Fatal(err)
+			}
+			key := func(i int) string {
+				if c.hot {
+					return "hot"
+				}
+				return benchKeys[i%len(benchKeys)]
+			}
+			before := rt.Load()
+			b.ResetTimer()
+			if c.parallel {
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					for i := 0; pb.Next(); i++ {
+						if _, err := l.Take(ctx, key(i), 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			} else {
+				for i := range b.N {
+					if _, err := l.Take(ctx, key(i), 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}

@@ -1,0 +1,163 @@
+package benchcmp_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// allowFunc is one library's "may this key go ahead now" call.
+type allowFunc func(ctx context.Context, key string) (bool, error)
+
+// contender builds one library's limiter of limit per period on client.
+type contender struct {
+	name string
+	new  func(tb testing.TB, client *redis.Client, limit int, period time.Duration) allowFunc
+}
+
+var contenders = []contender{
+	{"keyrate-SlidingLog", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
+		l, err := redislimit.New(c, limit, period, redislimit.WithPrefix("keyrate-sl:"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return l.Allow
+	}},
+	{"keyrate-FixedWindow", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
+		l, err := redislimit.New(c, limit, period, redislimit.WithPrefix("keyrate-fw:"),
+			redislimit.WithAlgorithm(redislimit.FixedWindow))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return l.Allow
+	}},
+	{"redis_rate-GCRA", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
+		l := redis_rate.NewLimiter(c)
+		rate := redis_rate.Limit{Rate: limit, Burst: limit, Period: period}
+		return func(ctx context.Context, key string) (bool, error) {
+			res, err := l.Allow(ctx, key, rate)
+			if err != nil {
+				return false, err
+			}
+			return res.Allowed > 0, nil
+		}
+	}},
+	{"ulule-FixedWindow", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
+		store, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: "ulule"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		l := limiter.New(store, limiter.Rate{Period: period, Limit: int64(limit)})
+		return func(ctx context.Context, key string) (bool, error) {
+			lc, err := l.Get(ctx, key)
+			if err != nil {
+				return false, err
+			}
+			return !lc.Reached, nil
+		}
+	}},
+}
+
+// TestSameBudget checks that the contenders are configured alike: each
+// admits exactly limit of limit+20 immediate calls on a fresh key. With a
+// period of an hour, GCRA's emission interval (36s) is far longer than the
+// test, so its answer is as exact as the others'.
+func TestSameBudget(t *testing.T) {
+	srv := redistest.Shared(t)
+	for _, c := range contenders {
+		t.Run(c.name, func(t *testing.T) {
+			const limit = 100
+			allow := c.new(t, srv.Client(t), limit, time.Hour)
+			key := "same-budget-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			admitted := 0
+			for range limit + 20 {
+				ok, err := allow(context.Background(), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					admitted++
+				}
+			}
+			if admitted != limit {
+				t.Fatalf("admitted %d of %d calls, want %d", admitted, limit+20, limit)
+			}
+		})
+	}
+}
+
+// benchKeys is the key set of the many-keys workload: 10,000 keys at 100
+// per minute, so that most calls admit and record.
+var benchKeys = func() []string {
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+// BenchmarkAllow runs every contender through the same workloads against
+// one local redis-server: serial and parallel (16 goroutines per CPU), many
+// keys and one hot key (refused past its limit), and reports decisions per
+// second and round trips per decision (counted by a go-redis hook that
+// leaves out connection handshakes).
+func BenchmarkAllow(b *testing.B) {
+	srv := redistest.Shared(b)
+	for _, work := range []string{"Serial/ManyKeys", "Serial/HotKey", "Parallel/ManyKeys", "Parallel/HotKey"} {
+		for _, c := range contenders {
+			b.Run(work+"/"+c.name, func(b *testing.B) {
+				client := srv.Client(b)
+				ctx := context.Background()
+				if err := client.FlushDB(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				var rt redistest.RoundTrips
+				client.AddHook(&rt)
+				allow := c.new(b, client, 100, time.Minute)
+				if _, err := allow(ctx, "warm-up"); err != nil {
+					b.Fatal(err)
+				}
+				hot := work == "Serial/HotKey" || work == "Parallel/HotKey"
+				key := func(i int) string {
+					if hot {
+						return "hot"
+					}
+					return benchKeys[i%len(benchKeys)]
+				}
+				before := rt.Load()
+				b.ResetTimer()
+				if work == "Parallel/ManyKeys" || work == "Parallel/HotKey" {
+					b.SetParallelism(16)
+					b.RunParallel(func(pb *testing.PB) {
+						for i := 0; pb.Next(); i++ {
+							if _, err := allow(ctx, key(i)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				} else {
+					for i := range b.N {
+						if _, err := allow(ctx, key(i)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
+	}
+}
