@@ -25,6 +25,8 @@
     feedDirty: true,
     dirty: true,
     busy: false,
+    connectedAt: null,      // server time the live stream first opened
+    dropped: 0,
   };
 
   const serverNow = () => Date.now() + state.offset;
@@ -63,6 +65,7 @@
         fCounts: new Map(),            // fixed-window index -> requests it admitted
         sMost: null, fMost: null,      // largest admitted set within one window length
         last: null,
+        knownFrom: -Infinity,          // from when the page has seen every event of the window
       };
       state.streams.set(id, s);
       let keys = state.keysByRoute.get(route);
@@ -93,7 +96,15 @@
     state.feedDirty = true;
     if (!r) return;
 
+    const fresh = !state.streams.has(ev.route + '\u0000' + ev.key);
     const s = streamFor(ev.route, ev.key);
+    if (fresh && !(ev.allowed && ev.remaining === ev.limit - 1)) {
+      // The key's first event seen here was not into an empty window: until
+      // a window has passed with the page connected, events from before are
+      // missing, so the server's own figures are shown instead.
+      const since = state.connectedAt === null ? ev.at : Math.min(ev.at, state.connectedAt);
+      s.knownFrom = since + r.windowMs;
+    }
     // The fixed window this request falls in, aligned to multiples of the window.
     const idx = Math.floor(ev.at / r.windowMs);
     const used = s.fCounts.get(idx) || 0;
@@ -137,6 +148,11 @@
       conn.textContent = es.readyState === EventSource.CLOSED ? 'Disconnected' : 'Reconnecting…';
       conn.dataset.conn = 'lost';
     });
+    es.addEventListener('hello', (e) => {
+      let h;
+      try { h = JSON.parse(e.data); } catch (err) { return; }
+      if (state.connectedAt === null) state.connectedAt = h.now;
+    });
     es.addEventListener('decision', (e) => {
       let ev;
       try { ev = JSON.parse(e.data); } catch (err) { return; }
@@ -145,7 +161,12 @@
     es.addEventListener('dropped', (e) => {
       let d;
       try { d = JSON.parse(e.data); } catch (err) { return; }
-      state.dropped = (state.dropped || 0) + d.dropped;
+      state.dropped += d.dropped;
+      // Any key may have lost events: trust the server's figures for a window.
+      for (const s of state.streams.values()) {
+        const r = state.byName.get(s.route);
+        s.knownFrom = Math.max(s.knownFrom, d.now + r.windowMs);
+      }
       const p = $('dropped');
       p.hidden = false;
       p.textContent = state.dropped + ' decisions were not shown: this page fell behind the server and they were skipped so that requests are never slowed down.';
@@ -274,9 +295,20 @@
         ? '<circle class="m-ok" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
         : '<path class="m-no" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
     }
-    for (const [col, n] of more) {
-      out.push('<text class="more" text-anchor="middle" x="' + col * 10 + '" y="' + (laneBottom - 9 - rows * 10.5 - 2).toFixed(1) + '">+' + n + '</text>');
+    // One "+n" label per cluster of overflowing columns, so labels never overlap.
+    let label = null;
+    const flush = () => {
+      if (label) out.push('<text class="more" text-anchor="middle" x="' + label.x + '" y="' + (laneBottom - 9 - rows * 10.5 - 2).toFixed(1) + '">+' + label.n + '</text>');
+    };
+    for (const col of [...more.keys()].sort((a, b) => a - b)) {
+      if (label && col * 10 - label.x < 34) {
+        label.n += more.get(col);
+      } else {
+        flush();
+        label = { x: col * 10, n: more.get(col) };
+      }
     }
+    flush();
     return out.join('');
   }
 
@@ -339,8 +371,9 @@
     // the sliding window (now - w, now]
     const xs = x(now - w), xn = x(now);
     p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (lane1 + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
-    const inWin = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now).length : 0;
-    p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + inWin + ' of ' + r.limit + '</text>');
+    let inWin = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now).length + ' of ' + r.limit : '0 of ' + r.limit;
+    if (s && now < s.knownFrom) inWin = (r.limit - s.last.remaining) + ' of ' + r.limit + ' (server’s count)';
+    p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + inWin + '</text>');
 
     // excess in the fixed lane
     if (s && s.fMost && s.fMost.n > r.limit && s.fMost.to >= t0) {
@@ -382,14 +415,24 @@
     setText('s-most-label', 'Most in any ' + span(w));
     setText('f-most-label', 'Most in any ' + span(w));
     const admittedIn = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : [];
-    setText('s-inwindow', admittedIn.length + ' / ' + r.limit);
-    setText('s-remaining', String(Math.max(0, r.limit - admittedIn.length)));
-    if (admittedIn.length >= r.limit) {
-      // The request after the limit fits once the oldest admitted one leaves.
-      const oldest = admittedIn[admittedIn.length - r.limit].t;
-      setText('s-retry', ceilSeconds(oldest + w - now) + ' s');
+    const partial = s && now < s.knownFrom;
+    if (partial) {
+      // Joined mid-window: the server's figures as of its last decision.
+      const l = s.last;
+      setText('s-inwindow', (r.limit - l.remaining) + ' / ' + r.limit + '*');
+      setText('s-remaining', l.remaining + '*');
+      const left = l.at + l.retryAfterMs - now;
+      setText('s-retry', !l.allowed && left > 0 ? ceilSeconds(left) + ' s' : 'none');
     } else {
-      setText('s-retry', 'none');
+      setText('s-inwindow', admittedIn.length + ' / ' + r.limit);
+      setText('s-remaining', String(Math.max(0, r.limit - admittedIn.length)));
+      if (admittedIn.length >= r.limit) {
+        // The request after the limit fits once the oldest admitted one leaves.
+        const oldest = admittedIn[admittedIn.length - r.limit].t;
+        setText('s-retry', ceilSeconds(oldest + w - now) + ' s');
+      } else {
+        setText('s-retry', 'none');
+      }
     }
     setText('s-admitted', String(s ? s.admitted : 0));
     setText('s-refused', String(s ? s.refused : 0));
@@ -432,7 +475,7 @@
       ', server said Remaining ' + l.remaining;
     if (!l.allowed && l.retryAfterMs > 0) last += ', Retry-After ' + ceilSeconds(l.retryAfterMs) + ' s (exactly ' + (l.retryAfterMs / 1000).toFixed(3) + ' s)';
     if (l.overflow) last += ' (the limiter is tracking as many keys as it may)';
-    setText('s-last', last + '.');
+    setText('s-last', last + '.' + (partial ? ' * This page joined mid-window, so these are the server’s figures as of that decision; live counts resume at ' + clock(s.knownFrom) + '.' : ''));
   }
 
   function drawKeys() {
