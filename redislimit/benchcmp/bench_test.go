@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,7 +117,9 @@ func BenchmarkAllow(b *testing.B) {
 	srv := redistest.Shared(b)
 	for _, work := range []string{"Serial/ManyKeys", "Serial/HotKey", "Parallel/ManyKeys", "Parallel/HotKey"} {
 		for _, c := range contenders {
-			b.Run(work+"/"+c.name, func(b *testing.B) {
+			// key=value names let benchstat put the libraries side by side:
+			// benchstat -col /lib results.txt
+			b.Run("work="+strings.ReplaceAll(work, "/", "-")+"/lib="+c.name, func(b *testing.B) {
 				client := srv.Client(b)
 				ctx := context.Background()
 				if err := client.FlushDB(ctx).Err(); err != nil {
