@@ -15,10 +15,14 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// The middleware takes a redislimit.Limiter as its backend as it is.
+var _ httplimit.Backend = (*redislimit.Limiter)(nil)
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.
 func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window time.Duration, opts ...redislimit.Option) *redislimit.Limiter {
