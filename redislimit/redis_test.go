@@ -455,3 +455,24 @@ func TestClockSteppedBack(t *testing.T) {
 		t.Fatalf("at +30s: %+v", d)
 	}
 }
+
+// TestClockSteppedBackAfterPrune checks that a decision at a later instant,
+// which pruned events it saw leaving the window, cannot make a decision
+// after a backwards step forget events that are back inside the window.
+func TestClockSteppedBackAfterPrune(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 2, 10*time.Second, redislimit.WithClock(clock))
+	mustTake(t, l, "p", 1) // 00:00
+	clock.Set(start.Add(5 * time.Second))
+	mustTake(t, l, "p", 1) // 00:05
+	clock.Set(start.Add(14 * time.Second))
+	if d := mustTake(t, l, "p", 2); d.Allowed {
+		t.Fatalf("at +14s with one event in the window, Take(2) of 2: %+v", d)
+	}
+	clock.Set(start.Add(9 * time.Second)) // back: (−1s, 9s] holds both events
+	if d := mustTake(t, l, "p", 1); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("at +9s after a step back: got %+v, want refused with RetryAfter 1s", d)
+	}
+}

@@ -22,7 +22,10 @@ import "github.com/redis/go-redis/v9"
 // the lexicographically greatest member among equal scores is the newest:
 // ZRANGE -1 -1 returns both the newest instant and the last sequence number.
 // A server clock that steps back is clamped to the newest event, which can
-// only make the decision stricter.
+// only make the decision stricter. Events are pruned only once they have
+// left the newest event's window, not the window at now: a call at a later
+// instant must not delete events that a call after a backwards step still
+// has to count. Those few stale members are skipped by counting from now.
 const slidingLogSource = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -41,8 +44,9 @@ if top[1] then
   newest = tonumber(top[2])
   if now < newest then now = newest end
 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
-local held = redis.call('ZCARD', key)
+local from = '(' .. string.format('%.0f', now - window)
+if top[1] then redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', newest - window)) end
+local held = redis.call('ZCOUNT', key, from, '+inf')
 local remaining = limit - held
 if n > 0 and n <= limit and held + n <= limit then
   local score = string.format('%.0f', now)
@@ -63,7 +67,7 @@ end
 local retry, reset = 0, 0
 if n > 0 and n <= limit then
   local k = held + n - limit - 1
-  local blocking = redis.call('ZRANGE', key, k, k, 'WITHSCORES')
+  local blocking = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
   retry = tonumber(blocking[2]) + window - now
 end
 if held > 0 then reset = newest + window - now end
