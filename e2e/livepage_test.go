@@ -18,15 +18,19 @@ import (
 )
 
 // TestLivePage builds the demo, starts it on a free loopback port and
-// drives its page in headless Chromium: a burst admits exactly the limit,
-// and a burst on each side of a fixed-window boundary shows the fixed
-// window's excess while the sliding window still admits the limit once.
+// drives its page in headless Chromium: it opens on the route with the
+// shortest window, a burst admits exactly the limit, and on the 10 s route a
+// burst on each side of a fixed-window boundary shows the fixed window's
+// excess while the sliding window still admits the limit once.
 func TestLivePage(t *testing.T) {
 	browser := findChromium(t)
 	base := startDemo(t)
-	route := demoRoute(t, base, "status")
-	limit := route.Limit
-	window := time.Duration(route.WindowMs) * time.Millisecond
+	status := demoRoute(t, base, "status")
+	boundary := demoRoute(t, base, "burst")
+	window := time.Duration(boundary.WindowMs) * time.Millisecond
+	if window != 10*time.Second || boundary.Limit != 10 {
+		t.Fatalf("route burst allows %d per %v, want the classic 10 per 10 s", boundary.Limit, window)
+	}
 
 	// The boundary burst may wait a whole window for the next boundary.
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute+window)
@@ -53,13 +57,22 @@ func TestLivePage(t *testing.T) {
 	console := collectConsole(ctx)
 	defer func() { saveScreenshot(t, ctx) }()
 
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/?route="+route.Name)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatalf("open the page: %v", err)
 	}
 	waitFor[bool](t, ctx, "the page to load its routes and connect its stream", 60*time.Second,
 		`document.body.dataset.state === 'idle' && document.getElementById('conn').dataset.conn === 'live'`)
+	if got := selection(t, ctx); got != (selected{boundary.Name, fmt.Sprint(boundary.Limit)}) {
+		t.Errorf("the page opens on %+v, want route %q with a burst of its limit %d", got, boundary.Name, boundary.Limit)
+	}
 
-	// A burst of twice the limit on a fresh key: exactly the limit admitted.
+	// On the 60 s route, a burst of twice the limit on a fresh key: exactly
+	// the limit admitted.
+	selectRoute(t, ctx, status.Name)
+	if got := selection(t, ctx); got != (selected{status.Name, fmt.Sprint(status.Limit)}) {
+		t.Errorf("after choosing %q the page has %+v, want a burst size of its limit %d", status.Name, got, status.Limit)
+	}
+	limit := status.Limit
 	burst := 2 * limit
 	setInput(t, ctx, "key", "e2e-burst")
 	setInput(t, ctx, "burst-size", fmt.Sprint(burst))
@@ -73,23 +86,32 @@ func TestLivePage(t *testing.T) {
 		t.Errorf("after a burst: page shows %+v, want key X-Api-Key:e2e-burst, %d / %d in the window and 0 remaining", got, limit, limit)
 	}
 
-	// A burst of the limit just before a fixed-window boundary and another
-	// just after, on another fresh key: the sliding window admits the limit
-	// once; the fixed window admits both bursts, twice the limit in two
-	// seconds, and the page says so.
+	// Back on the 10 s route, with the burst size it sets (its limit), on
+	// another fresh key: 10 requests a second before a fixed-window boundary
+	// and 10 a second after. The sliding window admits 10 and refuses 10;
+	// the fixed window admits all 20 within two seconds, and the page says
+	// so and marks the excess on the timeline.
+	selectRoute(t, ctx, boundary.Name)
+	if got := selection(t, ctx); got != (selected{boundary.Name, fmt.Sprint(boundary.Limit)}) {
+		t.Errorf("after choosing %q the page has %+v, want a burst size of its limit %d", boundary.Name, got, boundary.Limit)
+	}
+	limit = boundary.Limit
 	setInput(t, ctx, "key", "e2e-boundary")
-	setInput(t, ctx, "burst-size", fmt.Sprint(limit))
 	click(t, ctx, "send-boundary")
 	got = waitForShown(t, ctx, 2*limit, window+90*time.Second)
 	t.Logf("after the boundary burst the page shows %+v", got)
 	if got.Watch != "X-Api-Key:e2e-boundary" {
 		t.Errorf("page shows key %q, want X-Api-Key:e2e-boundary", got.Watch)
 	}
+	if want := fmt.Sprintf(": %d admitted (200), 0 refused (429). After it, ", limit); !strings.Contains(got.Status, want) ||
+		!strings.HasSuffix(got.Status, fmt.Sprintf(": 0 admitted (200), %d refused (429).", limit)) {
+		t.Errorf("page status %q, want %d responses of 200 before the boundary and %d of 429 after it", got.Status, limit, limit)
+	}
 	if got.SAdmitted != limit || got.SRefused != limit || got.SMost != limit {
 		t.Errorf("sliding window: %d admitted, %d refused, most %d in a window; want %d, %d, %d",
 			got.SAdmitted, got.SRefused, got.SMost, limit, limit, limit)
 	}
-	if !strings.HasPrefix(got.SVerdict, fmt.Sprintf("Never more than %d in any", limit)) {
+	if !strings.HasPrefix(got.SVerdict, fmt.Sprintf("Never more than %d in any 10 s", limit)) {
 		t.Errorf("sliding window verdict %q", got.SVerdict)
 	}
 	if got.FAdmitted != 2*limit || got.FRefused != 0 || got.FMost != 2*limit {
@@ -101,6 +123,13 @@ func TestLivePage(t *testing.T) {
 	}
 	if got.ExcessMarked != 1 {
 		t.Errorf("timeline marks %d excess spans in the fixed lane, want 1", got.ExcessMarked)
+	}
+	// Every request is drawn: in the sliding lane 10 admitted and 10
+	// refused, in the fixed lane 20 admitted; a burst of the limit fits a
+	// column, so nothing is folded into "+n".
+	if got.Dots != 3*limit || got.Crosses != limit || got.More != 0 {
+		t.Errorf("timeline draws %d admitted and %d refused marks and %d \"+n\" labels, want %d, %d and 0",
+			got.Dots, got.Crosses, got.More, 3*limit, limit)
 	}
 
 	// The page itself must log nothing but the browser's note for each 429
@@ -119,11 +148,48 @@ func TestLivePage(t *testing.T) {
 	t.Logf("console: %d notes of a 429 response, nothing else of level error", refusals)
 }
 
+// selected is the route the page has chosen and the burst size it offers.
+type selected struct{ Route, BurstSize string }
+
+func selection(t *testing.T, ctx context.Context) selected {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[selected](`({
+		Route: document.getElementById('route').value,
+		BurstSize: document.getElementById('burst-size').value,
+	})`))
+	if err != nil {
+		t.Fatalf("read the selected route: %v", err)
+	}
+	return v
+}
+
+// selectRoute chooses a route in the page's list as a user would: the
+// option is picked and the list reports the change.
+func selectRoute(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const sel = document.getElementById('route');
+		if (![...sel.options].some((o) => o.value === %q)) return false;
+		sel.value = %q;
+		sel.dispatchEvent(new Event('change', { bubbles: true }));
+		return true;
+	})()`, name, name)))
+	if err != nil {
+		t.Fatalf("choose route %q: %v", name, err)
+	}
+	if !ok {
+		t.Fatalf("the page offers no route %q", name)
+	}
+}
+
 // shown is what the page displays for the key it shows.
 type shown struct {
-	State, Watch, SInWindow, SRemaining, SVerdict, FVerdict string
-	SAdmitted, SRefused, SMost, FAdmitted, FRefused, FMost  int
-	ExcessMarked                                            int
+	State, Status, Watch, SInWindow, SRemaining, SVerdict, FVerdict string
+	SAdmitted, SRefused, SMost, FAdmitted, FRefused, FMost          int
+	ExcessMarked                                                    int
+	// Marks drawn on the timeline: admitted, refused, and "+n" labels
+	// for columns too tall to draw in full.
+	Dots, Crosses, More int
 }
 
 // waitForShown waits until the page is idle and shows n decisions for its
@@ -136,12 +202,16 @@ func waitForShown(t *testing.T, ctx context.Context, n int, timeout time.Duratio
 		const num = (id) => parseInt(text(id), 10);
 		if (document.body.dataset.state !== 'idle' || num('s-admitted') + num('s-refused') < %d) return false;
 		return {
-			State: document.body.dataset.state, Watch: document.getElementById('watch').value,
+			State: document.body.dataset.state, Status: text('status'),
+			Watch: document.getElementById('watch').value,
 			SInWindow: text('s-inwindow'), SRemaining: text('s-remaining'),
 			SVerdict: text('s-verdict'), FVerdict: text('f-verdict'),
 			SAdmitted: num('s-admitted'), SRefused: num('s-refused'), SMost: num('s-most'),
 			FAdmitted: num('f-admitted'), FRefused: num('f-refused'), FMost: num('f-most'),
 			ExcessMarked: document.querySelectorAll('#chart rect.excess').length,
+			Dots: document.querySelectorAll('#chart circle.m-ok').length,
+			Crosses: document.querySelectorAll('#chart path.m-no').length,
+			More: document.querySelectorAll('#chart text.more').length,
 		};
 	})()`, n))
 }

@@ -3,8 +3,10 @@
 //
 //	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0]
 //
-// GET /api/status allows 3 requests per 60 s and GET /api/search 20 per 60 s,
-// each its own budget per client. A client is its X-API-Key header when it
+// GET /api/status allows 3 requests per 60 s, GET /api/search 20 per 60 s and
+// GET /api/burst 10 per 10 s, each its own budget per client. The last is the
+// one to try bursts on: 10 requests at :09 and 10 more at :11 get 10 through,
+// where a fixed window of 10 s would let all 20 in. A client is its X-API-Key header when it
 // sends one, else its IP address (read from X-Forwarded-For only with
 // -trusted-proxies). Every decision is logged in one line, and streamed to
 // the page at / that draws it live beside what a fixed window would have
@@ -105,6 +107,7 @@ func hints(base string, hops int) string {
   for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/status; done; echo
   curl -i -H '%[2]s: alice' %[1]s/api/status
   curl -i '%[1]s/api/search?q=limits'
+  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
 `, base, keyHeader)
 	if hops > 0 {
 		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)

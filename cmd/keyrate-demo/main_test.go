@@ -84,6 +84,9 @@ func TestDemoBinary(t *testing.T) {
 	if resp := get("/api/search?q=x"); resp.StatusCode != 200 {
 		t.Fatalf("search: %d", resp.StatusCode)
 	}
+	if resp := get("/api/burst"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"burst";q=10;w=10` {
+		t.Fatalf("burst: %d %v", resp.StatusCode, resp.Header)
+	}
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -92,7 +95,12 @@ func TestDemoBinary(t *testing.T) {
 		t.Fatalf("demo exited with %v", err)
 	}
 	out := <-rest
-	if strings.Count(out, " status ") != 4 || strings.Count(out, " refused ") != 1 || !strings.Contains(out, "shutting down") {
+	for _, hint := range []string{"/api/status  3 requests per 60s", "/api/search  20 requests per 60s", "/api/burst   10 requests per 10s", "/api/burst; done"} {
+		if !strings.Contains(out, hint) {
+			t.Errorf("start-up hints lack %q:\n%s", hint, out)
+		}
+	}
+	if strings.Count(out, " status ") != 4 || strings.Count(out, " burst ") != 1 || strings.Count(out, " refused ") != 1 || !strings.Contains(out, "shutting down") {
 		t.Fatalf("log does not show one line per decision:\n%s", out)
 	}
 }

@@ -20,11 +20,14 @@ type route struct {
 	serve  http.HandlerFunc
 }
 
-// routes are the demo's limited routes, as in the classic tutorial setup.
-// Each has its own limiter, so its own budget per client.
+// routes are the demo's limited routes: two as in the classic tutorial
+// setup, and "burst" with a window short enough to watch the 00:09 / 00:11
+// boundary burst without waiting a minute for the next boundary. Each has
+// its own limiter, so its own budget per client.
 var routes = []route{
 	{"status", http.MethodGet, "/api/status", 3, time.Minute, serveStatus},
 	{"search", http.MethodGet, "/api/search", 20, time.Minute, serveSearch},
+	{"burst", http.MethodGet, "/api/burst", 10, 10 * time.Second, serveBurst},
 }
 
 // keyHeader carries a client's API key; without it the client is its IP address.
@@ -114,6 +117,12 @@ func serveSearch(w http.ResponseWriter, r *http.Request) {
 		fmt.Sprintf("%s: the first result", q),
 		fmt.Sprintf("%s: another result", q),
 	}})
+}
+
+// serveBurst answers with the time to the millisecond, so the requests of a
+// burst can be told apart.
+func serveBurst(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"burst": "ok", "time": time.Now().UTC().Format(time.RFC3339Nano)})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

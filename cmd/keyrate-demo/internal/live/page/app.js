@@ -31,6 +31,15 @@
 
   const serverNow = () => Date.now() + state.offset;
 
+  // seenServerTime corrects the clock offset, which start() estimates to
+  // within half a round trip: the server's clock has reached any instant it
+  // reported, so a page that reads an earlier now would draw the newest
+  // requests in the future and leave them out of the window it counts.
+  function seenServerTime(t) {
+    const behind = t - serverNow();
+    if (behind > 0) state.offset += behind;
+  }
+
   // ---------- formatting ----------
 
   const pad = (n, w) => String(n).padStart(w, '0');
@@ -90,6 +99,7 @@
   }
 
   function onDecision(ev) {
+    seenServerTime(ev.at);
     const r = state.byName.get(ev.route);
     state.feed.unshift(ev);
     if (state.feed.length > FEED_ROWS) state.feed.length = FEED_ROWS;
@@ -151,6 +161,7 @@
     es.addEventListener('hello', (e) => {
       let h;
       try { h = JSON.parse(e.data); } catch (err) { return; }
+      seenServerTime(h.now);
       if (state.connectedAt === null) state.connectedAt = h.now;
     });
     es.addEventListener('decision', (e) => {
@@ -316,7 +327,7 @@
     const chart = $('chart');
     const width = Math.max(640, Math.round(chart.clientWidth || 1000));
     const left = 150, right = 18, top = 26;
-    const laneH = 124, gap = 34, axisH = 26;
+    const laneH = 150, gap = 34, axisH = 26;
     const height = top + 2 * laneH + gap + axisH;
     const w = r.windowMs;
     const total = 2.4 * w;
@@ -325,7 +336,9 @@
     const plotW = width - left - right;
     const x = (t) => left + ((t - t0) / total) * plotW;
     const lane1 = top, lane2 = top + laneH + gap;
-    const rows = Math.floor((laneH - 22) / 10.5);
+    // The top 30 px of a lane hold its labels and the "+n" above a full
+    // column, so they never overlap; 10 rows fit, a burst of 10 in full.
+    const rows = Math.floor((laneH - 9 - 30) / 10.5);
     const p = [];
 
     p.push('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ' + width + ' ' + height + '" width="' + width + '" height="' + height + '" role="img" aria-labelledby="chart-title">');
@@ -384,6 +397,10 @@
       p.push('<text class="excess-label" text-anchor="' + (anchorEnd ? 'end' : 'start') + '" x="' + (anchorEnd ? xb : xa).toFixed(1) + '" y="' + (lane2 - 8) + '">' + esc(label) + '</text>');
     }
 
+    // now, beneath the marks, so a burst that just happened stays readable
+    p.push('<line class="now" x1="' + xn.toFixed(1) + '" x2="' + xn.toFixed(1) + '" y1="' + (lane1 - 8) + '" y2="' + (lane2 + laneH) + '"/>');
+    p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (lane1 - 11) + '">now</text>');
+
     // marks
     if (s) {
       const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
@@ -391,10 +408,6 @@
       p.push(stack(visible, x, (m) => m.fok, lane2 + laneH, rows));
     }
     p.push('</g>');
-
-    // now
-    p.push('<line class="now" x1="' + xn.toFixed(1) + '" x2="' + xn.toFixed(1) + '" y1="' + (lane1 - 8) + '" y2="' + (lane2 + laneH) + '"/>');
-    p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (lane1 - 11) + '">now</text>');
 
     if (!s) {
       p.push('<text class="empty" text-anchor="middle" x="' + (left + plotW / 2) + '" y="' + (lane1 + laneH / 2 + 40) + '">No requests on this route yet: press a button, or use curl.</text>');
@@ -577,8 +590,11 @@
       o.textContent = r.method + ' ' + r.path + ' (' + r.limit + ' per ' + span(r.windowMs) + ')';
       sel.append(o);
     }
+    // Without ?route=, show the route with the shortest window: its next
+    // fixed-window boundary is the soonest, so "Burst at the boundary" waits least.
     const wanted = new URLSearchParams(location.search).get('route');
-    const first = state.byName.has(wanted) ? wanted : cfg.routes[0].name;
+    const shortest = cfg.routes.reduce((a, b) => (b.windowMs < a.windowMs ? b : a));
+    const first = state.byName.has(wanted) ? wanted : shortest.name;
     sel.value = first;
     $('key').value = 'page-' + Math.random().toString(36).slice(2, 7);
     selectRoute(first);
