@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every side-by-side benchmark and measurement and writes RESULTS.md.
+#
+#   benchmarks/run.sh            # about 15-20 minutes on 2 cores
+#
+# Raw outputs (benchmark text, benchstat text and CSV, profiles) go to
+# benchmarks/results/raw/, which git ignores. COUNT, CPU and BENCHTIME
+# override the defaults (5, "1,2", 200ms) for a quicker look; RESULTS.md
+# is only meant to be committed from a default run.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+COUNT=${COUNT:-5}
+CPU=${CPU:-1,2}
+BENCHTIME=${BENCHTIME:-200ms}
+BENCHSTAT="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
+RAW=results/raw
+mkdir -p "$RAW"
+flags=(-run '^$' -benchmem -count "$COUNT" -benchtime "$BENCHTIME")
+
+echo "== throughput: every limiter, every workload, -cpu $CPU -count $COUNT ($(date +%T))"
+go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkAllow$' -timeout 60m . | tee "$RAW/allow.txt"
+
+echo "== floor ($(date +%T))"
+go test "${flags[@]}" -cpu 1 -bench '^BenchmarkFloor$' . | tee "$RAW/floor.txt"
+
+echo "== key map comparison in the root package ($(date +%T))"
+(cd .. && go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkShardCmp$' -timeout 30m .) | tee "$RAW/shardcmp.txt"
+
+echo "== accuracy, memory, latency ($(date +%T))"
+go run ./cmd/tables | tee "$RAW/tables.md"
+
+echo "== benchstat ($(date +%T))"
+$BENCHSTAT -col /lib "$RAW/allow.txt" > "$RAW/allow.benchstat.txt"
+$BENCHSTAT -col /lib -format csv "$RAW/allow.txt" > "$RAW/allow.csv" 2>/dev/null
+$BENCHSTAT -format csv "$RAW/floor.txt" > "$RAW/floor.csv" 2>/dev/null
+$BENCHSTAT -col /map "$RAW/shardcmp.txt" > "$RAW/shardcmp.benchstat.txt"
+$BENCHSTAT -col /map -format csv "$RAW/shardcmp.txt" > "$RAW/shardcmp.csv" 2>/dev/null
+
+go run ./cmd/results -allow "$RAW/allow.csv" -floor "$RAW/floor.csv" \
+  -shardcmp "$RAW/shardcmp.csv" -shardcmp-text "$RAW/shardcmp.benchstat.txt" \
+  -tables "$RAW/tables.md" -count "$COUNT" \
+  -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
+  > RESULTS.md
+echo "== wrote benchmarks/RESULTS.md ($(date +%T))"
