@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/internal/backendtest"
 )
 
 // TestBackendSuite runs the behavioural suite shared by every backend
-// against the in-process Limiter, through TakeContext.
+// against the in-process Limiter, through the httplimit.Local adapter.
 func TestBackendSuite(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
 		l, err := keyrate.New(limit, window, keyrate.WithClock(clock))
@@ -17,6 +18,6 @@ func TestBackendSuite(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		return backendtest.BackendFunc(l.TakeContext)
+		return httplimit.Local(l)
 	})
 }

@@ -16,21 +16,12 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
 )
 
-// Backend is what the suite drives: one atomic check-and-record call.
-type Backend interface {
-	Take(ctx context.Context, key string, n int) (keyrate.Decision, error)
-}
-
-// BackendFunc adapts a function, such as (*keyrate.Limiter).TakeContext, to
-// Backend.
-type BackendFunc func(ctx context.Context, key string, n int) (keyrate.Decision, error)
-
-// Take calls f.
-func (f BackendFunc) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-	return f(ctx, key, n)
-}
+// Backend is what the suite drives: the one atomic check-and-record call
+// that the HTTP middleware depends on.
+type Backend = httplimit.Backend
 
 // NewBackend returns a fresh backend for one scenario: limit events per key
 // in any window, deciding at clock's instants, with no events recorded for
