@@ -144,13 +144,21 @@ func TestMatchesReferenceModel(t *testing.T) {
 			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
 			case op < 6:
 				n := rapid.IntRange(-1, limit+1).Draw(t, "n")
+				allowN := rapid.Bool().Draw(t, "allowN")
+				admissible := n >= 1 && n <= limit
 				var want Decision
-				if _, tracked := m.keys[key]; !tracked && n >= 1 && n <= limit && maxKeys > 0 && len(m.keys) >= maxKeys {
+				if _, tracked := m.keys[key]; !tracked && admissible && maxKeys > 0 && len(m.keys) >= maxKeys {
 					want = Decision{Limit: limit, RetryAfter: window, Overflow: true}
-				} else {
+				} else if admissible || !allowN {
 					want = m.decide(key, n, now, true)
+				} else {
+					want.Allowed = n == 0 // AllowN answers these without looking at the key
 				}
-				require.Equal(t, want, l.Take(key, n), "step %d: Take(%q, %d) at %v", i, key, n, time.Duration(now))
+				if allowN {
+					require.Equal(t, want.Allowed, l.AllowN(key, n), "step %d: AllowN(%q, %d) at %v", i, key, n, time.Duration(now))
+				} else {
+					require.Equal(t, want, l.Take(key, n), "step %d: Take(%q, %d) at %v", i, key, n, time.Duration(now))
+				}
 			case op < 8:
 				want := m.decide(key, 1, now, false)
 				if _, tracked := m.keys[key]; !tracked && maxKeys > 0 && len(m.keys) >= maxKeys {

@@ -10,18 +10,27 @@ import (
 // shrinks back when it empties out. Instants are nanosecond offsets from the
 // limiter's base, so they come from the monotonic clock and fit in an int64.
 //
+// The first inlineSlots events live in the struct itself, which fills one
+// 64-byte allocation: a light key costs one allocation and one cache line,
+// and a decision on it follows no pointer past the log.
+//
 // Every field is guarded by mu. A nil buf marks a log the janitor has evicted
 // from the map: a caller that finds one retries with a fresh lookup.
 type eventLog struct {
-	mu   sync.Mutex
-	head uint32  // index in buf of the oldest event
-	n    uint32  // number of events held
-	last int64   // newest instant this key was decided at; time never runs back past it
-	buf  []int64 // the ring; nil once evicted
+	mu     sync.Mutex
+	head   uint32  // index in buf of the oldest event
+	n      uint32  // number of events held
+	last   int64   // newest instant this key was decided at; time never runs back past it
+	buf    []int64 // the ring: inline while it fits, else on the heap; nil once evicted
+	inline [inlineSlots]int64
 }
 
+const inlineSlots = 2
+
 func newEventLog(floor int64) *eventLog {
-	return &eventLog{last: floor, buf: make([]int64, 1)}
+	g := &eventLog{last: floor}
+	g.buf = g.inline[:]
+	return g
 }
 
 // at returns the i-th oldest event, 0 <= i < n.
@@ -43,8 +52,8 @@ func (g *eventLog) prune(horizon int64) {
 		}
 		g.n--
 	}
-	if c := len(g.buf); c > 1 && int(g.n) <= c/4 {
-		g.resize(max(2*int(g.n), 1)) // room to double before the next shrink
+	if c := len(g.buf); c > inlineSlots && int(g.n) <= c/4 {
+		g.resize(2 * int(g.n)) // room to double before the next shrink
 	}
 }
 
@@ -65,12 +74,42 @@ func (g *eventLog) push(t int64, k uint32, limit int) {
 	g.n += k
 }
 
+// resize moves the events to a ring of capacity c, or to the inline slots
+// when c fits there. Only a heap ring ever moves to the inline slots, so
+// source and destination never overlap.
 func (g *eventLog) resize(c int) {
-	buf := make([]int64, c)
+	var buf []int64
+	if c <= inlineSlots {
+		buf = g.inline[:]
+	} else {
+		buf = make([]int64, c)
+	}
 	for i := range g.n {
 		buf[i] = g.at(i)
 	}
 	g.buf, g.head = buf, 0
+}
+
+// settle moves the log to instant now and drops the events that have left
+// the window. It returns the instant to decide at: now, unless a clock that
+// stepped back put now before the newest instant already seen, in which case
+// the log is decided at that instant.
+func (g *eventLog) settle(now, window int64) int64 {
+	now = max(now, g.last)
+	g.last = now
+	g.prune(now - window)
+	return now
+}
+
+// allow is decide reduced to its answer, for Allow: it records n events at
+// now when they fit. n must be in [1, limit]. Called with mu held.
+func (g *eventLog) allow(now int64, n, limit int, window int64) bool {
+	now = g.settle(now, window)
+	if int(g.n)+n > limit {
+		return false
+	}
+	g.push(now, uint32(n), limit)
+	return true
 }
 
 // decide answers a request of weight n at instant now, and records it when
@@ -79,15 +118,10 @@ func (g *eventLog) resize(c int) {
 // else can see).
 //
 // A request is admitted when the events left in (now-window, now] plus n fit
-// in limit. Pruning first leaves exactly those events in the ring, so the
+// in limit. Settling first leaves exactly those events in the ring, so the
 // test is one comparison, and each event is pruned once: amortised O(1).
 func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) Decision {
-	if now < g.last {
-		now = g.last // a clock that stepped back: decide at the newest instant seen
-	}
-	g.last = now
-	g.prune(now - window)
-
+	now = g.settle(now, window)
 	held := int(g.n)
 	d := Decision{Limit: limit, Remaining: limit - held}
 	switch {

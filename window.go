@@ -67,9 +67,12 @@ var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 type Limiter struct {
 	limit  int
 	window int64 // nanoseconds
-	now    func() int64
-	clock  Clock
 	keys   *keyMap
+
+	clock  Clock
+	base   time.Time // instant 0 of the offsets the logs hold
+	system bool      // clock is the system clock: read time.Since(base)
+	coarse bool      // WithCoarseClock: read coarseNow
 
 	// floor is the newest instant at which the janitor evicted a key; logs
 	// created later start there, so that a clock moved backwards cannot
@@ -101,10 +104,12 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 		keys:   newKeyMap(cfg.maxKeys),
 		done:   make(chan struct{}),
 	}
-	l.now = offsetReader(cfg.clock)
+	_, l.system = cfg.clock.(systemClock)
+	l.base = cfg.clock.Now()
 	if cfg.coarse > 0 {
-		l.background.Go(l.runCoarseClock(cfg.coarse))
-		l.now = l.coarseNow.Load
+		l.coarseNow.Store(l.now())
+		l.coarse = true
+		l.background.Go(func() { l.runCoarseClock(cfg.coarse) })
 	}
 	if cfg.janitorInterval > 0 {
 		l.background.Go(func() { l.runJanitor(cfg.janitorInterval) })
@@ -112,32 +117,31 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// offsetReader returns a function giving nanoseconds since the moment it was
-// made. For the system clock that is time.Since, a monotonic read.
-func offsetReader(c Clock) func() int64 {
-	base := c.Now()
-	if _, ok := c.(systemClock); ok {
-		return func() int64 { return int64(time.Since(base)) }
+// now returns the clock's reading as nanoseconds since base. For the system
+// clock that is time.Since, a monotonic read; a coarse clock is one atomic
+// load.
+func (l *Limiter) now() int64 {
+	switch {
+	case l.coarse:
+		return l.coarseNow.Load()
+	case l.system:
+		return int64(time.Since(l.base))
+	default:
+		return int64(l.clock.Now().Sub(l.base))
 	}
-	return func() int64 { return int64(c.Now().Sub(base)) }
 }
 
-// runCoarseClock returns the loop that keeps coarseNow within resolution of
-// the clock until Close. The first reading is taken before it returns, so
-// the cached instant is never the zero it started at.
-func (l *Limiter) runCoarseClock(resolution time.Duration) func() {
-	read := l.now
-	l.coarseNow.Store(read())
-	return func() {
-		t := time.NewTicker(resolution)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				l.coarseNow.Store(read())
-			case <-l.done:
-				return
-			}
+// runCoarseClock keeps coarseNow within resolution of the system clock
+// until Close.
+func (l *Limiter) runCoarseClock(resolution time.Duration) {
+	t := time.NewTicker(resolution)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.coarseNow.Store(int64(time.Since(l.base)))
+		case <-l.done:
+			return
 		}
 	}
 }
@@ -149,10 +153,23 @@ func (l *Limiter) Limit() int { return l.limit }
 func (l *Limiter) Window() time.Duration { return time.Duration(l.window) }
 
 // Allow reports whether one event for key fits now, and records it if so.
-func (l *Limiter) Allow(key string) bool { return l.Take(key, 1).Allowed }
+func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 
 // AllowN reports whether n events for key fit now, and records them if so.
-func (l *Limiter) AllowN(key string, n int) bool { return l.Take(key, n).Allowed }
+// It answers as Take(key, n).Allowed does, without working out the rest of
+// the Decision.
+func (l *Limiter) AllowN(key string, n int) bool {
+	if n < 1 || n > l.limit {
+		return n == 0
+	}
+	g := l.lock(key, true)
+	if g == nil {
+		return false // WithMaxKeys is full
+	}
+	ok := g.allow(l.now(), n, l.limit, l.window)
+	g.mu.Unlock()
+	return ok
+}
 
 // Take decides a request of weight n for key and records it if admitted,
 // atomically: concurrent calls for one key are decided one after another,
@@ -163,48 +180,56 @@ func (l *Limiter) AllowN(key string, n int) bool { return l.Take(key, n).Allowed
 // cost function rates as free). A negative weight, or one above the limit,
 // is never allowed, with RetryAfter 0.
 func (l *Limiter) Take(key string, n int) Decision {
-	for {
-		g := l.keys.load(key)
-		if g == nil {
-			if n < 1 || n > l.limit {
-				return l.untracked(n)
-			}
-			if g = l.keys.loadOrCreate(key, l.floor.Load()); g == nil {
-				return l.overflow()
-			}
+	admissible := n >= 1 && n <= l.limit
+	g := l.lock(key, admissible)
+	if g == nil {
+		if admissible {
+			return l.overflow()
 		}
-		g.mu.Lock()
-		if g.buf == nil { // evicted between lookup and lock
-			g.mu.Unlock()
-			runtime.Gosched()
-			continue
-		}
-		d := g.decide(l.now(), n, l.limit, l.window, true)
-		g.mu.Unlock()
-		return d
+		return l.untracked(n)
 	}
+	d := g.decide(l.now(), n, l.limit, l.window, true)
+	g.mu.Unlock()
+	return d
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
 // nothing and creating no state for an untracked key.
 func (l *Limiter) Peek(key string) Decision {
+	g := l.lock(key, false)
+	if g == nil {
+		if l.keys.full() {
+			return l.overflow()
+		}
+		return l.untracked(1)
+	}
+	d := g.decide(l.now(), 1, l.limit, l.window, false)
+	g.mu.Unlock()
+	return d
+}
+
+// lock returns key's log with its mutex held, creating the log first if
+// create is set. It returns nil when the key is not tracked and create is
+// unset, or when creating it would pass WithMaxKeys. The clock is read after
+// lock returns, inside the key's critical section, so each key's instants
+// are in the order its decisions were made.
+func (l *Limiter) lock(key string, create bool) *eventLog {
 	for {
 		g := l.keys.load(key)
 		if g == nil {
-			if l.keys.full() {
-				return l.overflow()
+			if !create {
+				return nil
 			}
-			return l.untracked(1)
+			if g = l.keys.loadOrCreate(key, l.floor.Load()); g == nil {
+				return nil
+			}
 		}
 		g.mu.Lock()
-		if g.buf == nil {
-			g.mu.Unlock()
-			runtime.Gosched()
-			continue
+		if g.buf != nil {
+			return g
 		}
-		d := g.decide(l.now(), 1, l.limit, l.window, false)
-		g.mu.Unlock()
-		return d
+		g.mu.Unlock() // evicted between lookup and lock: look again
+		runtime.Gosched()
 	}
 }
 
