@@ -10,9 +10,10 @@ import (
 // shrinks back when it empties out. Instants are nanosecond offsets from the
 // limiter's base, so they come from the monotonic clock and fit in an int64.
 //
-// The first inlineSlots events live in the struct itself, which fills one
-// 64-byte allocation: a light key costs one allocation and one cache line,
-// and a decision on it follows no pointer past the log.
+// The struct fills one 64-byte allocation, a cache line. It keeps a copy of
+// the oldest event, so a decision that prunes nothing (every refusal of a
+// busy key) never reads the ring; and a key with one event in its window
+// keeps that event inline, costing one allocation in all.
 //
 // Every field is guarded by mu. A nil buf marks a log the janitor has evicted
 // from the map: a caller that finds one retries with a fresh lookup.
@@ -21,11 +22,12 @@ type eventLog struct {
 	head   uint32  // index in buf of the oldest event
 	n      uint32  // number of events held
 	last   int64   // newest instant this key was decided at; time never runs back past it
+	oldest int64   // buf[head] while n > 0
 	buf    []int64 // the ring: inline while it fits, else on the heap; nil once evicted
 	inline [inlineSlots]int64
 }
 
-const inlineSlots = 2
+const inlineSlots = 1
 
 func newEventLog(floor int64) *eventLog {
 	g := &eventLog{last: floor}
@@ -45,12 +47,13 @@ func (g *eventLog) at(i uint32) int64 {
 // prune drops the events at or before horizon (they have left the window)
 // and gives memory back once the ring is mostly empty.
 func (g *eventLog) prune(horizon int64) {
-	for g.n > 0 && g.buf[g.head] <= horizon {
+	for g.n > 0 && g.oldest <= horizon {
 		g.head++
 		if int(g.head) == len(g.buf) {
 			g.head = 0
 		}
 		g.n--
+		g.oldest = g.buf[g.head] // stale when n reaches 0, and then unread
 	}
 	if c := len(g.buf); c > inlineSlots && int(g.n) <= c/4 {
 		g.resize(2 * int(g.n)) // room to double before the next shrink
@@ -61,6 +64,9 @@ func (g *eventLog) prune(horizon int64) {
 func (g *eventLog) push(t int64, k uint32, limit int) {
 	if need := int(g.n + k); need > len(g.buf) {
 		g.resize(min(max(2*len(g.buf), need), limit))
+	}
+	if g.n == 0 {
+		g.oldest = t
 	}
 	c := uint32(len(g.buf))
 	j := g.head + g.n
