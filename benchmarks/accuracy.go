@@ -120,16 +120,26 @@ func MaxInWindow(at []time.Duration, window time.Duration) int {
 // (d's clock is handed to limiters that accept one), and returns the most
 // events it admitted in any window-length interval.
 func Accuracy(p Peer, sc Scenario, d Driver, limit int, window time.Duration) (int, error) {
+	at, err := Admitted(p, sc, d, limit, window)
+	if err != nil {
+		return 0, err
+	}
+	return MaxInWindow(at, window), nil
+}
+
+// Admitted runs scenario sc as Accuracy does and returns the instants, as
+// offsets from the scenario's start on d's clock, at which calls were
+// admitted, so that they can be counted over spans other than the window.
+func Admitted(p Peer, sc Scenario, d Driver, limit int, window time.Duration) ([]time.Duration, error) {
 	cfg := Config{Limit: limit, Window: window, Sweep: NoSweep}
 	if p.Clock {
 		cfg.Now = d.Now
 	}
 	l, err := p.New(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", p.Name, err)
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	defer l.Close()
 	key := Key(0)
-	at := sc.Run(d, func() bool { return l.Allow(key) }, limit, window)
-	return MaxInWindow(at, window), nil
+	return sc.Run(d, func() bool { return l.Allow(key) }, limit, window), nil
 }

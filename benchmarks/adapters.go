@@ -27,11 +27,19 @@ func (f funcClock) Now() time.Time { return f() }
 
 type keyrateAdapter struct{ l *keyrate.Limiter }
 
-func newKeyrate(c Config) (Limiter, error) {
+func newKeyrate(c Config) (Limiter, error) { return newKeyrateWith(c) }
+
+// newKeyrateCoarse reads the system clock once per CoarseResolution on a
+// background goroutine. It cannot take Config.Now: keyrate refuses to
+// combine a coarse clock with WithClock, and New then returns that error.
+func newKeyrateCoarse(c Config) (Limiter, error) {
+	return newKeyrateWith(c, keyrate.WithCoarseClock(CoarseResolution))
+}
+
+func newKeyrateWith(c Config, opts ...keyrate.Option) (Limiter, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var opts []keyrate.Option
 	if c.Now != nil {
 		opts = append(opts, keyrate.WithClock(funcClock(c.Now)))
 	}

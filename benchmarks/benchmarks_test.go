@@ -1,9 +1,12 @@
 package benchmarks
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/keyrate/keyrate"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -227,4 +230,111 @@ func TestMemoryAfterIdle(t *testing.T) {
 			})
 		})
 	}
+}
+
+// keyrate-coarse decides at a clock its own goroutine reads once per
+// millisecond; in a synctest bubble that goroutine ticks in the bubble's
+// time. A fresh key gets exactly the budget, the 101st call is refused, and
+// the whole budget, no more, is back once a window and a tick have passed.
+func TestKeyrateCoarseAdmitsExactlyItsBudget(t *testing.T) {
+	p, ok := PeerByName("keyrate-coarse")
+	if !ok || p.Resolution != CoarseResolution || p.Clock {
+		t.Fatalf("keyrate-coarse: found %v, resolution %v, clock %v; want a %v resolution and no virtual clock", ok, p.Resolution, p.Clock, CoarseResolution)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		l, err := p.New(Config{Limit: 100, Window: time.Minute, Sweep: NoSweep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for round := range 2 {
+			for i := range 100 {
+				if !l.Allow("a") {
+					t.Fatalf("round %d: event %d of a fresh budget of 100 refused", round, i+1)
+				}
+			}
+			if l.Allow("a") {
+				t.Fatalf("round %d: event 101 admitted", round)
+			}
+			time.Sleep(time.Minute + CoarseResolution)
+		}
+	})
+}
+
+// keyrate refuses to combine a coarse clock with WithClock, so the adapter
+// cannot silently ignore a virtual clock it is handed.
+func TestKeyrateCoarseRefusesAVirtualClock(t *testing.T) {
+	p, _ := PeerByName("keyrate-coarse")
+	l, err := p.New(Config{Limit: 100, Window: time.Minute, Now: NewVirtualClock(t0).Now})
+	if err == nil {
+		l.Close()
+		t.Fatal("keyrate-coarse accepted Config.Now")
+	}
+	if !errors.Is(err, keyrate.ErrConfig) {
+		t.Fatalf("error %v does not wrap keyrate.ErrConfig", err)
+	}
+}
+
+// In a synctest bubble the coarse clock lags real time by at most one
+// resolution, so keyrate-coarse admits at most its limit in any span of
+// window minus resolution, the promise WithCoarseClock documents, whatever
+// order the bubble runs the clock's goroutine and the caller in.
+func TestAccuracyOfKeyrateCoarse(t *testing.T) {
+	p, _ := PeerByName("keyrate-coarse")
+	const window = time.Second
+	for _, sc := range Scenarios {
+		synctest.Test(t, func(t *testing.T) {
+			at, err := Admitted(p, sc, RealClock{}, 100, window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := MaxInWindow(at, window-p.Resolution); got != 100 {
+				t.Errorf("%s: %d admitted in one span of window - resolution, want exactly 100", sc.Name, got)
+			}
+		})
+	}
+}
+
+// The precision trade-off, pinned down in a synctest bubble with a 1s
+// window: a full budget admitted half a tick after the clock's 9ms reading
+// is stamped 9ms, so it leaves the window once the clock reads 1009ms, 999.5ms
+// of real time later. A window-length span then holds twice the limit, and
+// a span of window minus resolution still holds only the limit. A clock any
+// coarser would let the second budget in earlier, and an exact one later.
+func TestKeyrateCoarseTradesAtMostOneResolution(t *testing.T) {
+	p, _ := PeerByName("keyrate-coarse")
+	const window = time.Second
+	synctest.Test(t, func(t *testing.T) {
+		l, err := p.New(Config{Limit: 100, Window: window, Sweep: NoSweep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		start := time.Now()
+		var at []time.Duration
+		callAt := func(offset time.Duration, calls int) {
+			time.Sleep(time.Until(start.Add(offset)))
+			for range calls {
+				if l.Allow("a") {
+					at = append(at, time.Since(start))
+				}
+			}
+		}
+		callAt(9*time.Millisecond+500*time.Microsecond, 100)
+		for off := window; off <= window+12*time.Millisecond; off += 100 * time.Microsecond {
+			callAt(off, 100)
+		}
+		if len(at) != 200 {
+			t.Fatalf("admitted %d events, want two budgets of 100", len(at))
+		}
+		if first := at[100]; first < window+9*time.Millisecond || first > window+9*time.Millisecond+100*time.Microsecond {
+			t.Errorf("second budget admitted from %v, want from when the clock reads %v", first, window+9*time.Millisecond)
+		}
+		if got := MaxInWindow(at, window); got != 200 {
+			t.Errorf("%d admitted within one window of real time, want 200: the clock's lag lets the second budget in early", got)
+		}
+		if got := MaxInWindow(at, window-p.Resolution); got != 100 {
+			t.Errorf("%d admitted within window - resolution, want 100", got)
+		}
+	})
 }

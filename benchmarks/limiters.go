@@ -80,11 +80,23 @@ type Peer struct {
 	Sweeper string
 	// Clock reports whether New honours Config.Now.
 	Clock bool
+	// Resolution is the coarse clock's resolution for a keyrate
+	// configuration that reads its clock once per Resolution
+	// (keyrate.WithCoarseClock); zero when every call reads the clock.
+	Resolution time.Duration
 	// New builds the limiter.
 	New func(Config) (Limiter, error)
 }
 
-// Peers lists keyrate first, then the peers, in a fixed order.
+// CoarseResolution is the clock resolution of the keyrate-coarse
+// configuration.
+const CoarseResolution = time.Millisecond
+
+// Peers lists keyrate's own configurations first (the default, which reads
+// the clock on every call, then keyrate-coarse, with
+// keyrate.WithCoarseClock(CoarseResolution)), then the five peers, in a fixed
+// order. The tables call every entry a limiter; only the five after keyrate's
+// own are the peers it is compared with.
 var Peers = []Peer{
 	{
 		Name:      "keyrate",
@@ -93,6 +105,14 @@ var Peers = []Peer{
 		Sweeper:   "janitor goroutine, one key locked at a time",
 		Clock:     true,
 		New:       newKeyrate,
+	},
+	{
+		Name:       "keyrate-coarse",
+		Module:     "github.com/keyrate/keyrate, WithCoarseClock(1ms)",
+		Algorithm:  "exact sliding log, coarse clock",
+		Sweeper:    "janitor goroutine, one key locked at a time",
+		Resolution: CoarseResolution,
+		New:        newKeyrateCoarse,
 	},
 	{
 		Name:      "xrate",

@@ -1,8 +1,10 @@
 // Command results turns benchstat's CSV output into the markdown tables of
 // RESULTS.md: the medians of every limiter side by side with each peer's
-// ratio to keyrate, the floor, and the key map comparison. benchmarks/run.sh
-// runs it; the accuracy, memory and latency tables come from cmd/tables and
-// are appended as they are.
+// ratio to keyrate, the lead of each of keyrate's configurations (columns
+// named keyrate or keyrate-*) over the fastest of the peers, scaling across
+// -cpu, the floor, and the key map comparison. benchmarks/run.sh runs it; the
+// accuracy, memory and latency tables come from cmd/tables and are appended
+// as they are.
 //
 //	go run ./cmd/results -allow allow.csv -floor floor.csv -shardcmp shardcmp.csv -tables tables.md -cmd "..."
 package main
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -157,15 +160,27 @@ func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, comma
 	fmt.Fprintf(w, "# Benchmark results\n\nProduced by `%s`. Medians of %d runs (benchstat); absolute numbers on a shared\n", command, count)
 	fmt.Fprintf(w, "2-core machine are noisy, so read the ratios, which come from one side-by-side run.\n\n")
 
+	own := ownColumns(sec.cols)
 	fmt.Fprintf(w, "## Throughput: ns per Allow\n\n")
 	fmt.Fprintf(w, "Each peer's cell is its median and, in brackets, its time divided by keyrate's (above 1: keyrate is faster).\n")
-	fmt.Fprintf(w, "\"lead\" is the fastest peer's time divided by keyrate's; the goal is 1.5 or more (below it: ✗).\n\n")
-	fmt.Fprintf(w, "| workload | path | cpu | %s | fastest peer | lead |\n|---|---|---:|", strings.Join(sec.cols, " | "))
+	fmt.Fprintf(w, "\"lead\" is the fastest peer's time divided by keyrate's; the goal is 1.5 or more (below it: ✗).\n")
+	for _, c := range own[1:] {
+		fmt.Fprintf(w, "%s is keyrate in another configuration, not a peer: \"%s\" is the fastest peer's time divided by its own.\n", c, leadName(c))
+	}
+	fmt.Fprintf(w, "\n| workload | path | cpu | %s | fastest peer |", strings.Join(sec.cols, " | "))
+	for _, c := range own {
+		fmt.Fprintf(w, " %s |", leadName(c))
+	}
+	fmt.Fprintf(w, "\n|---|---|---:|")
 	for range sec.cols {
 		fmt.Fprintf(w, "---:|")
 	}
-	fmt.Fprintf(w, "---|---:|\n")
-	var behind []string
+	fmt.Fprintf(w, "---|")
+	for range own {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	behind := map[string][]string{}
 	for _, row := range sec.rows {
 		work, path, cpu := splitName(row)
 		base := sec.val[row]["keyrate"]
@@ -176,7 +191,7 @@ func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, comma
 			switch {
 			case !ok:
 				fmt.Fprintf(w, " – |")
-			case c == "keyrate":
+			case isOwn(c):
 				fmt.Fprintf(w, " **%s** |", ns(v))
 			default:
 				fmt.Fprintf(w, " %s (%.2f) |", ns(v), v/base)
@@ -185,18 +200,32 @@ func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, comma
 				}
 			}
 		}
-		lead := fastest / base
-		mark := ""
-		if lead < 1.5 {
-			mark = " ✗"
-			behind = append(behind, fmt.Sprintf("%s/%s/cpu=%s (%.2fx vs %s)", work, path, cpu, lead, fastestName))
+		fmt.Fprintf(w, " %s |", fastestName)
+		for _, c := range own {
+			v, ok := sec.val[row][c]
+			if !ok || fastestName == "" {
+				fmt.Fprintf(w, " – |")
+				continue
+			}
+			lead := fastest / v
+			mark := ""
+			if lead < 1.5 {
+				mark = " ✗"
+				behind[c] = append(behind[c], fmt.Sprintf("%s/%s/cpu=%s (%.2fx vs %s)", work, path, cpu, lead, fastestName))
+			}
+			fmt.Fprintf(w, " %.2f%s |", lead, mark)
 		}
-		fmt.Fprintf(w, " %s | %.2f%s |\n", fastestName, lead, mark)
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	if len(behind) > 0 {
-		fmt.Fprintf(w, "Below the 1.5x goal: %s.\n\n", strings.Join(behind, "; "))
+	for _, c := range own {
+		if len(behind[c]) > 0 {
+			fmt.Fprintf(w, "%s below the 1.5x goal: %s.\n\n", c, strings.Join(behind[c], "; "))
+		} else {
+			fmt.Fprintf(w, "%s meets the 1.5x goal on every row.\n\n", c)
+		}
 	}
+	writeScaling(w, sec, "parallel-10k")
 
 	for _, unit := range []string{"allocs/op", "B/op", "admit/op"} {
 		t := at[unit]
@@ -243,6 +272,76 @@ func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, comma
 	return nil
 }
 
+// isOwn reports whether a column is one of keyrate's own configurations
+// ("keyrate", "keyrate-coarse", ...) rather than a peer.
+func isOwn(col string) bool { return col == "keyrate" || strings.HasPrefix(col, "keyrate-") }
+
+// ownColumns returns keyrate's own columns in order; write has checked that
+// "keyrate" is the first.
+func ownColumns(cols []string) []string {
+	var own []string
+	for _, c := range cols {
+		if isOwn(c) {
+			own = append(own, c)
+		}
+	}
+	return own
+}
+
+// leadName is the header of the lead column for one of keyrate's own
+// configurations: "lead" for keyrate, "lead (coarse)" for keyrate-coarse.
+func leadName(col string) string {
+	if col == "keyrate" {
+		return "lead"
+	}
+	return "lead (" + strings.TrimPrefix(col, "keyrate-") + ")"
+}
+
+// writeScaling compares each limiter's time per call at the lowest and the
+// highest -cpu on one workload, per path: above 1, more cores made it faster.
+func writeScaling(w io.Writer, sec *table, work string) {
+	type key struct{ path, cpu string }
+	at := map[key]string{}
+	var paths, cpus []string
+	for _, row := range sec.rows {
+		wk, path, cpu := splitName(row)
+		if wk != work {
+			continue
+		}
+		if !slices.Contains(paths, path) {
+			paths = append(paths, path)
+		}
+		if !slices.Contains(cpus, cpu) {
+			cpus = append(cpus, cpu)
+		}
+		at[key{path, cpu}] = row
+	}
+	if len(cpus) < 2 {
+		return
+	}
+	lo, hi := cpus[0], cpus[len(cpus)-1]
+	fmt.Fprintf(w, "### Scaling on distinct keys\n\n%s, ns per Allow at -cpu %s and -cpu %s, and the speed-up (the first over the second;\n", work, lo, hi)
+	fmt.Fprintf(w, "%s would be perfect on this machine).\n\n| path | %s |\n|---|", hi, strings.Join(sec.cols, " | "))
+	for range sec.cols {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, path := range paths {
+		fmt.Fprintf(w, "| %s |", path)
+		for _, c := range sec.cols {
+			a, okA := sec.val[at[key{path, lo}]][c]
+			b, okB := sec.val[at[key{path, hi}]][c]
+			if !okA || !okB || b == 0 {
+				fmt.Fprintf(w, " – |")
+				continue
+			}
+			fmt.Fprintf(w, " %s → %s (%.2fx) |", ns(a), ns(b), a/b)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+}
+
 func writeFloor(w io.Writer, floorCSV string, allow *table) error {
 	ft, err := parse(floorCSV)
 	if err != nil {
@@ -269,6 +368,13 @@ func writeFloor(w io.Writer, floorCSV string, allow *table) error {
 	fmt.Fprintf(w, "| sum of the three | %s |\n| the three in one loop | %s |\n", ns(since+hash+mu), ns(sum))
 	if allowNs > 0 {
 		fmt.Fprintf(w, "| **keyrate Allow** | **%s** |\n| Allow minus the sum | %s (%.2fx the sum) |\n", ns(allowNs), ns(allowNs-(since+hash+mu)), allowNs/(since+hash+mu))
+	}
+	for _, c := range ownColumns(allow.cols)[1:] {
+		// A coarse clock reads no clock per call: its floor is the hash and the lock.
+		v := allow.val["Allow/work=serial-hot/path=deny"][c]
+		if v > 0 && strings.HasSuffix(c, "-coarse") {
+			fmt.Fprintf(w, "| **%s Allow** (no clock read) | **%s** |\n| %s Allow minus maphash and mutex | %s (%.2fx the two) |\n", c, ns(v), c, ns(v-(hash+mu)), v/(hash+mu))
+		}
 	}
 	fmt.Fprintln(w)
 	return nil
