@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every side-by-side benchmark and measurement and writes RESULTS.md.
 #
-#   benchmarks/run.sh            # about 15-20 minutes on 2 cores
+#   benchmarks/run.sh            # about 10 minutes on 2 cores
 #
 # Raw outputs (benchmark text, benchstat text and CSV, profiles) go to
 # benchmarks/results/raw/, which git ignores. COUNT, CPU and BENCHTIME
