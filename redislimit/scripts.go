@@ -16,17 +16,9 @@ import "github.com/redis/go-redis/v9"
 // is the default and the call is a no-op (pcall keeps servers that dropped
 // the function working).
 
-// slidingLogSource keeps, per key, a sorted set with one member per admitted
-// event scored by its instant. Members are a per-key sequence number in
-// fixed-width hex, so two events in the same microsecond stay distinct and
-// the lexicographically greatest member among equal scores is the newest:
-// ZRANGE -1 -1 returns both the newest instant and the last sequence number.
-// A server clock that steps back is clamped to the newest event, which can
-// only make the decision stricter. Events are pruned only once they have
-// left the newest event's window, not the window at now: a call at a later
-// instant must not delete events that a call after a backwards step still
-// has to count. Those few stale members are skipped by counting from now.
-const slidingLogSource = `
+// prologue reads the arguments both scripts share, and the instant to
+// decide at.
+const prologue = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -37,6 +29,19 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+`
+
+// slidingLogSource keeps, per key, a sorted set with one member per admitted
+// event scored by its instant. Members are a per-key sequence number in
+// fixed-width hex, so two events in the same microsecond stay distinct and
+// the lexicographically greatest member among equal scores is the newest:
+// ZRANGE -1 -1 returns both the newest instant and the last sequence number.
+// A server clock that steps back is clamped to the newest event, which can
+// only make the decision stricter. Events are pruned only once they have
+// left the newest event's window, not the window at now: a call at a later
+// instant must not delete events that a call after a backwards step still
+// has to count. Those few stale members are skipped by counting from now.
+const slidingLogSource = prologue + `
 local seq, newest = 0, 0
 local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if top[1] then
@@ -80,17 +85,7 @@ return {0, remaining, retry, reset}
 // epoch. The count starts over when the window number changes; the key
 // expires with its window (expiry set only when the window starts). A clock
 // that steps back stays in the newest window seen.
-const fixedWindowSource = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local now = tonumber(ARGV[4] or '')
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+const fixedWindowSource = prologue + `
 local idx = math.floor(now / window)
 local count = 0
 local cur = redis.call('HMGET', key, 'w', 'n')
