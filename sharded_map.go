@@ -11,6 +11,12 @@ import (
 // of the table, never the whole map. Each log carries its own mutex, so
 // distinct keys never contend and a hot key serialises only its own callers.
 //
+// A hand-sharded map (256 padded shards of a mutex and a Go map, deciding
+// under the shard lock) measured no faster on one hot key and slower
+// elsewhere: 10k keys from two goroutines 95.8ns against 36.7ns, 1M keys
+// 462ns against 228ns. BenchmarkShardCmp in shardcmp_test.go keeps the
+// comparison runnable.
+//
 // The map keeps its own count of keys so that Len is O(1) and the WithMaxKeys
 // bound is enforced exactly: the count is raised inside the insert, under the
 // bucket lock, and an insert that would pass the bound is abandoned.
