@@ -22,19 +22,18 @@ import (
 // admitLimiter returns a limiter that admits every call and already tracks
 // every key, so that the timed loop measures decisions, not inserts.
 func admitLimiter(b *testing.B, keys []string) *Limiter {
-	l, err := New(1<<24, time.Millisecond, WithJanitorInterval(0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	for _, k := range keys {
-		l.Allow(k)
-	}
-	return l
+	return primedLimiter(b, 1<<24, time.Millisecond, keys)
 }
 
+// denyLimiter returns a limiter whose budget, 1 per hour, every key has spent.
 func denyLimiter(b *testing.B, keys []string) *Limiter {
-	l, err := New(1, time.Hour, WithJanitorInterval(0))
+	return primedLimiter(b, 1, time.Hour, keys)
+}
+
+// primedLimiter returns a limiter without a janitor that has seen one event
+// for each key, closed when the benchmark ends.
+func primedLimiter(b *testing.B, limit int, window time.Duration, keys []string) *Limiter {
+	l, err := New(limit, window, WithJanitorInterval(0))
 	if err != nil {
 		b.Fatal(err)
 	}
