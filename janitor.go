@@ -17,20 +17,20 @@ func (l *Limiter) runJanitor(interval time.Duration) {
 }
 
 // sweep evicts every key with no event left in the window at now, shrinks
-// the rings of the rest, and returns how many keys it evicted. It locks one
-// key (and, to delete it, one bucket of the map) at a time, so callers for
-// other keys never wait on it. Evicting only idle keys keeps it invisible:
+// the rings of the rest and then the map's table, and returns how many keys
+// it evicted. It locks one key (and, to delete it, one bucket chain of the
+// map) at a time, so callers for other keys never wait on it. Evicting only idle keys keeps it invisible:
 // a request for an evicted key gets the answer it would have got anyway.
 func (l *Limiter) sweep(now int64) int {
 	evicted := 0
-	l.keys.each(func(key string, g *eventLog) {
+	l.keys.each(func(g *eventLog) {
 		g.mu.Lock()
 		idle := g.buf != nil && g.idle(now, l.window)
 		g.mu.Unlock()
 		if !idle {
 			return
 		}
-		if l.keys.removeIf(key, g, func(g *eventLog) bool {
+		if l.keys.removeIf(g.key, g, func(g *eventLog) bool {
 			if !g.idle(now, l.window) {
 				return false // an event arrived since the look above
 			}
@@ -40,6 +40,7 @@ func (l *Limiter) sweep(now int64) int {
 			evicted++
 		}
 	})
+	l.keys.shrink()
 	return evicted
 }
 

@@ -10,15 +10,18 @@ import (
 // shrinks back when it empties out. Instants are nanosecond offsets from the
 // limiter's base, so they come from the monotonic clock and fit in an int64.
 //
-// The struct fills one 64-byte allocation, a cache line. It keeps a copy of
-// the oldest event, so a decision that prunes nothing (every refusal of a
-// busy key) never reads the ring; and a key with one event in its window
-// keeps that event inline, costing one allocation in all.
+// The struct fills one 80-byte allocation, and it is also the key map's
+// entry: it holds its key, so a lookup goes from the map's bucket straight
+// to the log it is about to lock. It keeps a copy of the oldest event, so a
+// decision that prunes nothing (every refusal of a busy key) never reads the
+// ring; and a key with one event in its window keeps that event inline,
+// costing one allocation in all.
 //
 // Every field is guarded by mu. A nil buf marks a log the janitor has evicted
 // from the map: a caller that finds one retries with a fresh lookup.
 type eventLog struct {
 	mu     sync.Mutex
+	key    string  // the key the log belongs to, set once
 	head   uint32  // index in buf of the oldest event
 	n      uint32  // number of events held
 	last   int64   // newest instant this key was decided at; time never runs back past it
@@ -29,8 +32,8 @@ type eventLog struct {
 
 const inlineSlots = 1
 
-func newEventLog(floor int64) *eventLog {
-	g := &eventLog{last: floor}
+func newEventLog(key string, floor int64) *eventLog {
+	g := &eventLog{key: key, last: floor}
 	g.buf = g.inline[:]
 	return g
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // shardCmpShards is the shard count of the hand-sharded map: a power of two
@@ -55,7 +57,7 @@ func (s *shardCmpMap) take(key string, n, limit int, window int64, now func() in
 	sh.mu.Lock()
 	g := sh.m[key]
 	if g == nil {
-		g = newEventLog(0)
+		g = newEventLog(key, 0)
 		sh.m[key] = g
 	}
 	d := g.decide(now(), n, limit, window, true)
@@ -63,16 +65,38 @@ func (s *shardCmpMap) take(key string, n, limit int, window int64, now func() in
 	return d
 }
 
-// shardCmpXsync is the lookup and locking Limiter.Take does over keyMap, with
-// nothing else (no floor, no key bound), so that both sides do the same work.
-type shardCmpXsync struct{ keys *keyMap }
+// shardCmpKeyMap is the lookup and locking Limiter.Take does over keyMap,
+// with nothing else (no floor, no key bound, no eviction check), so that
+// every variant does the same work.
+type shardCmpKeyMap struct{ keys *keyMap }
 
-func newShardCmpXsync() shardCmpXsync { return shardCmpXsync{newKeyMap(0)} }
+func newShardCmpKeyMap() shardCmpKeyMap { return shardCmpKeyMap{newKeyMap(0)} }
 
-func (x shardCmpXsync) take(key string, n, limit int, window int64, now func() int64) Decision {
+func (x shardCmpKeyMap) take(key string, n, limit int, window int64, now func() int64) Decision {
 	g := x.keys.load(key)
 	if g == nil {
 		g = x.keys.loadOrCreate(key, 0)
+	}
+	g.mu.Lock()
+	d := g.decide(now(), n, limit, window, true)
+	g.mu.Unlock()
+	return d
+}
+
+// shardCmpXsync is the same over xsync.MapOf, which keyrate used before
+// keyMap: lock-free lookups that reach the log through an entry.
+type shardCmpXsync struct {
+	m *xsync.MapOf[string, *eventLog]
+}
+
+func newShardCmpXsync() shardCmpXsync {
+	return shardCmpXsync{xsync.NewMapOf[string, *eventLog]()}
+}
+
+func (x shardCmpXsync) take(key string, n, limit int, window int64, now func() int64) Decision {
+	g, ok := x.m.Load(key)
+	if !ok {
+		g, _ = x.m.LoadOrCompute(key, func() *eventLog { return newEventLog(key, 0) })
 	}
 	g.mu.Lock()
 	d := g.decide(now(), n, limit, window, true)
@@ -88,37 +112,43 @@ var shardCmpVariants = []struct {
 	name string
 	new  func() shardCmpTaker
 }{
+	{"keymap", func() shardCmpTaker { return newShardCmpKeyMap() }},
 	{"xsync", func() shardCmpTaker { return newShardCmpXsync() }},
 	{"sharded", func() shardCmpTaker { return newShardCmpMap() }},
 }
 
-// TestShardCmpMapsAgree checks that the two maps under comparison give the
-// same decisions for the same requests, so the benchmarks compare equals.
+// TestShardCmpMapsAgree checks that the maps under comparison give the same
+// decisions for the same requests, so the benchmarks compare equals.
 func TestShardCmpMapsAgree(t *testing.T) {
 	const limit, window = 3, int64(10)
 	r := rand.New(rand.NewPCG(7, 11))
 	var now int64
 	clock := func() int64 { return now }
-	x, s := newShardCmpXsync(), newShardCmpMap()
+	maps := make([]shardCmpTaker, len(shardCmpVariants))
+	for i, v := range shardCmpVariants {
+		maps[i] = v.new()
+	}
 	allowed := 0
 	for i := range 5000 {
-		key := fmt.Sprintf("k%d", r.IntN(40))
+		key := fmt.Sprintf("k%d", r.IntN(400))
 		n := r.IntN(limit + 2)
 		now += int64(r.IntN(3))
-		dx := x.take(key, n, limit, window, clock)
-		ds := s.take(key, n, limit, window, clock)
-		if dx != ds {
-			t.Fatalf("request %d (%q, n=%d, now=%d): xsync %+v, sharded %+v", i, key, n, now, dx, ds)
+		want := maps[0].take(key, n, limit, window, clock)
+		for j, m := range maps[1:] {
+			if got := m.take(key, n, limit, window, clock); got != want {
+				t.Fatalf("request %d (%q, n=%d, now=%d): %s %+v, %s %+v", i, key, n, now,
+					shardCmpVariants[0].name, want, shardCmpVariants[j+1].name, got)
+			}
 		}
-		if dx.Allowed && n > 0 {
+		if want.Allowed && n > 0 {
 			allowed++
 		}
 	}
 	if allowed == 0 {
 		t.Fatal("no request was admitted: the comparison exercised only refusals")
 	}
-	if x.keys.len() != 40 {
-		t.Fatalf("xsync map tracks %d keys, want 40", x.keys.len())
+	if n := maps[0].(shardCmpKeyMap).keys.len(); n != 400 {
+		t.Fatalf("keyMap tracks %d keys, want 400", n)
 	}
 }
 
