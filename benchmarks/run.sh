@@ -43,3 +43,21 @@ go run ./cmd/results -allow "$RAW/allow.csv" -floor "$RAW/floor.csv" \
   -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
   > RESULTS.md
 echo "== wrote benchmarks/RESULTS.md ($(date +%T))"
+
+# Copy RESULTS.md's throughput section, one heading level down, between
+# README.md's markers.
+awk '
+  /<!-- results:begin -->/ {
+    print
+    while ((getline line < "RESULTS.md") > 0) {
+      if (line ~ /^## Throughput/) on = 1
+      else if (on && line ~ /^### /) break
+      if (on) print (line ~ /^#/ ? "#" line : line)
+    }
+    skip = 1
+    next
+  }
+  /<!-- results:end -->/ { skip = 0 }
+  !skip
+' README.md > README.md.new && mv README.md.new README.md
+echo "== copied the throughput table into benchmarks/README.md"
