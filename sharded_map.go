@@ -28,8 +28,9 @@ import (
 // old one, which stays whole.
 //
 // The map keeps its own count of keys so that Len is O(1) and the WithMaxKeys
-// bound is enforced exactly: the count is raised inside the insert, under the
-// bucket lock, and an insert that would pass the bound is abandoned.
+// bound is enforced exactly: an insert reserves its place in the count with a
+// compare-and-swap that never takes it past the bound, even for a moment, so
+// neither Len nor another insert ever sees a key that is not there.
 type keyMap struct {
 	table   atomic.Pointer[mapTable]
 	seed    maphash.Seed
@@ -46,7 +47,7 @@ const (
 type mapTable struct {
 	buckets  []mapBucket
 	mask     uint64
-	resizing atomic.Bool // set once a resize starts copying; the table is then read-only
+	resizing atomic.Bool // set once a resize starts; each chain is read-only once copied
 }
 
 // mapBucket is one cache line. In a chain only the first bucket's mutex is
@@ -90,16 +91,8 @@ func matches(tags, tag uint64) uint64 {
 func (k *keyMap) load(key string) *eventLog {
 	t := k.table.Load()
 	h := k.hash(key)
-	tag := tagOf(h)
-	for b := &t.buckets[h&t.mask]; b != nil; b = b.next.Load() {
-		for m := matches(b.tags.Load(), tag); m != 0; m &= m - 1 {
-			i := bits.TrailingZeros64(m) >> 3
-			if g := b.slots[i].Load(); g != nil && g.key == key {
-				return g
-			}
-		}
-	}
-	return nil
+	_, _, g := find(&t.buckets[h&t.mask], key, tagOf(h))
+	return g
 }
 
 // lockChain locks the bucket chain key hashes to in the current table, first
@@ -118,18 +111,19 @@ func (k *keyMap) lockChain(h uint64) (*mapTable, *mapBucket) {
 	}
 }
 
-// find returns the bucket and slot holding key in the chain starting at
-// root, or a nil bucket. Called with the chain locked.
-func find(root *mapBucket, key string, tag uint64) (*mapBucket, int) {
+// find returns the log holding key in the chain starting at root, with its
+// bucket and slot, or a nil bucket and log. Lock-free readers call it as well
+// as writers holding the chain's lock.
+func find(root *mapBucket, key string, tag uint64) (*mapBucket, int, *eventLog) {
 	for b := root; b != nil; b = b.next.Load() {
 		for m := matches(b.tags.Load(), tag); m != 0; m &= m - 1 {
 			i := bits.TrailingZeros64(m) >> 3
 			if g := b.slots[i].Load(); g != nil && g.key == key {
-				return b, i
+				return b, i, g
 			}
 		}
 	}
-	return nil, 0
+	return nil, 0, nil
 }
 
 // place puts g into the first empty slot of the chain starting at root,
@@ -166,13 +160,11 @@ func (k *keyMap) loadOrCreate(key string, floor int64) *eventLog {
 	h := k.hash(key)
 	tag := tagOf(h)
 	t, root := k.lockChain(h)
-	if b, i := find(root, key, tag); b != nil {
-		g := b.slots[i].Load()
+	if _, _, g := find(root, key, tag); g != nil {
 		root.mu.Unlock()
 		return g
 	}
-	if k.size.Add(1) > k.maxKeys && k.maxKeys > 0 {
-		k.size.Add(-1)
+	if !k.reserve() {
 		root.mu.Unlock()
 		return nil
 	}
@@ -183,6 +175,23 @@ func (k *keyMap) loadOrCreate(key string, floor int64) *eventLog {
 		k.resizeTo(t, 2*len(t.buckets))
 	}
 	return g
+}
+
+// reserve counts one more key, unless the map already holds maxKeys.
+func (k *keyMap) reserve() bool {
+	if k.maxKeys == 0 {
+		k.size.Add(1)
+		return true
+	}
+	for {
+		n := k.size.Load()
+		if n >= k.maxKeys {
+			return false
+		}
+		if k.size.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // full reports whether an untracked key would be refused.
@@ -198,12 +207,8 @@ func (k *keyMap) removeIf(key string, g *eventLog, drop func(*eventLog) bool) bo
 	h := k.hash(key)
 	_, root := k.lockChain(h)
 	defer root.mu.Unlock()
-	b, i := find(root, key, tagOf(h))
-	if b == nil {
-		return false
-	}
-	old := b.slots[i].Load()
-	if g != nil && old != g {
+	b, i, old := find(root, key, tagOf(h))
+	if old == nil || g != nil && old != g {
 		return false
 	}
 	old.mu.Lock()

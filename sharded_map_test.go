@@ -3,6 +3,7 @@ package keyrate
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -227,6 +228,54 @@ func TestMatches(t *testing.T) {
 		flagged := m>>(8*i+7)&1 == 1
 		if want := i == 1 || i == 4; flagged != want {
 			t.Errorf("byte %d: flagged %v, want %v (matches = %#x)", i, flagged, want, m)
+		}
+	}
+}
+
+// TestKeyMapCountNeverPassesBound floods a full map with new keys from
+// several goroutines. A refused insert must leave no trace: Len never reports
+// more than the bound, and once the tracked key is removed, a new key is
+// admitted even while the flood goes on.
+func TestKeyMapCountNeverPassesBound(t *testing.T) {
+	for trial := range 2000 {
+		m := newKeyMap(1)
+		m.loadOrCreate("a", 0)
+		var stop atomic.Bool
+		var flood sync.WaitGroup
+		admitted := make(chan string, 4)
+		for w := range 4 {
+			flood.Go(func() {
+				for i := 0; !stop.Load(); i++ {
+					if k := fmt.Sprint(w, "-", i); m.loadOrCreate(k, 0) != nil {
+						admitted <- k
+						return
+					}
+				}
+			})
+		}
+		for range 2000 {
+			if n := m.len(); n > 1 {
+				stop.Store(true)
+				flood.Wait()
+				t.Fatalf("trial %d: len = %d under WithMaxKeys(1)", trial, n)
+			}
+		}
+		m.removeIf("a", nil, func(*eventLog) bool { return true })
+		q := m.loadOrCreate("q", 0)
+		stop.Store(true)
+		flood.Wait()
+		close(admitted)
+		// Whoever took the freed place stays tracked: either q, or a flooder
+		// that got in between the remove and q's insert.
+		var winners []string
+		for k := range admitted {
+			winners = append(winners, k)
+		}
+		if q != nil {
+			winners = append(winners, "q")
+		}
+		if len(winners) != 1 || m.len() != 1 {
+			t.Fatalf("trial %d: after freeing the one place, admitted %v, len %d; want exactly one", trial, winners, m.len())
 		}
 	}
 }
