@@ -374,6 +374,20 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 	assert.Equal(t, 0, l.Len())
 }
 
+func TestSweepShrinksTheMap(t *testing.T) {
+	l, c := newManual(t, 3, 10*time.Second)
+	for i := range 5000 {
+		l.Allow(fmt.Sprint("flood-", i))
+	}
+	grown := len(l.keys.table.Load().buckets)
+	require.Greater(t, grown, minBuckets, "5000 keys should have grown the table")
+	c.Advance(10 * time.Second)
+	assert.Equal(t, 5000, l.sweep(l.now()))
+	assert.Equal(t, minBuckets, len(l.keys.table.Load().buckets), "the sweep should give the table back")
+	assert.True(t, l.Allow("flood-7"), "an evicted key starts afresh")
+	assert.Equal(t, 1, l.Len())
+}
+
 // withoutRetry zeroes RetryAfter, for comparisons where only the rest matters.
 func (d Decision) withoutRetry() Decision { d.RetryAfter = 0; return d }
 
