@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 )
 
 func mapKeys(prefix string, n int) []string {
@@ -217,6 +218,12 @@ func TestKeyMapMaxKeys(t *testing.T) {
 	m.each(func(*eventLog) { tracked++ })
 	if tracked != 10 {
 		t.Fatalf("the map holds %d logs, want 10", tracked)
+	}
+}
+
+func TestBucketIsOneCacheLine(t *testing.T) {
+	if size := unsafe.Sizeof(mapBucket{}); size != 64 {
+		t.Fatalf("mapBucket is %d bytes, want 64", size)
 	}
 }
 
