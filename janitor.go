@@ -19,8 +19,9 @@ func (l *Limiter) runJanitor(interval time.Duration) {
 // sweep evicts every key with no event left in the window at now, shrinks
 // the rings of the rest and then the map's table, and returns how many keys
 // it evicted. It locks one key (and, to delete it, one bucket chain of the
-// map) at a time, so callers for other keys never wait on it. Evicting only idle keys keeps it invisible:
-// a request for an evicted key gets the answer it would have got anyway.
+// map) at a time, so callers for other keys never wait on it. Evicting only
+// idle keys keeps it invisible: a request for an evicted key gets the answer
+// it would have got anyway.
 func (l *Limiter) sweep(now int64) int {
 	evicted := 0
 	l.keys.each(func(g *eventLog) {

@@ -17,7 +17,8 @@ import (
 // ring; and a key with one event in its window keeps that event inline,
 // costing one allocation in all.
 //
-// Every field is guarded by mu. A nil buf marks a log the janitor has evicted
+// Every field but key (set before the log is shared, then only read, by
+// lock-free lookups too) is guarded by mu. A nil buf marks a log the janitor has evicted
 // from the map: a caller that finds one retries with a fresh lookup.
 type eventLog struct {
 	mu     sync.Mutex
