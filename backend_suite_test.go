@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/internal/backendtest"
 )
 
 // TestBackendSuite runs the behavioural suite shared by every backend
-// against the in-process Limiter, through the httplimit.Local adapter.
+// against the in-process Limiter.
 func TestBackendSuite(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
 		l, err := keyrate.New(limit, window, keyrate.WithClock(clock))
@@ -18,6 +17,6 @@ func TestBackendSuite(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		return httplimit.Local(l)
+		return l
 	})
 }

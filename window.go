@@ -27,33 +27,6 @@ import (
 	"time"
 )
 
-// Decision is the answer to one request, with the numbers behind it. All
-// durations are exact against the limiter's clock; rounding them (for
-// example to whole seconds for Retry-After) is left to the caller.
-type Decision struct {
-	// Allowed reports whether the request was admitted (and, for Take,
-	// recorded).
-	Allowed bool
-	// Limit is the most events admitted per key in any window.
-	Limit int
-	// Remaining is how many more events the key could have admitted at this
-	// instant, after this decision.
-	Remaining int
-	// RetryAfter is 0 when allowed. When refused, it is exactly how long until
-	// the request would fit, as far as the events already admitted go. Refused
-	// with RetryAfter 0 means the request can never fit: its weight is
-	// negative or above the limit.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the key's window holds no events, so that
-	// its whole limit is available again. 0 when it holds none.
-	ResetAfter time.Duration
-	// Overflow reports a refusal because the limiter already tracks as many
-	// keys as WithMaxKeys allows and this key is not one of them. Such a
-	// Decision says nothing about the key's own budget; its RetryAfter is the
-	// window, an estimate of when idle keys will have been evicted.
-	Overflow bool
-}
-
 // ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
 // been closed, including to calls that were waiting when Close was called.
 var ErrClosed = errors.New("keyrate: limiter closed")

@@ -3,59 +3,19 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/keyrate/keyrate"
 )
 
-// Backend is the one call the middleware needs from a store: decide a
-// request of weight n for key and record it if admitted, atomically. Any
-// check-then-record split would let concurrent requests through together.
-//
-// Take should return promptly once ctx is done; the middleware bounds each
-// call by its time budget either way (see WithTimeBudget).
-type Backend interface {
-	Take(ctx context.Context, key string, n int) (keyrate.Decision, error)
-}
-
-// BackendFunc adapts a function to Backend. A BackendFunc knows neither its
-// window nor whether it blocks, so New needs WithWindow for it, and its calls
-// run under the time budget.
+// BackendFunc adapts a function to keyrate.Backend. A BackendFunc knows
+// neither its window nor whether it blocks, so New needs WithWindow for it,
+// and its calls run under the time budget.
 type BackendFunc func(ctx context.Context, key string, n int) (keyrate.Decision, error)
 
-// Take calls f.
-func (f BackendFunc) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+// TakeContext calls f.
+func (f BackendFunc) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	return f(ctx, key, n)
 }
-
-// Policy is implemented by backends that know their quota. New reads it once
-// to write the RateLimit-Policy field. *keyrate.Limiter has these methods.
-type Policy interface {
-	Limit() int
-	Window() time.Duration
-}
-
-// NonBlocking is implemented by backends whose Take decides in memory and
-// returns at once. The middleware calls them directly, without the goroutine
-// and timer that enforce the time budget on a backend that might hang.
-type NonBlocking interface {
-	NonBlocking() bool
-}
-
-// Local returns the Backend for an in-process limiter. It reports the
-// limiter's policy and that it never blocks, so the middleware calls it
-// inline. After l is closed, Take fails with keyrate.ErrClosed and the
-// middleware applies its failure mode.
-func Local(l *keyrate.Limiter) Backend { return local{l} }
-
-type local struct{ l *keyrate.Limiter }
-
-func (b local) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-	return b.l.TakeContext(ctx, key, n)
-}
-func (b local) Limit() int            { return b.l.Limit() }
-func (b local) Window() time.Duration { return b.l.Window() }
-func (local) NonBlocking() bool       { return true }
 
 // ErrBudgetExceeded is reported to OnError when a backend call outlives the
 // time budget. The error also matches context.DeadlineExceeded.
@@ -70,7 +30,7 @@ type takeResult struct {
 // never blocks.
 func (m *Middleware) take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	if m.inline {
-		return m.backend.Take(ctx, key, n)
+		return m.backend.TakeContext(ctx, key, n)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, m.budget, m.budgetErr)
 	defer cancel()
@@ -79,7 +39,7 @@ func (m *Middleware) take(ctx context.Context, key string, n int) (keyrate.Decis
 	// goroutine until it returns; the buffer lets it exit then.
 	done := make(chan takeResult, 1)
 	go func() {
-		d, err := m.backend.Take(ctx, key, n)
+		d, err := m.backend.TakeContext(ctx, key, n)
 		done <- takeResult{d, err}
 	}()
 	select {

@@ -48,7 +48,7 @@ func serve(b *testing.B, h http.Handler, rs []*http.Request) {
 // own overhead and nothing of a limiter's.
 type allowAll struct{}
 
-func (allowAll) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+func (allowAll) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	return keyrate.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute}, nil
 }
 func (allowAll) Limit() int            { return 100 }
@@ -59,13 +59,13 @@ func (allowAll) NonBlocking() bool     { return true }
 // for the goroutine and timer of the time budget.
 type blockingAllowAll struct{}
 
-func (blockingAllowAll) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-	return allowAll{}.Take(ctx, key, n)
+func (blockingAllowAll) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	return allowAll{}.TakeContext(ctx, key, n)
 }
 func (blockingAllowAll) Limit() int            { return 100 }
 func (blockingAllowAll) Window() time.Duration { return time.Minute }
 
-func mustNew(b *testing.B, backend httplimit.Backend, opts ...httplimit.Option) http.Handler {
+func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) http.Handler {
 	m, err := httplimit.New(backend, append(opts, httplimit.WithRoute("search"))...)
 	if err != nil {
 		b.Fatal(err)
@@ -92,12 +92,12 @@ func BenchmarkMiddleware(b *testing.B) {
 		// limit high enough that nothing is refused.
 		l, _ := keyrate.New(1<<20, time.Millisecond)
 		defer l.Close()
-		serve(b, mustNew(b, httplimit.Local(l)), rs)
+		serve(b, mustNew(b, l), rs)
 	})
 	b.Run("local-refused", func(b *testing.B) {
 		l, _ := keyrate.New(1, time.Hour)
 		defer l.Close()
-		h := mustNew(b, httplimit.Local(l))
+		h := mustNew(b, l)
 		for _, r := range rs {
 			h.ServeHTTP(&discard{h: make(http.Header)}, r)
 		}

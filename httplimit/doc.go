@@ -1,6 +1,6 @@
 // Package httplimit is net/http middleware that rate-limits requests per
-// client and per route, in front of any Backend: the in-process
-// keyrate.Limiter (through Local) or a networked store such as the Redis
+// client and per route, in front of any keyrate.Backend: the
+// in-process *keyrate.Limiter or a networked store such as the Redis
 // backend.
 //
 // A Middleware is one budget. For each request it derives an identity (the
@@ -21,12 +21,12 @@
 // middleware either serves the request (FailOpen, the default) or answers 503
 // (FailClosed), and tells the OnError hook either way. A backend that blocks
 // is called on its own goroutine so that even one ignoring its context costs
-// a request no more than the budget; a NonBlocking one, such as Local, is
+// a request no more than the budget; a keyrate.NonBlocking one, such as *keyrate.Limiter, is
 // called inline at no extra cost.
 //
 // Most callers need three lines per route:
 //
 //	l, _ := keyrate.New(20, time.Minute)
-//	search, _ := httplimit.New(httplimit.Local(l), httplimit.WithRoute("search"))
+//	search, _ := httplimit.New(l, httplimit.WithRoute("search"))
 //	mux.Handle("GET /api/search", search.Handler(searchHandler))
 package httplimit

@@ -16,7 +16,7 @@ func Example() {
 	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, _ := keyrate.New(2, time.Minute, keyrate.WithClock(clock))
 	defer l.Close()
-	mw, _ := httplimit.New(httplimit.Local(l), httplimit.WithRoute("hello"))
+	mw, _ := httplimit.New(l, httplimit.WithRoute("hello"))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	}))

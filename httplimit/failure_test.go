@@ -148,7 +148,7 @@ func TestClosedLocalLimiter(t *testing.T) {
 		l, _ := newLimiter(t, 3, time.Minute)
 		l.Close()
 		var reported error
-		h := newHandler(t, httplimit.Local(l), httplimit.WithFailureMode(mode),
+		h := newHandler(t, l, httplimit.WithFailureMode(mode),
 			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
 		rec := get(h, "/")
 		want := map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[mode]

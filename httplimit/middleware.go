@@ -33,7 +33,7 @@ type Event struct {
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
 type Middleware struct {
-	backend   Backend
+	backend   keyrate.Backend
 	inline    bool   // backend never blocks: call it without the budget machinery
 	budgetErr error  // what a call that outlives the budget fails with
 	prefix    string // route + "\x00", or ""
@@ -45,10 +45,10 @@ type Middleware struct {
 }
 
 // New returns a Middleware that asks b about every request. The quota
-// written in RateLimit-Policy comes from b's Policy methods (Local and the
-// Redis backend have them) or from WithWindow. An invalid option, a nil b,
+// written in RateLimit-Policy comes from b's keyrate.Quota methods
+// (*keyrate.Limiter and the Redis backend have them) or from WithWindow. An invalid option, a nil b,
 // or an unknown window gives an error wrapping keyrate.ErrConfig.
-func New(b Backend, opts ...Option) (*Middleware, error) {
+func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
 		if o != nil {
@@ -59,7 +59,7 @@ func New(b Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
 	limit, window := 0, c.window
-	if p, ok := b.(Policy); ok {
+	if p, ok := b.(keyrate.Quota); ok {
 		limit = p.Limit()
 		if window == 0 {
 			window = p.Window()
@@ -90,7 +90,7 @@ func New(b Backend, opts ...Option) (*Middleware, error) {
 		name:      name,
 		windowSec: ceilSeconds(window),
 	}
-	if nb, ok := b.(NonBlocking); ok && nb.NonBlocking() {
+	if nb, ok := b.(keyrate.NonBlocking); ok && nb.NonBlocking() {
 		m.inline = true
 	}
 	if c.route != "" {

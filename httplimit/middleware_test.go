@@ -34,7 +34,7 @@ func newLimiter(t *testing.T, limit int, window time.Duration, opts ...keyrate.O
 	return l, clock
 }
 
-func newHandler(t *testing.T, b httplimit.Backend, opts ...httplimit.Option) http.Handler {
+func newHandler(t *testing.T, b keyrate.Backend, opts ...httplimit.Option) http.Handler {
 	t.Helper()
 	m, err := httplimit.New(b, opts...)
 	if err != nil {
@@ -79,7 +79,7 @@ func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 // instants of a manual clock.
 func TestHeadersThroughRefusal(t *testing.T) {
 	l, clock := newLimiter(t, 3, time.Minute)
-	h := newHandler(t, httplimit.Local(l), httplimit.WithRoute("status"),
+	h := newHandler(t, l, httplimit.WithRoute("status"),
 		httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.LegacyHeaders|httplimit.XHeaders))
 
 	steps := []struct {
@@ -145,7 +145,7 @@ func TestFirstRefusalRetryAfterEqualsT(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	h := newHandler(t, httplimit.Local(l))
+	h := newHandler(t, l)
 	for i := range 3 {
 		if rec := get(h, "/"); rec.Code != 200 {
 			t.Fatalf("request %d: %d", i, rec.Code)
@@ -163,7 +163,7 @@ func TestFirstRefusalRetryAfterEqualsT(t *testing.T) {
 
 func TestDefaultHeadersOnly(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Second)
-	h := newHandler(t, httplimit.Local(l))
+	h := newHandler(t, l)
 	for _, rec := range []*httptest.ResponseRecorder{get(h, "/"), get(h, "/")} {
 		for k := range rec.Header() {
 			switch k {
@@ -182,8 +182,8 @@ func TestDefaultHeadersOnly(t *testing.T) {
 // key prefixes.
 func TestRoutesKeepSeparateBudgets(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute)
-	status := newHandler(t, httplimit.Local(l), httplimit.WithRoute("status"))
-	search := newHandler(t, httplimit.Local(l), httplimit.WithRoute("search"))
+	status := newHandler(t, l, httplimit.WithRoute("status"))
+	search := newHandler(t, l, httplimit.WithRoute("search"))
 	for range 3 {
 		get(status, "/api/status")
 	}
@@ -198,7 +198,7 @@ func TestRoutesKeepSeparateBudgets(t *testing.T) {
 
 func TestAPIKeysKeepSeparateBudgets(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute)
-	h := newHandler(t, httplimit.Local(l), httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
+	h := newHandler(t, l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	for range 3 {
 		get(h, "/", "X-API-Key", "alice")
 	}
@@ -225,7 +225,7 @@ func TestConcurrentRequestsExactCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := newHandler(t, httplimit.Local(l))
+		h := newHandler(t, l)
 		var wg sync.WaitGroup
 		codes := make(chan int, 20)
 		start := make(chan struct{})
@@ -255,7 +255,7 @@ func TestCost(t *testing.T) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		return n
 	}
-	h := newHandler(t, httplimit.Local(l), httplimit.WithCost(cost))
+	h := newHandler(t, l, httplimit.WithCost(cost))
 
 	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3;t=0` {
 		t.Fatalf("free request: %d %q", rec.Code, rec.Header().Get("RateLimit"))
@@ -278,7 +278,7 @@ func TestCost(t *testing.T) {
 
 func TestOverflowIs429(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute, keyrate.WithMaxKeys(1))
-	h := newHandler(t, httplimit.Local(l), httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
+	h := newHandler(t, l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	get(h, "/", "X-API-Key", "a")
 	rec := get(h, "/", "X-API-Key", "b")
 	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" {
@@ -291,7 +291,7 @@ func TestOverflowIs429(t *testing.T) {
 
 func TestSkip(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	h := newHandler(t, httplimit.Local(l), httplimit.WithSkip(func(r *http.Request) bool {
+	h := newHandler(t, l, httplimit.WithSkip(func(r *http.Request) bool {
 		return r.URL.Path == "/healthz"
 	}))
 	for range 3 {
@@ -307,7 +307,7 @@ func TestSkip(t *testing.T) {
 func TestHooksAndCustomHandler(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	var decided, limited []httplimit.Event
-	m, err := httplimit.New(httplimit.Local(l),
+	m, err := httplimit.New(l,
 		httplimit.WithRoute("search"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
 		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
@@ -344,7 +344,7 @@ func TestKeyFuncErrorIsRefused(t *testing.T) {
 	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
 		l, _ := newLimiter(t, 1, time.Minute)
 		var errs []error
-		h := newHandler(t, httplimit.Local(l), httplimit.WithFailureMode(mode),
+		h := newHandler(t, l, httplimit.WithFailureMode(mode),
 			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = "@" // a Unix socket
@@ -363,14 +363,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	cases := map[string]struct {
-		b    httplimit.Backend
+		b    keyrate.Backend
 		opts []httplimit.Option
 	}{
 		"nil backend":          {nil, nil},
 		"unknown window":       {noWindow, nil},
-		"zero budget":          {httplimit.Local(l), []httplimit.Option{httplimit.WithTimeBudget(0)}},
-		"unknown failure mode": {httplimit.Local(l), []httplimit.Option{httplimit.WithFailureMode(7)}},
-		"route with newline":   {httplimit.Local(l), []httplimit.Option{httplimit.WithRoute("a\nb")}},
+		"zero budget":          {l, []httplimit.Option{httplimit.WithTimeBudget(0)}},
+		"unknown failure mode": {l, []httplimit.Option{httplimit.WithFailureMode(7)}},
+		"route with newline":   {l, []httplimit.Option{httplimit.WithRoute("a\nb")}},
 	}
 	for name, c := range cases {
 		if _, err := httplimit.New(c.b, c.opts...); !errors.Is(err, keyrate.ErrConfig) {

@@ -94,7 +94,7 @@ func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d 
 // WithTimeBudget bounds each backend call. A call that outlives it counts as
 // a failure (ErrBudgetExceeded, answered per the FailureMode), and the
 // request waits no longer, even for a backend that ignores its context.
-// Default: 250ms. NonBlocking backends (Local) are called inline and never
+// Default: 250ms. NonBlocking backends (*keyrate.Limiter) are called inline and never
 // time out. Must be positive.
 func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
 

@@ -68,7 +68,7 @@ func BenchmarkTake(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := l.Take(ctx, "warm-up", 1); err != nil {
+			if _, err := l.TakeContext(ctx, "warm-up", 1); err != nil {
 				b.Fatal(err)
 			}
 			key := func(i int) string {
@@ -83,7 +83,7 @@ func BenchmarkTake(b *testing.B) {
 				b.SetParallelism(16)
 				b.RunParallel(func(pb *testing.PB) {
 					for i := 0; pb.Next(); i++ {
-						if _, err := l.Take(ctx, key(i), 1); err != nil {
+						if _, err := l.TakeContext(ctx, key(i), 1); err != nil {
 							b.Error(err)
 							return
 						}
@@ -91,7 +91,7 @@ func BenchmarkTake(b *testing.B) {
 				})
 			} else {
 				for i := range b.N {
-					if _, err := l.Take(ctx, key(i), 1); err != nil {
+					if _, err := l.TakeContext(ctx, key(i), 1); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -25,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, err := limiter.Take(context.Background(), "api-key-123", 1)
+	d, err := limiter.TakeContext(context.Background(), "api-key-123", 1)
 	switch {
 	case errors.Is(err, redislimit.ErrInvalidKey):
 		fmt.Println("no client key: reject the request")

@@ -25,7 +25,7 @@ const (
 // timedTake calls Take and measures it.
 func timedTake(ctx context.Context, l *redislimit.Limiter, key string) (keyrate.Decision, error, time.Duration) {
 	start := time.Now()
-	d, err := l.Take(ctx, key, 1)
+	d, err := l.TakeContext(ctx, key, 1)
 	return d, err, time.Since(start)
 }
 
@@ -57,7 +57,7 @@ func fillAfterRecovery(t *testing.T, l *redislimit.Limiter, key string) int {
 	admitted := 0
 	var lastErr error
 	for time.Now().Before(deadline) {
-		d, err := l.Take(context.Background(), key, 1)
+		d, err := l.TakeContext(context.Background(), key, 1)
 		if err != nil {
 			lastErr = err
 			time.Sleep(20 * time.Millisecond) // polling a recovering server, not timing a decision

@@ -106,19 +106,19 @@ func (l *Limiter) Limit() int { return l.limit }
 func (l *Limiter) Window() time.Duration { return l.window }
 
 // Allow reports whether one event for key fits now, and records it if so.
-// See Take for the errors.
+// See TakeContext for the errors.
 func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
-	d, err := l.Take(ctx, key, 1)
+	d, err := l.TakeContext(ctx, key, 1)
 	return d.Allowed, err
 }
 
-// Take decides a request of weight n for key and records it if admitted,
+// TakeContext decides a request of weight n for key and records it if admitted,
 // atomically across every client of the same Redis: one script run, one
 // round trip. A refused request records nothing. The rules for n are the
 // core's: 0 is always allowed and records nothing, a negative n or one
 // above the limit is refused with RetryAfter 0 (it can never fit).
 //
-// Take returns an error wrapping ErrInvalidKey for an empty key or one
+// It returns an error wrapping ErrInvalidKey for an empty key or one
 // longer than MaxKeyLen; ctx's error, wrapped, if ctx is done before Redis
 // answers; an error wrapping context.DeadlineExceeded when Redis has not
 // answered within the time budget; and Redis's or the network's error
@@ -128,7 +128,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // at the latest. With an error the Decision is not an answer: only its
 // Limit is set. A call that timed out may still have been recorded, once
 // Redis gets to it; that can only make later decisions stricter.
-func (l *Limiter) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	d := keyrate.Decision{Limit: l.limit}
 	if key == "" {
 		return d, fmt.Errorf("%w: empty key", ErrInvalidKey)

@@ -15,14 +15,13 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // The middleware takes a redislimit.Limiter as its backend as it is.
-var _ httplimit.Backend = (*redislimit.Limiter)(nil)
+var _ keyrate.Backend = (*redislimit.Limiter)(nil)
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.
 func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window time.Duration, opts ...redislimit.Option) *redislimit.Limiter {
@@ -37,7 +36,7 @@ func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window ti
 
 func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
 	t.Helper()
-	d, err := l.Take(context.Background(), key, n)
+	d, err := l.TakeContext(context.Background(), key, n)
 	if err != nil {
 		t.Fatalf("Take(%q, %d): %v", key, n, err)
 	}
@@ -106,7 +105,7 @@ func TestClientsShareOneWindow(t *testing.T) {
 				for range callsPerClient {
 					wg.Go(func() {
 						<-ready
-						d, err := l.Take(context.Background(), "shared", 1)
+						d, err := l.TakeContext(context.Background(), "shared", 1)
 						if err != nil {
 							failed.Add(1)
 						} else if d.Allowed {
@@ -150,7 +149,7 @@ func TestHelperProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for range calls {
 		wg.Go(func() {
-			d, err := l.Take(context.Background(), f[2], 1)
+			d, err := l.TakeContext(context.Background(), f[2], 1)
 			if err != nil {
 				failed.Add(1)
 			} else if d.Allowed {
@@ -286,7 +285,7 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	for _, key := range []string{"", strings.Repeat("x", redislimit.MaxKeyLen+1), strings.Repeat("x", 1<<20)} {
-		d, err := l.Take(ctx, key, 1)
+		d, err := l.TakeContext(ctx, key, 1)
 		if !errors.Is(err, redislimit.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
 			t.Errorf("Take(key of %d bytes) = %+v, %v; want ErrInvalidKey", len(key), d, err)
 		}

@@ -92,7 +92,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			return nil, nil, err
 		}
 		limiters = append(limiters, l)
-		m, err := httplimit.New(httplimit.Local(l),
+		m, err := httplimit.New(l,
 			httplimit.WithRoute(rt.Name),
 			httplimit.WithKeyFunc(identity),
 			httplimit.WithOnDecision(hook),

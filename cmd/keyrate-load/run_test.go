@@ -79,7 +79,7 @@ func limited(t *testing.T, limit int, window time.Duration) http.Handler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	mw, err := httplimit.New(httplimit.Local(l), httplimit.WithRoute("search"),
+	mw, err := httplimit.New(l, httplimit.WithRoute("search"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -16,12 +16,11 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 )
 
 // Backend is what the suite drives: the one atomic check-and-record call
 // that the HTTP middleware depends on.
-type Backend = httplimit.Backend
+type Backend = keyrate.Backend
 
 // NewBackend returns a fresh backend for one scenario: limit events per key
 // in any window, deciding at clock's instants, with no events recorded for
@@ -73,7 +72,7 @@ func runTrace(t *testing.T, newBackend NewBackend, limit int, window time.Durati
 // take calls b.Take and fails the test on an error.
 func take(t *testing.T, b Backend, key string, n int) keyrate.Decision {
 	t.Helper()
-	d, err := b.Take(context.Background(), key, n)
+	d, err := b.TakeContext(context.Background(), key, n)
 	if err != nil {
 		t.Fatalf("Take(%q, %d): %v", key, n, err)
 	}
@@ -276,7 +275,7 @@ func testConcurrent(t *testing.T, newBackend NewBackend) {
 		for range c.calls {
 			wg.Go(func() {
 				<-ready
-				d, err := b.Take(context.Background(), "hot", 1)
+				d, err := b.TakeContext(context.Background(), "hot", 1)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -310,7 +309,7 @@ func testDoneContext(t *testing.T, newBackend NewBackend) {
 	b := newBackend(t, 1, 10*s, clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if d, err := b.Take(ctx, "c", 1); err == nil {
+	if d, err := b.TakeContext(ctx, "c", 1); err == nil {
 		t.Fatalf("Take with a cancelled context: got %+v and no error", d)
 	}
 	if d := take(t, b, "c", 1); !d.Allowed {

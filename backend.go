@@ -1,0 +1,50 @@
+package keyrate
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the one call every store answers: decide a request of weight n
+// for key and record it if admitted, atomically, as one step. A
+// check-then-record split would let concurrent requests through together,
+// and stacking two stores would record an event in one while the other
+// refuses it.
+//
+// *Limiter satisfies it in memory, and the Redis backend
+// (github.com/keyrate/keyrate/redislimit) across processes. Middleware
+// (httplimit and others) depends on Backend alone, plus the optional
+// interfaces Quota and NonBlocking, which it discovers with a type assertion.
+//
+// TakeContext returns an error only when no decision could be had: ctx was
+// done, the store was unavailable or closed, or the request could not be
+// placed (an invalid key). A refusal is not an error: it is a Decision with
+// Allowed false.
+type Backend interface {
+	TakeContext(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// Quota is implemented by backends that know their limit and window, as
+// *Limiter and the Redis backend do. Middleware reads it once to advertise
+// the policy (the IETF RateLimit-Policy field).
+type Quota interface {
+	Limit() int
+	Window() time.Duration
+}
+
+// NonBlocking is implemented by backends whose TakeContext decides in memory
+// and returns at once, as *Limiter does. Middleware calls them directly,
+// without the goroutine and timer that bound a call to a store that might
+// hang.
+type NonBlocking interface {
+	NonBlocking() bool
+}
+
+// NonBlocking reports true: a Limiter decides in memory and never waits.
+func (l *Limiter) NonBlocking() bool { return true }
+
+var (
+	_ Backend     = (*Limiter)(nil)
+	_ Quota       = (*Limiter)(nil)
+	_ NonBlocking = (*Limiter)(nil)
+)
