@@ -14,7 +14,7 @@ import (
 // *Limiter satisfies it in memory, and the Redis backend
 // (github.com/keyrate/keyrate/redislimit) across processes. Middleware
 // (httplimit and others) depends on Backend alone, plus the optional
-// interfaces Quota and NonBlocking, which it discovers with a type assertion.
+// interfaces Quota, NonBlocking and Bounded, which it discovers with a type assertion.
 //
 // TakeContext returns an error only when no decision could be had: ctx was
 // done, the store was unavailable or closed, or the request could not be
@@ -38,6 +38,16 @@ type Quota interface {
 // hang.
 type NonBlocking interface {
 	NonBlocking() bool
+}
+
+// Bounded is implemented by backends that bound every call by a time budget
+// of their own and return by its end whatever the store does, as the Redis
+// backend does. Middleware calls them directly and adds no budget on top:
+// one budget, in one place, the backend's. A backend that is neither
+// Bounded nor NonBlocking gets the middleware's budget, enforced from
+// outside.
+type Bounded interface {
+	TimeBudget() time.Duration
 }
 
 // NonBlocking reports true: a Limiter decides in memory and never waits.

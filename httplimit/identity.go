@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/clientkey"
 )
 
 // KeyFunc maps a request to the identity it is limited by. The middleware
@@ -122,18 +123,7 @@ func (c *ipConfig) key(r *http.Request) (string, error) {
 
 // format returns the key for a: its group's prefix, or a alone when the group
 // is one address.
-func (c *ipConfig) format(a netip.Addr) string {
-	bits := c.v6bits
-	if a.Is4() {
-		bits = c.v4bits
-	}
-	var buf [64]byte
-	if bits == a.BitLen() {
-		return string(a.AppendTo(buf[:0]))
-	}
-	p, _ := a.Prefix(bits)
-	return string(p.AppendTo(buf[:0]))
-}
+func (c *ipConfig) format(a netip.Addr) string { return clientkey.Addr(a, c.v4bits, c.v6bits) }
 
 // errRemoteAddr is returned for a RemoteAddr that holds no IP address.
 var errRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")

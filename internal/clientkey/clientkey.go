@@ -1,0 +1,58 @@
+// Package clientkey turns what identifies a client into a key fit for any
+// backend: bounded in length whatever the client sent, and an address
+// grouped so that one client cannot mint many keys. The middleware packages
+// (httplimit, grpclimit) share it so that both derive the same key for the
+// same client.
+package clientkey
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/netip"
+	"strings"
+)
+
+// MaxLen is the longest identity kept as it is. Longer ones are replaced
+// by their SHA-256 digest (see Bound): every backend then stores keys of at
+// most MaxLen bytes, and a client cannot make a store hold a large key.
+const MaxLen = 128
+
+// hashed starts every digest Bound returns. An identity that happens to
+// start with it is hashed too, so a client can never choose a short
+// identity equal to the digest of another's long one.
+const hashed = "sha256:"
+
+// Bound returns id when it is at most MaxLen bytes, else "sha256:" and the
+// unpadded base64url SHA-256 digest of the whole of id (50 bytes). Distinct
+// identities map to distinct keys, save for a SHA-256 collision: two clients
+// never share a budget by accident, as they would under a 64-bit hash. It
+// allocates only for identities it hashes.
+func Bound(id string) string {
+	if len(id) <= MaxLen && !strings.HasPrefix(id, hashed) {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	var buf [len(hashed) + 43]byte
+	copy(buf[:], hashed)
+	base64.RawURLEncoding.Encode(buf[len(hashed):], sum[:])
+	return string(buf[:])
+}
+
+// Addr returns the key for a client at address a: a alone (unmapped, zone
+// dropped) when the group is one address, else the prefix of its group as
+// text, "2001:db8:1:2::/64". v4bits and v6bits are the group sizes (32 and
+// 64 by default in the middleware); they must be within the address's bit
+// length.
+func Addr(a netip.Addr, v4bits, v6bits int) string {
+	a = a.Unmap().WithZone("")
+	bits := v6bits
+	if a.Is4() {
+		bits = v4bits
+	}
+	var buf [64]byte
+	if bits == a.BitLen() {
+		return string(a.AppendTo(buf[:0]))
+	}
+	p, _ := a.Prefix(bits)
+	return string(p.AppendTo(buf[:0]))
+}
