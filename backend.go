@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -23,6 +24,12 @@ import (
 type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
 }
+
+// ErrInvalidKey is wrapped by a backend's error for a key it cannot place
+// (the Redis backend refuses an empty key). The request caused it, not the
+// store: middleware answers it as a client error and never lets the request
+// through, whatever its failure mode.
+var ErrInvalidKey = errors.New("keyrate: invalid key")
 
 // Quota is implemented by backends that know their limit and window, as
 // *Limiter and the Redis backend do. Middleware reads it once to advertise

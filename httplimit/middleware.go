@@ -1,12 +1,12 @@
 package httplimit
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/call"
 )
 
 // Event describes one request the middleware decided, or failed to; the
@@ -27,16 +27,21 @@ type Event struct {
 	// Err is set for OnError: the KeyFunc's error, the backend's, or one
 	// matching ErrBudgetExceeded.
 	Err error
+	// Duration is how long the backend took to answer or fail; 0 when it
+	// was not asked. It is measured only when a hook is set.
+	Duration time.Duration
+	// Shadow reports a refusal that WithShadow let through: the request was
+	// decided, recorded and reported as limited, then served.
+	Shadow bool
 }
 
 // Middleware limits the requests that reach a handler. Create one with New
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
 type Middleware struct {
-	backend   keyrate.Backend
-	inline    bool   // backend never blocks: call it without the budget machinery
-	budgetErr error  // what a call that outlives the budget fails with
-	prefix    string // route + "\x00", or ""
+	backend *call.Caller
+	timed   bool   // a hook is set: measure Event.Duration
+	prefix  string // route + "\x00", or ""
 	config
 
 	policy    string // RateLimit-Policy value
@@ -84,15 +89,12 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		c.limited = DefaultLimitedHandler
 	}
 	m := &Middleware{
-		backend:   b,
-		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, c.budget, context.DeadlineExceeded),
+		backend:   call.New(b, c.budget),
 		config:    c,
 		name:      name,
 		windowSec: ceilSeconds(window),
 	}
-	if nb, ok := b.(keyrate.NonBlocking); ok && nb.NonBlocking() {
-		m.inline = true
-	}
+	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
@@ -133,7 +135,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.cost != nil {
 		ev.Cost = m.cost(r)
 	}
-	d, err := m.take(r.Context(), ev.Key, ev.Cost)
+	var began time.Time
+	if m.timed {
+		began = time.Now()
+	}
+	d, err := m.backend.Take(r.Context(), ev.Key, ev.Cost)
+	if m.timed {
+		ev.Duration = time.Since(began)
+	}
 	if err != nil {
 		ev.Err = err
 		m.report(m.onError, ev)
@@ -152,7 +161,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	ev.Shadow = m.shadow
 	m.report(m.onLimited, ev)
+	if m.shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
 	m.limited(w, r, d)
 }
 

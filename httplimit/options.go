@@ -22,6 +22,7 @@ type config struct {
 	onDecision func(Event)
 	onLimited  func(Event)
 	onError    func(Event)
+	shadow     bool
 	limited    func(http.ResponseWriter, *http.Request, keyrate.Decision)
 }
 
@@ -128,3 +129,10 @@ func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f 
 func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, keyrate.Decision)) Option {
 	return func(c *config) { c.limited = f }
 }
+
+// WithShadow decides and records every request as usual, writes the
+// RateLimit fields and reports refusals to OnDecision and OnLimited (with
+// Event.Shadow set), but serves refused requests instead of answering 429.
+// Roll a new limit out this way and watch what it would have refused before
+// enforcing it. Errors are still answered per the failure mode. Default: off.
+func WithShadow() Option { return func(c *config) { c.shadow = true } }

@@ -46,7 +46,7 @@ const MaxKeyLen = 1024
 // key or one longer than MaxKeyLen. An empty key usually means the caller
 // failed to identify the client; sharing one budget among all such
 // requests would hide that bug.
-var ErrInvalidKey = errors.New("redislimit: invalid key")
+var ErrInvalidKey = keyrate.ErrInvalidKey
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no goroutines or state of its own beyond its

@@ -1,0 +1,82 @@
+// Package call asks a keyrate.Backend for a decision the way every
+// middleware should: directly when the backend never blocks or bounds its
+// own calls, else on a goroutine under a time budget, so that even a backend
+// that ignores its context costs a request no more than the budget. httplimit
+// and grpclimit share it, so both classify and bound failures alike.
+package call
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// ErrBudgetExceeded is wrapped by the error of a call that outlived the
+// time budget. That error also matches context.DeadlineExceeded.
+var ErrBudgetExceeded = errors.New("keyrate: backend exceeded its time budget")
+
+// Caller calls one backend. Its zero value is not usable; use New.
+type Caller struct {
+	backend   keyrate.Backend
+	inline    bool // the backend returns promptly by itself: no goroutine, no timer
+	budget    time.Duration
+	budgetErr error // what a call that outlives the budget fails with
+}
+
+// New returns a Caller for b. budget bounds each call unless b is
+// keyrate.NonBlocking or keyrate.Bounded (which bounds itself); it must be
+// positive.
+func New(b keyrate.Backend, budget time.Duration) *Caller {
+	c := &Caller{
+		backend:   b,
+		budget:    budget,
+		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
+	}
+	if nb, ok := b.(keyrate.NonBlocking); ok && nb.NonBlocking() {
+		c.inline = true
+	}
+	if _, ok := b.(keyrate.Bounded); ok {
+		c.inline = true
+	}
+	return c
+}
+
+type result struct {
+	d   keyrate.Decision
+	err error
+}
+
+// Take asks the backend about a request of weight n for key.
+func (c *Caller) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	if c.inline {
+		return c.backend.TakeContext(ctx, key, n)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
+	defer cancel()
+	// The call runs in its own goroutine so that a backend that ignores ctx
+	// costs the request no more than the budget. Such a backend keeps the
+	// goroutine until it returns; the buffer lets it exit then.
+	done := make(chan result, 1)
+	go func() {
+		d, err := c.backend.TakeContext(ctx, key, n)
+		done <- result{d, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil && ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
+			res.err = context.Cause(ctx) // say whether the budget or the request ran out
+		}
+		return res.d, res.err
+	case <-ctx.Done():
+		return keyrate.Decision{}, context.Cause(ctx)
+	}
+}
+
+// ClientCaused reports whether err was caused by the request itself (an
+// invalid key) rather than by the store. Such an error must never let the
+// request through, whatever the failure mode: the client could provoke it
+// at will.
+func ClientCaused(err error) bool { return errors.Is(err, keyrate.ErrInvalidKey) }
