@@ -28,7 +28,6 @@ package redislimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
