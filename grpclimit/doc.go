@@ -1,0 +1,39 @@
+// Package grpclimit rate-limits gRPC calls per client and per method, in
+// front of any keyrate.Backend: the in-process *keyrate.Limiter or a
+// networked store such as the Redis backend.
+//
+// A Limiter gives every method its own budget: the full method name
+// ("/pkg.Service/Method") is the route, and prefixes every key sent to the
+// backend. The client is the value of a metadata key (WithMetadataKey: an
+// API key, say) or else the peer's IP address, IPv6 grouped by /64. A unary
+// call is decided before its handler runs; a stream is decided once, when it
+// opens, whatever it sends afterwards.
+//
+// A refused call fails with codes.ResourceExhausted and a
+// google.rpc.RetryInfo detail whose delay is exactly how long until the call
+// would fit. Every decided call carries the IETF RateLimit fields as
+// response header metadata, with the same values as httplimit's HTTP fields:
+//
+//	ratelimit-policy: "/pkg.Service/Method";q=20;w=60
+//	ratelimit: "/pkg.Service/Method";r=19;t=3
+//
+// When the backend fails or outlives its time budget (250ms by default), the
+// call is either served (FailOpen, the default) or fails with
+// codes.Unavailable (FailClosed). An error caused by the call itself (an
+// identity the backend cannot use as a key) fails it with
+// codes.InvalidArgument in either mode: a client able to provoke it must not
+// go unlimited.
+//
+// Install both interceptors, so that unary and streaming methods alike are
+// limited:
+//
+//	l, _ := keyrate.New(20, time.Minute)
+//	lim, _ := grpclimit.New(l, grpclimit.WithMetadataKey("x-api-key"))
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(lim.Unary()),
+//		grpc.ChainStreamInterceptor(lim.Stream()),
+//	)
+//
+// Metrics: github.com/keyrate/keyrate/promlimit's Metrics is an Observer;
+// pass it to WithObserver.
+package grpclimit

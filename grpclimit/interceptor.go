@@ -1,0 +1,40 @@
+package grpclimit
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+)
+
+// Unary returns the interceptor that limits unary calls. It decides each
+// call before its handler runs and sets the ratelimit header metadata; a
+// refused call never reaches the handler.
+func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, err := l.decide(ctx, info.FullMethod, req)
+		if md != nil {
+			// It fails only outside a server, where there is no one to tell.
+			_ = grpc.SetHeader(ctx, md)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the interceptor that limits streams. A stream is decided
+// once, when it opens, with a request of nil for WithCost: the messages it
+// then carries are not counted. A refused stream never reaches the handler.
+func (l *Limiter) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, err := l.decide(ss.Context(), info.FullMethod, nil)
+		if md != nil {
+			_ = ss.SetHeader(md) // fails only once headers were sent, which no handler has done yet
+		}
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}

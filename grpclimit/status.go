@@ -1,0 +1,44 @@
+package grpclimit
+
+import (
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/call"
+)
+
+// refusal is the error of a refused call. When waiting helps, it is
+// ResourceExhausted with a RetryInfo whose delay is the exact RetryAfter, so
+// that a client retrying then is admitted. A call that can never fit (its
+// weight is negative or above the limit) is InvalidArgument instead: gRPC
+// clients retry ResourceExhausted, and retrying it would never succeed.
+func refusal(method string, d keyrate.Decision) error {
+	if d.RetryAfter <= 0 {
+		return status.Errorf(codes.InvalidArgument, "keyrate: the call's weight can never fit the rate limit of %s", method)
+	}
+	st := status.Newf(codes.ResourceExhausted, "keyrate: rate limit of %s exceeded; retry in %v", method, d.RetryAfter)
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+		st = withInfo // err is never set: RetryInfo always marshals
+	}
+	return st.Err()
+}
+
+// failed answers a call for which no decision could be had. A client-caused
+// error fails it in either mode; otherwise FailOpen serves it, with the
+// policy alone when known, and FailClosed fails it with Unavailable. The
+// error's text is not sent: it may name the key.
+func (l *Limiter) failed(r *route, err error) (metadata.MD, error) {
+	switch {
+	case call.ClientCaused(err):
+		return nil, status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
+	case l.failure == FailClosed:
+		return nil, status.Error(codes.Unavailable, "keyrate: the rate limiter is unavailable; try again shortly")
+	case r.policy != "":
+		return metadata.MD{mdPolicy: {r.policy}}, nil
+	}
+	return nil, nil
+}
