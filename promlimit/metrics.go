@@ -1,0 +1,92 @@
+package promlimit
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keyrate/keyrate"
+)
+
+// Metrics holds keyrate's collectors, registered on one registry. Create it
+// with New, once per registry; it is safe for concurrent use.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	keys     *keysCollector
+
+	// observed maps the routes ObserveDecision and ObserveError were told
+	// of to their series; see maxObservedRoutes.
+	observed sync.Map // string -> *route
+	mu       sync.Mutex
+	nobs     int // routes in observed, under mu
+}
+
+// Buckets of keyrate_backend_duration_seconds: 1-2.5-5 steps from 100ns to
+// 1s, so that one histogram resolves both an in-process decision (well
+// under a microsecond) and a networked store's time budget (250ms by
+// default; a call that outlives it lands just above, in le="0.5").
+var durationBuckets = []float64{
+	100e-9, 250e-9, 500e-9,
+	1e-6, 2.5e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+	1,
+}
+
+// The values of the result label of keyrate_requests_total.
+const (
+	resultAllowed       = "allowed"
+	resultLimited       = "limited"
+	resultShadowLimited = "shadow_limited"
+	resultError         = "error"
+)
+
+// The values of the kind label of keyrate_backend_errors_total.
+const (
+	kindTimeout     = "timeout"
+	kindUnavailable = "unavailable"
+	kindInvalid     = "invalid"
+)
+
+// New creates keyrate's collectors and registers them on reg. It fails when
+// reg is nil (an error wrapping keyrate.ErrConfig) or refuses them (they are
+// already registered there: call New once per registry and share the
+// Metrics); it then leaves reg as it found it.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: promlimit: registerer is nil", keyrate.ErrConfig)
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyrate_requests_total",
+			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode) or error (no decision could be had).",
+		}, []string{"route", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "keyrate_backend_duration_seconds",
+			Help:    "Time the rate limiter's backend took to decide a request or fail, by route.",
+			Buckets: durationBuckets,
+		}, []string{"route"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyrate_backend_errors_total",
+			Help: "Backend calls that gave no decision, by route and kind: timeout (the time budget or a deadline ran out), unavailable (the store failed) or invalid (the request could not be placed).",
+		}, []string{"route", "kind"}),
+		keys: newKeysCollector(),
+	}
+	var done []prometheus.Collector
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors, m.keys} {
+		if err := reg.Register(c); err != nil {
+			for _, r := range done {
+				reg.Unregister(r)
+			}
+			if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
+				return nil, fmt.Errorf("promlimit: keyrate's metrics are already registered here; create one Metrics per registry and share it: %w", err)
+			}
+			return nil, fmt.Errorf("promlimit: %w", err)
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}

@@ -1,0 +1,289 @@
+package promlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/promlimit"
+)
+
+// The method set grpclimit.Observer asks for, written out here so that
+// promlimit need not import gRPC to check it.
+var _ interface {
+	ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration)
+	ObserveError(route string, err error, took time.Duration)
+} = (*promlimit.Metrics)(nil)
+
+func requests(t *testing.T, reg prometheus.Gatherer, route, result string) float64 {
+	t.Helper()
+	return value(t, reg, "keyrate_requests_total", map[string]string{"route": route, "result": result})
+}
+
+func backendErrors(t *testing.T, reg prometheus.Gatherer, route, kind string) float64 {
+	t.Helper()
+	return value(t, reg, "keyrate_backend_errors_total", map[string]string{"route": route, "kind": kind})
+}
+
+func decisions(t *testing.T, reg prometheus.Gatherer, route string) float64 {
+	t.Helper()
+	return value(t, reg, "keyrate_backend_duration_seconds", map[string]string{"route": route})
+}
+
+// Every request through httplimit is counted once, under its result, and
+// every decision's time is observed.
+func TestHTTPCountsDecisions(t *testing.T) {
+	m, reg := newMetrics(t)
+	h, served := limited(t, m, manualLimiter(t, 2, time.Minute))
+	for _, from := range []string{"192.0.2.1", "192.0.2.1", "192.0.2.1", "192.0.2.2"} {
+		get(h, from)
+	}
+	if got := requests(t, reg, "search", "allowed"); got != 3 {
+		t.Errorf("allowed %v, want 3", got)
+	}
+	if got := requests(t, reg, "search", "limited"); got != 1 {
+		t.Errorf("limited %v, want 1", got)
+	}
+	if got := requests(t, reg, "search", "shadow_limited") + requests(t, reg, "search", "error"); got != 0 {
+		t.Errorf("shadow_limited + error %v, want 0", got)
+	}
+	if got := decisions(t, reg, "search"); got != 4 {
+		t.Errorf("%v decision times observed, want 4", got)
+	}
+	if *served != 3 {
+		t.Errorf("%d requests served, want 3", *served)
+	}
+}
+
+// In shadow mode a refusal is counted as shadow_limited, not limited.
+func TestHTTPShadow(t *testing.T) {
+	m, reg := newMetrics(t)
+	h, served := limited(t, m, manualLimiter(t, 1, time.Minute), httplimit.WithShadow())
+	get(h, "192.0.2.1")
+	get(h, "192.0.2.1")
+	if a, s, l := requests(t, reg, "search", "allowed"), requests(t, reg, "search", "shadow_limited"), requests(t, reg, "search", "limited"); a != 1 || s != 1 || l != 0 {
+		t.Errorf("allowed %v, shadow_limited %v, limited %v; want 1, 1, 0", a, s, l)
+	}
+	if *served != 2 {
+		t.Errorf("%d requests served, want 2", *served)
+	}
+}
+
+// Backend errors are counted by kind; an identity failure and a cancelled
+// request are errors but not backend errors.
+func TestHTTPErrorKinds(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	for _, tc := range []struct {
+		name     string
+		b        keyrate.Backend
+		opts     []httplimit.Option
+		kind     string // "" when no backend error should be counted
+		observed float64
+	}{
+		{"store down", fail(errors.New("connection refused")), nil, "unavailable", 1},
+		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
+		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
+		{"over the time budget",
+			backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+				<-release // a store that hangs, whatever its context says
+				return keyrate.Decision{}, nil
+			}),
+			[]httplimit.Option{httplimit.WithTimeBudget(10 * time.Millisecond)}, "timeout", 1},
+		{"client cancelled", fail(context.Canceled), nil, "", 0},
+		{"client not identified", manualLimiter(t, 5, time.Minute),
+			[]httplimit.Option{httplimit.WithKeyFunc(func(*http.Request) (string, error) { return "", errors.New("no key") })}, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			h, _ := limited(t, m, tc.b, append(tc.opts, httplimit.WithWindow(time.Minute))...)
+			get(h, "192.0.2.1")
+			if got := requests(t, reg, "search", "error"); got != 1 {
+				t.Errorf("error requests %v, want 1", got)
+			}
+			for _, kind := range []string{"timeout", "unavailable", "invalid"} {
+				want := 0.0
+				if kind == tc.kind {
+					want = 1
+				}
+				if got := backendErrors(t, reg, "search", kind); got != want {
+					t.Errorf("backend errors of kind %s: %v, want %v", kind, got, want)
+				}
+			}
+			if got := decisions(t, reg, "search"); got != tc.observed {
+				t.Errorf("%v backend times observed, want %v", got, tc.observed)
+			}
+		})
+	}
+}
+
+func fail(err error) keyrate.Backend {
+	return backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		return keyrate.Decision{}, err
+	})
+}
+
+// The Observer methods count what grpclimit reports, by route.
+func TestObserve(t *testing.T) {
+	m, reg := newMetrics(t)
+	const route = "/pkg.S/M"
+	m.ObserveDecision(route, keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	m.ObserveDecision(route, keyrate.Decision{}, false, time.Microsecond)
+	m.ObserveDecision(route, keyrate.Decision{}, true, time.Microsecond)
+	m.ObserveError(route, fmt.Errorf("budget: %w", context.DeadlineExceeded), 251*time.Millisecond)
+	for result, want := range map[string]float64{"allowed": 1, "limited": 1, "shadow_limited": 1, "error": 1} {
+		if got := requests(t, reg, route, result); got != want {
+			t.Errorf("%s: %v, want %v", result, got, want)
+		}
+	}
+	if got := backendErrors(t, reg, route, "timeout"); got != 1 {
+		t.Errorf("timeouts %v, want 1", got)
+	}
+	// The timeout lands above the 250ms bucket, the decisions in the first.
+	for _, m := range series(t, reg, "keyrate_backend_duration_seconds") {
+		for _, b := range m.GetHistogram().GetBucket() {
+			var want uint64
+			switch le := b.GetUpperBound(); {
+			case le >= 0.5:
+				want = 4
+			case le >= 1e-6:
+				want = 3
+			}
+			if b.GetCumulativeCount() != want {
+				t.Errorf("bucket le=%g holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+			}
+		}
+	}
+}
+
+// Routes reported at run time (method names a client may choose) get at
+// most 1000 series of their own; the rest share route="(other)".
+func TestObservedRoutesAreBounded(t *testing.T) {
+	m, reg := newMetrics(t)
+	for i := range 1500 {
+		m.ObserveDecision(fmt.Sprintf("/pkg.S/M%d", i), keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	}
+	routes := map[string]bool{}
+	for _, s := range series(t, reg, "keyrate_requests_total") {
+		for _, lp := range s.GetLabel() {
+			if lp.GetName() == "route" {
+				routes[lp.GetValue()] = true
+			}
+		}
+	}
+	if len(routes) != 1001 || !routes["(other)"] || !routes["/pkg.S/M999"] || routes["/pkg.S/M1000"] {
+		t.Errorf("%d routes, want 1000 of their own and (other)", len(routes))
+	}
+	if got := requests(t, reg, "(other)", "allowed"); got != 500 {
+		t.Errorf("(other) counted %v, want 500", got)
+	}
+}
+
+// No label value ever names a client, however many come.
+func TestLabelsNeverNameClients(t *testing.T) {
+	m, reg := newMetrics(t)
+	l := manualLimiter(t, 1, time.Minute)
+	h, _ := limited(t, m, l)
+	if err := m.TrackKeys("search", l); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		get(h, fmt.Sprintf("198.51.100.%d", i%250))
+		get(h, fmt.Sprintf("198.51.100.%d", i%250))
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			n++
+			for _, lp := range s.GetLabel() {
+				if strings.Contains(lp.GetValue(), "198.51.100") {
+					t.Errorf("%s has label %s=%q", f.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+	// 4 results + 3 error kinds + 1 histogram + 1 gauge, for one route.
+	if n != 9 {
+		t.Errorf("%d series, want 9", n)
+	}
+	if got := value(t, reg, "keyrate_keys", map[string]string{"route": "search"}); got != 200 {
+		t.Errorf("keyrate_keys %v, want 200", got)
+	}
+}
+
+func TestTrackKeys(t *testing.T) {
+	m, reg := newMetrics(t)
+	a, b := manualLimiter(t, 5, time.Minute), manualLimiter(t, 5, time.Minute)
+	if err := m.TrackKeys("a", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.TrackKeys("b", b); err != nil {
+		t.Fatal(err)
+	}
+	a.Allow("x")
+	a.Allow("y")
+	b.Allow("z")
+	if ga, gb := value(t, reg, "keyrate_keys", map[string]string{"route": "a"}), value(t, reg, "keyrate_keys", map[string]string{"route": "b"}); ga != 2 || gb != 1 {
+		t.Errorf("keyrate_keys a=%v b=%v, want 2 and 1", ga, gb)
+	}
+	if err := m.TrackKeys("a", b); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("tracking route a twice: %v, want keyrate.ErrConfig", err)
+	}
+	if err := m.TrackKeys("c", nil); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("tracking nil: %v, want keyrate.ErrConfig", err)
+	}
+}
+
+// New fails cleanly on a nil registry and on a registry that has the
+// metrics already, and leaves the registry as it was.
+func TestNew(t *testing.T) {
+	if _, err := promlimit.New(nil); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("New(nil): %v, want keyrate.ErrConfig", err)
+	}
+	m, reg := newMetrics(t)
+	if _, err := promlimit.New(reg); err == nil {
+		t.Error("New twice on one registry: no error")
+	}
+	m.ObserveDecision("r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	if got := requests(t, reg, "r", "allowed"); got != 1 {
+		t.Errorf("the first Metrics no longer counts: %v", got)
+	}
+	// A registry holding only part of the set gets none of the rest.
+	partial := prometheus.NewRegistry()
+	partial.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "keyrate_keys", Help: "x"}))
+	if _, err := promlimit.New(partial); err == nil {
+		t.Error("New on a registry with a clashing keyrate_keys: no error")
+	}
+	if families, _ := partial.Gather(); len(families) != 1 {
+		t.Errorf("after a failed New, the registry has %d families, want 1", len(families))
+	}
+}
+
+// The metrics pass Prometheus's own linter: names, units, help.
+func TestLint(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.ObserveDecision("r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	if err := m.TrackKeys("r", manualLimiter(t, 1, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}

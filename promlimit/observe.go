@@ -1,0 +1,57 @@
+package promlimit
+
+import (
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// maxObservedRoutes bounds the routes ObserveDecision and ObserveError give
+// series of their own. Their routes come from the middleware at run time
+// (grpclimit's are method names, which a client chooses behind
+// grpc.UnknownServiceHandler); past the bound, further routes are counted
+// under route="(other)", so that no client can grow the series without
+// end.
+const maxObservedRoutes = 1000
+
+// otherRoute labels the routes past maxObservedRoutes.
+const otherRoute = "(other)"
+
+// ObserveDecision counts a request of route that the backend decided in
+// took: allowed, limited, or shadow_limited when shadow says a refusal was
+// served anyway. With ObserveError it makes *Metrics a grpclimit.Observer;
+// middleware of your own can call it too.
+func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
+	m.observedRoute(route).decided(d, shadow, took)
+}
+
+// ObserveError counts a request of route for which the backend gave no
+// decision within took, and classifies err: timeout when it matches
+// context.DeadlineExceeded (as a call over its time budget does), invalid
+// when it wraps keyrate.ErrInvalidKey, unavailable otherwise. A request its
+// client cancelled (context.Canceled) counts as result="error" but not as a
+// backend error: it says nothing of the store.
+func (m *Metrics) ObserveError(route string, err error, took time.Duration) {
+	m.observedRoute(route).failed(err, took, true)
+}
+
+func (m *Metrics) observedRoute(name string) *route {
+	if r, ok := m.observed.Load(name); ok {
+		return r.(*route)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.observed.Load(name); ok {
+		return r.(*route)
+	}
+	if m.nobs >= maxObservedRoutes {
+		name = otherRoute
+		if r, ok := m.observed.Load(name); ok {
+			return r.(*route)
+		}
+	}
+	r := m.route(name)
+	m.observed.Store(name, r)
+	m.nobs++
+	return r
+}

@@ -1,0 +1,69 @@
+package promlimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/call"
+)
+
+// route holds one route's series, resolved once, so that counting a request
+// is an atomic add and not a label lookup.
+type route struct {
+	allowed, limited, shadowLimited, errored prometheus.Counter
+	timeout, unavailable, invalid            prometheus.Counter
+	duration                                 prometheus.Observer
+}
+
+// route returns name's series, creating them at 0: a rate over a series
+// that appears on its first increment misses that increment.
+func (m *Metrics) route(name string) *route {
+	return &route{
+		allowed:       m.requests.WithLabelValues(name, resultAllowed),
+		limited:       m.requests.WithLabelValues(name, resultLimited),
+		shadowLimited: m.requests.WithLabelValues(name, resultShadowLimited),
+		errored:       m.requests.WithLabelValues(name, resultError),
+		timeout:       m.errors.WithLabelValues(name, kindTimeout),
+		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
+		invalid:       m.errors.WithLabelValues(name, kindInvalid),
+		duration:      m.duration.WithLabelValues(name),
+	}
+}
+
+func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
+	switch {
+	case d.Allowed:
+		r.allowed.Inc()
+	case shadow:
+		r.shadowLimited.Inc()
+	default:
+		r.limited.Inc()
+	}
+	r.duration.Observe(took.Seconds())
+}
+
+// failed counts a request that got no decision. Only an error that says
+// something about the backend counts as a backend error: not one from
+// before the backend was asked (asked false), nor a request its own client
+// cancelled, which would show a healthy store as failing.
+func (r *route) failed(err error, took time.Duration, asked bool) {
+	r.errored.Inc()
+	if !asked {
+		return
+	}
+	switch {
+	case call.ClientCaused(err):
+		r.invalid.Inc()
+	case errors.Is(err, call.ErrBudgetExceeded), errors.Is(err, context.DeadlineExceeded):
+		r.timeout.Inc()
+	case errors.Is(err, context.Canceled):
+		return
+	default:
+		r.unavailable.Inc()
+	}
+	r.duration.Observe(took.Seconds())
+}
