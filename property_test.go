@@ -89,9 +89,16 @@ func (m *model) decide(key string, n int, now int64, record bool) Decision {
 		d.RetryAfter = time.Duration(best - now)
 	}
 	if len(in) > 0 {
+		d.RefillAfter = time.Duration(slices.Min(in) + m.window - now)
 		d.ResetAfter = time.Duration(slices.Max(in) + m.window - now)
 	}
 	return d
+}
+
+// overflowDecision is the refusal of an untracked key when WithMaxKeys is
+// full: every wait is the window, an estimate of when room comes back.
+func overflowDecision(limit int, window time.Duration) Decision {
+	return Decision{Limit: limit, RetryAfter: window, RefillAfter: window, ResetAfter: window, Overflow: true}
 }
 
 func (m *model) sweep(now int64) int {
@@ -148,7 +155,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 				admissible := n >= 1 && n <= limit
 				var want Decision
 				if _, tracked := m.keys[key]; !tracked && admissible && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = Decision{Limit: limit, RetryAfter: window, Overflow: true}
+					want = overflowDecision(limit, window)
 				} else if admissible || !allowN {
 					want = m.decide(key, n, now, true)
 				} else {
@@ -162,7 +169,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 			case op < 8:
 				want := m.decide(key, 1, now, false)
 				if _, tracked := m.keys[key]; !tracked && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = Decision{Limit: limit, RetryAfter: window, Overflow: true}
+					want = overflowDecision(limit, window)
 				}
 				require.Equal(t, want, l.Peek(key), "step %d: Peek(%q) at %v", i, key, time.Duration(now))
 			case op < 9:

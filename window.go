@@ -212,8 +212,12 @@ func (l *Limiter) untracked(n int) Decision {
 	return empty.decide(l.now(), n, l.limit, l.window, false)
 }
 
+// overflow is the refusal of an untracked key while WithMaxKeys is full.
+// Each wait it reports is the window, an estimate of when the janitor will
+// have made room.
 func (l *Limiter) overflow() Decision {
-	return Decision{Limit: l.limit, RetryAfter: time.Duration(l.window), Overflow: true}
+	w := time.Duration(l.window)
+	return Decision{Limit: l.limit, RetryAfter: w, RefillAfter: w, ResetAfter: w, Overflow: true}
 }
 
 // TakeContext is Take for callers that hold a context, such as a backend

@@ -37,12 +37,15 @@ type step struct {
 	want Decision
 }
 
-func allow(limit, remaining int, reset time.Duration) Decision {
-	return Decision{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}
+// allow is an admitted Decision. refill is RefillAfter: until the oldest
+// event in the window, this request's included, leaves it.
+func allow(limit, remaining int, refill, reset time.Duration) Decision {
+	return Decision{Allowed: true, Limit: limit, Remaining: remaining, RefillAfter: refill, ResetAfter: reset}
 }
 
-func deny(limit, remaining int, retry, reset time.Duration) Decision {
-	return Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+// deny is a refused Decision.
+func deny(limit, remaining int, retry, refill, reset time.Duration) Decision {
+	return Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, RefillAfter: refill, ResetAfter: reset}
 }
 
 func TestTraces(t *testing.T) {
@@ -54,52 +57,52 @@ func TestTraces(t *testing.T) {
 		steps  []step
 	}{
 		{"three at one instant, then the window passes", 3, 10 * s, []step{
-			{0, "a", 1, allow(3, 2, 10*s)},
-			{0, "a", 1, allow(3, 1, 10*s)},
-			{0, "a", 1, allow(3, 0, 10*s)},
-			{0, "a", 1, deny(3, 0, 10*s, 10*s)},
-			{5 * s, "a", 1, deny(3, 0, 5*s, 5*s)},
-			{10*s - 1, "a", 1, deny(3, 0, 1, 1)},
-			{10 * s, "a", 1, allow(3, 2, 10*s)}, // (0s,10s] no longer holds the events at 0s
+			{0, "a", 1, allow(3, 2, 10*s, 10*s)},
+			{0, "a", 1, allow(3, 1, 10*s, 10*s)},
+			{0, "a", 1, allow(3, 0, 10*s, 10*s)},
+			{0, "a", 1, deny(3, 0, 10*s, 10*s, 10*s)},
+			{5 * s, "a", 1, deny(3, 0, 5*s, 5*s, 5*s)},
+			{10*s - 1, "a", 1, deny(3, 0, 1, 1, 1)},
+			{10 * s, "a", 1, allow(3, 2, 10*s, 10*s)}, // (0s,10s] no longer holds the events at 0s
 		}},
 		{"staggered events leave one by one", 3, 10 * s, []step{
-			{0, "a", 1, allow(3, 2, 10*s)},
-			{1 * s, "a", 1, allow(3, 1, 10*s)},
-			{2 * s, "a", 1, allow(3, 0, 10*s)},
-			{3 * s, "a", 1, deny(3, 0, 7*s, 9*s)},
-			{10 * s, "a", 1, allow(3, 0, 10*s)},
-			{10 * s, "a", 1, deny(3, 0, 1*s, 10*s)},
-			{11 * s, "a", 1, allow(3, 0, 10*s)},
-			{25 * s, "a", 1, allow(3, 2, 10*s)},
+			{0, "a", 1, allow(3, 2, 10*s, 10*s)},
+			{1 * s, "a", 1, allow(3, 1, 9*s, 10*s)}, // the event at 0s leaves first
+			{2 * s, "a", 1, allow(3, 0, 8*s, 10*s)},
+			{3 * s, "a", 1, deny(3, 0, 7*s, 7*s, 9*s)},
+			{10 * s, "a", 1, allow(3, 0, 1*s, 10*s)},
+			{10 * s, "a", 1, deny(3, 0, 1*s, 1*s, 10*s)},
+			{11 * s, "a", 1, allow(3, 0, 1*s, 10*s)},
+			{25 * s, "a", 1, allow(3, 2, 10*s, 10*s)},
 		}},
 		{"weights count every event", 5, 10 * s, []step{
-			{0, "a", 3, allow(5, 2, 10*s)},
-			{1 * s, "a", 3, deny(5, 2, 9*s, 9*s)},
-			{1 * s, "a", 2, allow(5, 0, 10*s)},
-			{5 * s, "a", 1, deny(5, 0, 5*s, 6*s)},
-			{10 * s, "a", 4, deny(5, 3, 1*s, 1*s)},
-			{11 * s, "a", 4, allow(5, 1, 10*s)},
-			{11 * s, "a", 5, deny(5, 1, 10*s, 10*s)},
+			{0, "a", 3, allow(5, 2, 10*s, 10*s)},
+			{1 * s, "a", 3, deny(5, 2, 9*s, 9*s, 9*s)},
+			{1 * s, "a", 2, allow(5, 0, 9*s, 10*s)},
+			{5 * s, "a", 1, deny(5, 0, 5*s, 5*s, 6*s)},
+			{10 * s, "a", 4, deny(5, 3, 1*s, 1*s, 1*s)},
+			{11 * s, "a", 4, allow(5, 1, 10*s, 10*s)},
+			{11 * s, "a", 5, deny(5, 1, 10*s, 10*s, 10*s)},
 		}},
 		{"weights that never or always fit", 5, 10 * s, []step{
-			{0, "a", 2, allow(5, 3, 10*s)},
-			{1 * s, "a", 0, allow(5, 3, 9*s)},
-			{1 * s, "a", -1, deny(5, 3, 0, 9*s)},
-			{1 * s, "a", 6, deny(5, 3, 0, 9*s)},
-			{1 * s, "a", 3, allow(5, 0, 10*s)},
-			{2 * s, "a", 0, allow(5, 0, 9*s)},
+			{0, "a", 2, allow(5, 3, 10*s, 10*s)},
+			{1 * s, "a", 0, allow(5, 3, 9*s, 9*s)},
+			{1 * s, "a", -1, deny(5, 3, 0, 9*s, 9*s)},
+			{1 * s, "a", 6, deny(5, 3, 0, 9*s, 9*s)},
+			{1 * s, "a", 3, allow(5, 0, 9*s, 10*s)},
+			{2 * s, "a", 0, allow(5, 0, 8*s, 9*s)},
 		}},
 		{"untracked keys and bad weights create nothing", 2, time.Minute, []step{
-			{0, "x", 0, allow(2, 2, 0)},
-			{0, "x", -3, deny(2, 2, 0, 0)},
-			{0, "x", 3, deny(2, 2, 0, 0)},
-			{0, "y", 2, allow(2, 0, time.Minute)},
+			{0, "x", 0, allow(2, 2, 0, 0)},
+			{0, "x", -3, deny(2, 2, 0, 0, 0)},
+			{0, "x", 3, deny(2, 2, 0, 0, 0)},
+			{0, "y", 2, allow(2, 0, time.Minute, time.Minute)},
 		}},
 		{"keys keep separate budgets", 1, 10 * s, []step{
-			{0, "a", 1, allow(1, 0, 10*s)},
-			{0, "b", 1, allow(1, 0, 10*s)},
-			{1 * s, "a", 1, deny(1, 0, 9*s, 9*s)},
-			{1 * s, "c", 1, allow(1, 0, 10*s)},
+			{0, "a", 1, allow(1, 0, 10*s, 10*s)},
+			{0, "b", 1, allow(1, 0, 10*s, 10*s)},
+			{1 * s, "a", 1, deny(1, 0, 9*s, 9*s, 9*s)},
+			{1 * s, "c", 1, allow(1, 0, 10*s, 10*s)},
 		}},
 	}
 	for _, tr := range traces {
@@ -177,15 +180,15 @@ func TestSequentialAndConcurrentCalls(t *testing.T) {
 
 func TestPeekRecordsNothing(t *testing.T) {
 	l, c := newManual(t, 2, 10*time.Second)
-	assert.Equal(t, allow(2, 1, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, allow(2, 1, 10*time.Second, 10*time.Second), l.Peek("k"))
 	assert.Equal(t, 0, l.Len(), "Peek must not track an untracked key")
 	l.Allow("k")
 	c.Advance(time.Second)
 	for range 3 {
-		assert.Equal(t, allow(2, 0, 10*time.Second), l.Peek("k"))
+		assert.Equal(t, allow(2, 0, 9*time.Second, 10*time.Second), l.Peek("k"))
 	}
 	assert.Equal(t, l.Peek("k"), l.Take("k", 1), "Peek answers what Take(1) then does")
-	assert.Equal(t, deny(2, 0, 9*time.Second, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, deny(2, 0, 9*time.Second, 9*time.Second, 10*time.Second), l.Peek("k"))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -352,7 +355,7 @@ func TestReset(t *testing.T) {
 	l.Reset("k")
 	l.Reset("never-seen")
 	assert.Equal(t, 0, l.Len())
-	assert.Equal(t, allow(2, 1, time.Minute), l.Take("k", 1))
+	assert.Equal(t, allow(2, 1, time.Minute, time.Minute), l.Take("k", 1))
 }
 
 func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
@@ -368,7 +371,7 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 1, l.Len())
 	assert.Equal(t, before, l.Peek("old"), "eviction must not change the answer")
-	assert.Equal(t, deny(3, 1, 0, 5*time.Second), l.Take("new", 2).withoutRetry())
+	assert.Equal(t, deny(3, 1, 5*time.Second, 5*time.Second, 5*time.Second), l.Take("new", 2))
 	c.Advance(10 * time.Second)
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 0, l.Len())
@@ -387,9 +390,6 @@ func TestSweepShrinksTheMap(t *testing.T) {
 	assert.True(t, l.Allow("flood-7"), "an evicted key starts afresh")
 	assert.Equal(t, 1, l.Len())
 }
-
-// withoutRetry zeroes RetryAfter, for comparisons where only the rest matters.
-func (d Decision) withoutRetry() Decision { d.RetryAfter = 0; return d }
 
 func TestJanitorGoroutine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -445,7 +445,7 @@ func TestMaxKeys(t *testing.T) {
 	require.True(t, l.Allow("a"))
 	require.True(t, l.Allow("b"))
 	d := l.Take("c", 1)
-	assert.Equal(t, Decision{Limit: 1, RetryAfter: 10 * time.Second, Overflow: true}, d)
+	assert.Equal(t, overflowDecision(1, 10*time.Second), d)
 	assert.Equal(t, d, l.Peek("c"))
 	assert.Equal(t, 2, l.Len())
 	assert.False(t, l.Allow("a"), "tracked keys keep their own budget")
