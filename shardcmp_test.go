@@ -75,7 +75,7 @@ func newShardCmpKeyMap() shardCmpKeyMap { return shardCmpKeyMap{newKeyMap(0)} }
 func (x shardCmpKeyMap) take(key string, n, limit int, window int64, now func() int64) Decision {
 	g := x.keys.load(key)
 	if g == nil {
-		g = x.keys.loadOrCreate(key, 0)
+		g = x.keys.loadOrCreate(key, new(atomic.Int64))
 	}
 	g.mu.Lock()
 	d := g.decide(now(), n, limit, window, true)

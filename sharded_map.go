@@ -37,6 +37,8 @@ type keyMap struct {
 	size    atomic.Int64
 	maxKeys int64      // 0: unbounded
 	resize  sync.Mutex // held for the whole of a resize
+
+	beforeCreate func() // tests: runs between a lookup that missed and the insert
 }
 
 const (
@@ -153,10 +155,15 @@ func place(root *mapBucket, g *eventLog, tag uint64) {
 	}
 }
 
-// loadOrCreate returns the key's log, creating it with the given floor
-// instant when absent. It returns nil when the key is absent and the map
-// already holds maxKeys keys.
-func (k *keyMap) loadOrCreate(key string, floor int64) *eventLog {
+// loadOrCreate returns the key's log, creating it when absent to start at
+// the instant floor holds. It returns nil when the key is absent and the map
+// already holds maxKeys keys. The floor is read under the chain's lock, the
+// lock eviction raises it under: read any earlier, a log evicted in between
+// could leave a floor the new log never sees.
+func (k *keyMap) loadOrCreate(key string, floor *atomic.Int64) *eventLog {
+	if k.beforeCreate != nil {
+		k.beforeCreate()
+	}
 	h := k.hash(key)
 	tag := tagOf(h)
 	t, root := k.lockChain(h)
@@ -168,7 +175,7 @@ func (k *keyMap) loadOrCreate(key string, floor int64) *eventLog {
 		root.mu.Unlock()
 		return nil
 	}
-	g := newEventLog(key, floor)
+	g := newEventLog(key, floor.Load())
 	place(root, g, tag)
 	root.mu.Unlock()
 	if n := k.size.Load(); n > int64(len(t.buckets))*slotsPerBucket*3/4 {

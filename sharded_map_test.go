@@ -54,7 +54,7 @@ func TestKeyMapGrowsAndShrinks(t *testing.T) {
 	m := newKeyMap(0)
 	keys := mapKeys("k", 20_000)
 	for _, k := range keys {
-		if g := m.loadOrCreate(k, 0); g == nil || g.key != k {
+		if g := m.loadOrCreate(k, new(atomic.Int64)); g == nil || g.key != k {
 			t.Fatalf("loadOrCreate(%q) = %v", k, g)
 		}
 	}
@@ -64,7 +64,7 @@ func TestKeyMapGrowsAndShrinks(t *testing.T) {
 		t.Fatalf("%d buckets hold %d keys: past three quarters full", grown, len(keys))
 	}
 	// A second insert of a tracked key returns the same log.
-	if a, b := m.load(keys[7]), m.loadOrCreate(keys[7], 0); a != b {
+	if a, b := m.load(keys[7]), m.loadOrCreate(keys[7], new(atomic.Int64)); a != b {
 		t.Fatalf("loadOrCreate of a tracked key made a new log")
 	}
 
@@ -85,7 +85,7 @@ func TestKeyMapGrowsAndShrinks(t *testing.T) {
 
 	// The emptied map takes keys again, reusing slots that deletes freed.
 	for _, k := range keys[50:1000] {
-		m.loadOrCreate(k, 0)
+		m.loadOrCreate(k, new(atomic.Int64))
 	}
 	checkMap(t, m, keys[:1000])
 }
@@ -97,7 +97,7 @@ func TestKeyMapChains(t *testing.T) {
 	m.table.Store(newMapTable(1))
 	keys := mapKeys("c", 23)
 	for _, k := range keys {
-		m.loadOrCreate(k, 0)
+		m.loadOrCreate(k, new(atomic.Int64))
 		m.table.Store(newMapTableFrom(m, 1)) // undo any growth: keep one chain
 	}
 	checkMap(t, m, keys)
@@ -119,7 +119,7 @@ func newMapTableFrom(m *keyMap, n int) *mapTable {
 
 func TestKeyMapRemoveIf(t *testing.T) {
 	m := newKeyMap(0)
-	g := m.loadOrCreate("a", 0)
+	g := m.loadOrCreate("a", new(atomic.Int64))
 	if m.removeIf("a", &eventLog{}, func(*eventLog) bool { return true }) {
 		t.Fatal("removed a key that maps to another log")
 	}
@@ -143,7 +143,7 @@ func TestKeyMapConcurrent(t *testing.T) {
 	stable := mapKeys("stable", 100)
 	logs := make([]*eventLog, len(stable))
 	for i, k := range stable {
-		logs[i] = m.loadOrCreate(k, 0)
+		logs[i] = m.loadOrCreate(k, new(atomic.Int64))
 	}
 	const writers, perWriter = 4, 5000
 	var wg sync.WaitGroup
@@ -170,7 +170,7 @@ func TestKeyMapConcurrent(t *testing.T) {
 		writing.Go(func() {
 			keys := mapKeys(fmt.Sprintf("w%d", w), perWriter)
 			for i, k := range keys {
-				if g := m.loadOrCreate(k, 0); g == nil || g.key != k {
+				if g := m.loadOrCreate(k, new(atomic.Int64)); g == nil || g.key != k {
 					errs <- fmt.Errorf("loadOrCreate(%q) = %v", k, g)
 					return
 				}
@@ -206,7 +206,7 @@ func TestKeyMapMaxKeys(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for _, k := range mapKeys(fmt.Sprintf("w%d", w), 100) {
-				m.loadOrCreate(k, 0)
+				m.loadOrCreate(k, new(atomic.Int64))
 			}
 		})
 	}
@@ -246,14 +246,14 @@ func TestMatches(t *testing.T) {
 func TestKeyMapCountNeverPassesBound(t *testing.T) {
 	for trial := range 2000 {
 		m := newKeyMap(1)
-		m.loadOrCreate("a", 0)
+		m.loadOrCreate("a", new(atomic.Int64))
 		var stop atomic.Bool
 		var flood sync.WaitGroup
 		admitted := make(chan string, 4)
 		for w := range 4 {
 			flood.Go(func() {
 				for i := 0; !stop.Load(); i++ {
-					if k := fmt.Sprint(w, "-", i); m.loadOrCreate(k, 0) != nil {
+					if k := fmt.Sprint(w, "-", i); m.loadOrCreate(k, new(atomic.Int64)) != nil {
 						admitted <- k
 						return
 					}
@@ -268,7 +268,7 @@ func TestKeyMapCountNeverPassesBound(t *testing.T) {
 			}
 		}
 		m.removeIf("a", nil, func(*eventLog) bool { return true })
-		q := m.loadOrCreate("q", 0)
+		q := m.loadOrCreate("q", new(atomic.Int64))
 		stop.Store(true)
 		flood.Wait()
 		close(admitted)

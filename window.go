@@ -193,7 +193,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 			if !create {
 				return nil
 			}
-			if g = l.keys.loadOrCreate(key, l.floor.Load()); g == nil {
+			if g = l.keys.loadOrCreate(key, &l.floor); g == nil {
 				return nil
 			}
 		}

@@ -440,6 +440,33 @@ func TestBackwardClockNeverOverAdmits(t *testing.T) {
 	assert.False(t, l.Allow("j"), "but the ones just recorded at 00:60 have not")
 }
 
+// TestEvictionFloorRace forces the interleaving in which a caller misses
+// the key, and before it creates the key's log another caller creates it
+// and records, the janitor evicts it (raising the floor), and the clock
+// steps back. The late log must start at the eviction's floor: decided any
+// earlier, its event would share a window with the evicted one.
+func TestEvictionFloorRace(t *testing.T) {
+	const s = time.Second
+	l, c := newManual(t, 1, 10*s)
+	c.Set(t0.Add(20 * s))
+	interleaved := false
+	l.keys.beforeCreate = func() {
+		if interleaved {
+			return // the other caller's own insert
+		}
+		interleaved = true
+		require.True(t, l.Allow("k"), "the other caller records at 00:20")
+		c.Set(t0.Add(30 * s))
+		require.Equal(t, 1, l.sweep(l.now()), "evicted at 00:30, idle by then")
+		c.Set(t0.Add(25 * s))
+	}
+	assert.Equal(t, allow(1, 0, 10*s, 10*s), l.Take("k", 1))
+	require.True(t, interleaved)
+	c.Set(t0.Add(35 * s))
+	assert.Equal(t, deny(1, 0, 5*s, 5*s, 5*s), l.Peek("k"),
+		"the late event is at 00:30, where the one at 00:20 had left the window")
+}
+
 func TestMaxKeys(t *testing.T) {
 	l, c := newManual(t, 1, 10*time.Second, WithMaxKeys(2))
 	require.True(t, l.Allow("a"))
