@@ -9,6 +9,12 @@ import (
 // read through its monotonic reading so that a wall-clock step (NTP, a manual
 // change, a leap smear) never opens or closes the gate. Supply another Clock
 // with WithClock to pin time in tests or simulations.
+//
+// Wait sleeps on the clock too. When a Clock also has the method
+// After(d time.Duration) <-chan time.Time, as ManualClock does, Wait waits
+// on the channel After returns instead of on a real timer, so that a waiter
+// under a simulated clock wakes when that clock is moved, not when real time
+// passes.
 type Clock interface {
 	Now() time.Time
 }
@@ -20,11 +26,17 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// afterClock is implemented by clocks that can wake a waiter themselves, as
-// ManualClock does; Wait uses it instead of a real timer so that a waiter
-// under a manual clock wakes when the clock is moved, not when real time passes.
+// afterClock is a Clock that can wake a waiter itself (see Clock).
 type afterClock interface {
 	After(d time.Duration) <-chan time.Time
+}
+
+// afterAtClock is a clock that wakes a waiter at an absolute instant, as
+// ManualClock does (and any clock that embeds one). Wait prefers it to
+// After: a duration is relative to whenever the clock is read, and a clock
+// moved between the decision and that read would wake the waiter late.
+type afterAtClock interface {
+	afterAt(t time.Time) <-chan time.Time
 }
 
 // ManualClock is a Clock that moves only when told to. It is safe for
@@ -76,13 +88,24 @@ func (c *ManualClock) Set(t time.Time) {
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.afterLocked(c.now.Add(d))
+}
+
+// afterAt returns a channel that receives the clock's instant once the clock
+// reads t or later; at once if it already does.
+func (c *ManualClock) afterAt(t time.Time) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.afterLocked(t)
+}
+
+func (c *ManualClock) afterLocked(t time.Time) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	w := manualWaiter{at: c.now.Add(d), ch: ch}
-	if d <= 0 {
+	if !c.now.Before(t) {
 		ch <- c.now
 		return ch
 	}
-	c.waiters = append(c.waiters, w)
+	c.waiters = append(c.waiters, manualWaiter{at: t, ch: ch})
 	return ch
 }
 

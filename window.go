@@ -55,6 +55,8 @@ type Limiter struct {
 	// coarseNow is the cached instant WithCoarseClock decides at.
 	coarseNow atomic.Int64
 
+	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
+
 	closed     atomic.Bool
 	done       chan struct{}
 	closeOnce  sync.Once
@@ -153,17 +155,25 @@ func (l *Limiter) AllowN(key string, n int) bool {
 // cost function rates as free). A negative weight, or one above the limit,
 // is never allowed, with RetryAfter 0.
 func (l *Limiter) Take(key string, n int) Decision {
+	d, _ := l.take(key, n)
+	return d
+}
+
+// take is Take that also returns the instant it decided at.
+func (l *Limiter) take(key string, n int) (Decision, int64) {
 	admissible := n >= 1 && n <= l.limit
 	g := l.lock(key, admissible)
+	now := l.now()
 	if g == nil {
 		if admissible {
-			return l.overflow()
+			return l.overflow(), now
 		}
-		return l.untracked(n)
+		return l.untracked(n), now
 	}
-	d := g.decide(l.now(), n, l.limit, l.window, true)
+	d := g.decide(now, n, l.limit, l.window, true)
+	at := g.last
 	g.mu.Unlock()
-	return d
+	return d, at
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
@@ -255,7 +265,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d := l.Take(key, n)
+		d, at := l.take(key, n)
 		if d.Allowed {
 			return nil
 		}
@@ -263,24 +273,33 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return fmt.Errorf("keyrate: wait of %v for %q would pass the context deadline: %w",
 				d.RetryAfter, key, context.DeadlineExceeded)
 		}
-		if err := l.sleep(ctx, d.RetryAfter); err != nil {
+		if l.beforeSleep != nil {
+			l.beforeSleep()
+		}
+		// Wake at the refusal's own instant plus RetryAfter: the clock may
+		// have moved since it was read.
+		if err := l.sleep(ctx, at+int64(d.RetryAfter)); err != nil {
 			return err
 		}
 	}
 }
 
-// sleep waits for d on the limiter's clock, ctx, or Close.
-func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
-	var wake <-chan time.Time
-	if ac, ok := l.clock.(afterClock); ok {
-		wake = ac.After(d)
-	} else {
-		t := time.NewTimer(d)
+// sleep waits until the limiter's clock reaches instant wake (an offset
+// from base), ctx ends, or Close.
+func (l *Limiter) sleep(ctx context.Context, wake int64) error {
+	var ch <-chan time.Time
+	switch c := l.clock.(type) {
+	case afterAtClock:
+		ch = c.afterAt(l.base.Add(time.Duration(wake)))
+	case afterClock:
+		ch = c.After(time.Duration(wake - l.now()))
+	default:
+		t := time.NewTimer(time.Duration(wake - l.now()))
 		defer t.Stop()
-		wake = t.C
+		ch = t.C
 	}
 	select {
-	case <-wake:
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

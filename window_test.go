@@ -218,30 +218,83 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// relativeClock is a Clock with an After method and nothing else, as a
+// user's simulated clock might be: Wait must sleep on its After.
+type relativeClock struct{ c *ManualClock }
+
+func (r relativeClock) Now() time.Time                         { return r.c.Now() }
+func (r relativeClock) After(d time.Duration) <-chan time.Time { return r.c.After(d) }
+
 func TestWaitUnderManualClock(t *testing.T) {
+	for _, name := range []string{"ManualClock", "a Clock with After"} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := NewManualClock(t0)
+				var clock Clock = c
+				if name != "ManualClock" {
+					clock = relativeClock{c}
+				}
+				l, err := New(1, 10*time.Second, WithClock(clock), WithJanitorInterval(0))
+				require.NoError(t, err)
+				defer l.Close()
+				require.True(t, l.Allow("k"))
+				done := make(chan error, 1)
+				go func() { done <- l.Wait(context.Background(), "k") }()
+				for _, step := range []time.Duration{3 * time.Second, 6 * time.Second, 999 * time.Millisecond} {
+					c.Advance(step)
+					synctest.Wait() // the waiter has run as far as it can
+					select {
+					case err := <-done:
+						t.Fatalf("Wait returned %v at %v, before the slot freed at 00:10", err, c.Now().Sub(t0))
+					default:
+					}
+				}
+				c.Advance(time.Millisecond)
+				synctest.Wait()
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				default:
+					t.Fatal("Wait still blocked at 00:10")
+				}
+				assert.Equal(t, 0, l.Peek("k").Remaining, "Wait recorded its event")
+			})
+		})
+	}
+}
+
+// TestWaitWakesAtTheDecisionsInstant moves the clock to the instant the
+// slot frees after Wait's Take is refused and before Wait registers its
+// wake-up. Wait must wake at the refusal's instant plus RetryAfter, which
+// the clock has already reached, not RetryAfter past the moved clock.
+func TestWaitWakesAtTheDecisionsInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, c := newManual(t, 1, 10*time.Second)
+		const s = time.Second
+		l, c := newManual(t, 1, 10*s)
 		require.True(t, l.Allow("k"))
-		done := make(chan error, 1)
-		go func() { done <- l.Wait(context.Background(), "k") }()
-		for _, step := range []time.Duration{3 * time.Second, 6 * time.Second, 999 * time.Millisecond} {
-			c.Advance(step)
-			synctest.Wait() // the waiter has run as far as it can
-			select {
-			case err := <-done:
-				t.Fatalf("Wait returned %v at %v, before the slot freed at 00:10", err, c.Now().Sub(t0))
-			default:
+		c.Set(t0.Add(3 * s)) // Wait's Take is refused here, RetryAfter 7s
+		moved := false
+		l.beforeSleep = func() {
+			if !moved {
+				moved = true
+				c.Set(t0.Add(10 * s))
 			}
 		}
-		c.Advance(time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(ctx, "k") }()
 		synctest.Wait()
 		select {
 		case err := <-done:
 			require.NoError(t, err)
 		default:
-			t.Fatal("Wait still blocked at 00:10")
+			cancel()
+			<-done
+			t.Fatal("Wait slept past 00:10, where its slot freed and the clock already was")
 		}
-		assert.Equal(t, 0, l.Peek("k").Remaining, "Wait recorded its event")
+		cancel()
+		require.True(t, moved)
+		assert.Equal(t, deny(1, 0, 10*s, 10*s, 10*s), l.Peek("k"), "Wait recorded its event at 00:10")
 	})
 }
 
@@ -534,6 +587,12 @@ func TestManualClockAfter(t *testing.T) {
 	}
 	c.Advance(time.Millisecond)
 	assert.Equal(t, t0.Add(time.Second), <-later)
+
+	reached := c.afterAt(t0) // an instant the clock has passed
+	at := c.afterAt(t0.Add(2 * time.Second))
+	assert.Equal(t, t0.Add(time.Second), <-reached)
+	c.Set(t0.Add(3 * time.Second))
+	assert.Equal(t, t0.Add(3*time.Second), <-at, "fires with the instant the clock was moved to")
 }
 
 func TestCoarseClock(t *testing.T) {
