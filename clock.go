@@ -14,7 +14,8 @@ import (
 // After(d time.Duration) <-chan time.Time, as ManualClock does, Wait waits
 // on the channel After returns instead of on a real timer, so that a waiter
 // under a simulated clock wakes when that clock is moved, not when real time
-// passes.
+// passes. Under a ManualClock, Wait wakes at the exact instant its request
+// fits, however the clock moved while the request was being decided.
 type Clock interface {
 	Now() time.Time
 }
@@ -25,6 +26,45 @@ type Clock interface {
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
+
+// now returns the limiter's clock reading as nanoseconds since base. For the
+// system clock that is time.Since, a monotonic read; for the coarse clock,
+// one atomic load.
+func (l *Limiter) now() int64 {
+	switch {
+	case l.coarse:
+		return l.coarseNow.Load()
+	case l.system:
+		return int64(time.Since(l.base))
+	default:
+		return int64(l.clock.Now().Sub(l.base))
+	}
+}
+
+// startCoarseClock starts WithCoarseClock's goroutine, which keeps coarseNow
+// within resolution of the system clock until Close.
+func (l *Limiter) startCoarseClock(resolution time.Duration) {
+	l.coarseNow.Store(int64(time.Since(l.base)))
+	l.coarse = true
+	l.background.Go(func() {
+		every(resolution, l.done, func() { l.coarseNow.Store(int64(time.Since(l.base))) })
+	})
+}
+
+// every calls f once per interval of real time until done is closed. The
+// coarse clock and the janitor both run on it.
+func every(interval time.Duration, done <-chan struct{}, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			f()
+		case <-done:
+			return
+		}
+	}
+}
 
 // afterClock is a Clock that can wake a waiter itself (see Clock).
 type afterClock interface {

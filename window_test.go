@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -432,14 +433,15 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 
 func TestSweepShrinksTheMap(t *testing.T) {
 	l, c := newManual(t, 3, 10*time.Second)
+	empty := l.keys.m.Stats().TotalBuckets
 	for i := range 5000 {
 		l.Allow(fmt.Sprint("flood-", i))
 	}
-	grown := len(l.keys.table.Load().buckets)
-	require.Greater(t, grown, minBuckets, "5000 keys should have grown the table")
+	grown := l.keys.m.Stats().TotalBuckets
+	require.Greater(t, grown, 8*empty, "5000 keys should have grown the table")
 	c.Advance(10 * time.Second)
 	assert.Equal(t, 5000, l.sweep(l.now()))
-	assert.Equal(t, minBuckets, len(l.keys.table.Load().buckets), "the sweep should give the table back")
+	assert.Less(t, l.keys.m.Stats().TotalBuckets, grown/4, "the sweep should give the table back")
 	assert.True(t, l.Allow("flood-7"), "an evicted key starts afresh")
 	assert.Equal(t, 1, l.Len())
 }
@@ -557,21 +559,26 @@ func TestRingGrowsLazilyAndShrinks(t *testing.T) {
 	l, c := newManual(t, 1000, 10*time.Second)
 	l.Allow("k")
 	g := l.keys.load("k")
-	assert.Same(t, &g.inline[0], &g.buf[0], "a key with one event keeps it inside the log")
+	assert.Same(t, &g.inline[0], g.ring, "a key with one event keeps it inside the log")
 	l.Allow("k")
-	assert.Len(t, g.buf, 2, "the second event moves the ring to the heap")
+	assert.Equal(t, uint32(2), g.size, "the second event moves the ring to the heap")
+	assert.NotSame(t, &g.inline[0], g.ring)
 	l.Allow("k")
-	assert.Len(t, g.buf, 4)
+	assert.Equal(t, uint32(4), g.size)
 	for range 97 {
 		l.Allow("k")
 	}
-	assert.Len(t, g.buf, 128)
+	assert.Equal(t, uint32(128), g.size)
 	l.AllowN("k", 900)
-	assert.Len(t, g.buf, 1000, "capped at the limit")
+	assert.Equal(t, uint32(1000), g.size, "capped at the limit")
 	c.Advance(10 * time.Second)
 	l.Allow("k")
-	assert.Same(t, &g.inline[0], &g.buf[0], "the ring gives memory back as it empties")
+	assert.Same(t, &g.inline[0], g.ring, "the ring gives memory back as it empties")
 	assert.Equal(t, 999, l.Peek("k").Remaining+1)
+}
+
+func TestEventLogSize(t *testing.T) {
+	assert.Equal(t, uintptr(48), unsafe.Sizeof(eventLog{}), "a log is one 48-byte allocation")
 }
 
 func TestManualClockAfter(t *testing.T) {
