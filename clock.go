@@ -9,6 +9,13 @@ import (
 // read through its monotonic reading so that a wall-clock step (NTP, a manual
 // change, a leap smear) never opens or closes the gate. Supply another Clock
 // with WithClock to pin time in tests or simulations.
+//
+// Wait sleeps on the clock too. When a Clock also has the method
+// After(d time.Duration) <-chan time.Time, as ManualClock does, Wait waits
+// on the channel After returns instead of on a real timer, so that a waiter
+// under a simulated clock wakes when that clock is moved, not when real time
+// passes. Under a ManualClock, Wait wakes at the exact instant its request
+// fits, however the clock moved while the request was being decided.
 type Clock interface {
 	Now() time.Time
 }
@@ -20,11 +27,56 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// afterClock is implemented by clocks that can wake a waiter themselves, as
-// ManualClock does; Wait uses it instead of a real timer so that a waiter
-// under a manual clock wakes when the clock is moved, not when real time passes.
+// now returns the limiter's clock reading as nanoseconds since base. For the
+// system clock that is time.Since, a monotonic read; for the coarse clock,
+// one atomic load.
+func (l *Limiter) now() int64 {
+	switch {
+	case l.coarse:
+		return l.coarseNow.Load()
+	case l.system:
+		return int64(time.Since(l.base))
+	default:
+		return int64(l.clock.Now().Sub(l.base))
+	}
+}
+
+// startCoarseClock starts WithCoarseClock's goroutine, which keeps coarseNow
+// within resolution of the system clock until Close.
+func (l *Limiter) startCoarseClock(resolution time.Duration) {
+	l.coarseNow.Store(int64(time.Since(l.base)))
+	l.coarse = true
+	l.background.Go(func() {
+		every(resolution, l.done, func() { l.coarseNow.Store(int64(time.Since(l.base))) })
+	})
+}
+
+// every calls f once per interval of real time until done is closed. The
+// coarse clock and the janitor both run on it.
+func every(interval time.Duration, done <-chan struct{}, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			f()
+		case <-done:
+			return
+		}
+	}
+}
+
+// afterClock is a Clock that can wake a waiter itself (see Clock).
 type afterClock interface {
 	After(d time.Duration) <-chan time.Time
+}
+
+// afterAtClock is a clock that wakes a waiter at an absolute instant, as
+// ManualClock does (and any clock that embeds one). Wait prefers it to
+// After: a duration is relative to whenever the clock is read, and a clock
+// moved between the decision and that read would wake the waiter late.
+type afterAtClock interface {
+	afterAt(t time.Time) <-chan time.Time
 }
 
 // ManualClock is a Clock that moves only when told to. It is safe for
@@ -76,13 +128,24 @@ func (c *ManualClock) Set(t time.Time) {
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.afterLocked(c.now.Add(d))
+}
+
+// afterAt returns a channel that receives the clock's instant once the clock
+// reads t or later; at once if it already does.
+func (c *ManualClock) afterAt(t time.Time) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.afterLocked(t)
+}
+
+func (c *ManualClock) afterLocked(t time.Time) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	w := manualWaiter{at: c.now.Add(d), ch: ch}
-	if d <= 0 {
+	if !c.now.Before(t) {
 		ch <- c.now
 		return ch
 	}
-	c.waiters = append(c.waiters, w)
+	c.waiters = append(c.waiters, manualWaiter{at: t, ch: ch})
 	return ch
 }
 

@@ -32,7 +32,8 @@ type Decision struct {
 	RefillAfter time.Duration
 	// Overflow reports a refusal because the limiter already tracks as many
 	// keys as WithMaxKeys allows and this key is not one of them. Such a
-	// Decision says nothing about the key's own budget; its RetryAfter is the
-	// window, an estimate of when idle keys will have been evicted.
+	// Decision says nothing about the key's own budget; its RetryAfter,
+	// RefillAfter and ResetAfter are the window, an estimate of when idle
+	// keys will have been evicted.
 	Overflow bool
 }

@@ -71,9 +71,14 @@ func ExampleLimiter_Take() {
 	clock.Advance(15 * time.Second)
 	d = limiter.Take("upload", 2)
 	fmt.Printf("allowed=%v remaining=%d retry=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+	// The 4 taken at 0s leave at 1m: quota comes back in 45s (RefillAfter,
+	// the RateLimit field's t), though the window empties only at 1m15s.
+	d = limiter.Take("upload", 1)
+	fmt.Printf("allowed=%v remaining=%d refill=%v reset=%v\n", d.Allowed, d.Remaining, d.RefillAfter, d.ResetAfter)
 	// Output:
 	// allowed=true remaining=1 reset=1m0s
 	// allowed=false remaining=1 retry=45s
+	// allowed=true remaining=0 refill=45s reset=1m0s
 }
 
 // Wait blocks until the request fits. With a deadline too close for the

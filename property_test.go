@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -89,9 +90,16 @@ func (m *model) decide(key string, n int, now int64, record bool) Decision {
 		d.RetryAfter = time.Duration(best - now)
 	}
 	if len(in) > 0 {
+		d.RefillAfter = time.Duration(slices.Min(in) + m.window - now)
 		d.ResetAfter = time.Duration(slices.Max(in) + m.window - now)
 	}
 	return d
+}
+
+// overflowDecision is the refusal of an untracked key when WithMaxKeys is
+// full: every wait is the window, an estimate of when room comes back.
+func overflowDecision(limit int, window time.Duration) Decision {
+	return Decision{Limit: limit, RetryAfter: window, RefillAfter: window, ResetAfter: window, Overflow: true}
 }
 
 func (m *model) sweep(now int64) int {
@@ -148,7 +156,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 				admissible := n >= 1 && n <= limit
 				var want Decision
 				if _, tracked := m.keys[key]; !tracked && admissible && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = Decision{Limit: limit, RetryAfter: window, Overflow: true}
+					want = overflowDecision(limit, window)
 				} else if admissible || !allowN {
 					want = m.decide(key, n, now, true)
 				} else {
@@ -162,7 +170,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 			case op < 8:
 				want := m.decide(key, 1, now, false)
 				if _, tracked := m.keys[key]; !tracked && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = Decision{Limit: limit, RetryAfter: window, Overflow: true}
+					want = overflowDecision(limit, window)
 				}
 				require.Equal(t, want, l.Peek(key), "step %d: Peek(%q) at %v", i, key, time.Duration(now))
 			case op < 9:
@@ -311,4 +319,108 @@ func TestConcurrentMovingClock(t *testing.T) {
 			require.LessOrEqual(t, in, limit, "key %s: %d events surely inside (%v, %v]", key, in, s, s+window)
 		}
 	}
+}
+
+// TestDecisionInstantsInsideTheirCalls reads each decision's instant back
+// from its Decision and checks that it lies between clock readings taken
+// just before and just after the call, and that one key's instants never run
+// backwards in the order its decisions were made. The limiter reads the
+// clock before taking the key's lock, so a caller can read it early and lock
+// late; deciding at the later of its reading and the key's newest instant
+// must keep both properties while the clock moves under the calls.
+func TestDecisionInstantsInsideTheirCalls(t *testing.T) {
+	const goroutines, callsEach = 8, 2000
+	window := time.Hour
+	l, c := newManual(t, goroutines*callsEach+1, window)
+	// The event at 00:00 stays the oldest, so every later admission's
+	// RefillAfter is window minus its instant.
+	require.True(t, l.Allow("k"))
+
+	type call struct {
+		from, at, to time.Duration
+		remaining    int
+	}
+	results := make([][]call, goroutines)
+	stop := make(chan struct{})
+	var ticker sync.WaitGroup
+	ticker.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				c.Advance(time.Microsecond)
+			}
+		}
+	})
+	var calls sync.WaitGroup
+	for g := range goroutines {
+		calls.Go(func() {
+			for range callsEach {
+				from := c.Now().Sub(t0)
+				d := l.Take("k", 1)
+				to := c.Now().Sub(t0)
+				if !d.Allowed {
+					t.Errorf("refused with room left: %+v", d)
+					return
+				}
+				results[g] = append(results[g], call{from, window - d.RefillAfter, to, d.Remaining})
+			}
+		})
+	}
+	calls.Wait()
+	close(stop)
+	ticker.Wait()
+
+	all := slices.Concat(results...)
+	require.Len(t, all, goroutines*callsEach)
+	for _, r := range all {
+		require.True(t, r.from <= r.at && r.at <= r.to,
+			"decided at %v, outside its call [%v, %v]", r.at, r.from, r.to)
+	}
+	// Remaining counts down one per admission: it orders the decisions.
+	slices.SortFunc(all, func(a, b call) int { return b.remaining - a.remaining })
+	for i := 1; i < len(all); i++ {
+		require.Equal(t, all[i-1].remaining-1, all[i].remaining, "one admission per Remaining")
+		require.LessOrEqual(t, all[i-1].at, all[i].at, "decision %d is before the one made just before it", i)
+	}
+	require.Greater(t, all[len(all)-1].at, all[0].at, "the clock moved during the calls")
+}
+
+// interleavingClock is a ManualClock that, on the reading after between is
+// set, runs between after taking the reading and before handing it back: it
+// lets another caller decide between a call's clock read and its lock.
+type interleavingClock struct {
+	*ManualClock
+	between func()
+}
+
+func (c *interleavingClock) Now() time.Time {
+	now := c.ManualClock.Now()
+	if f := c.between; f != nil {
+		c.between = nil
+		f()
+	}
+	return now
+}
+
+// TestClockReadBeforeLockIsClamped pins the interleaving the concurrent test
+// above can only hope for: a call reads the clock at 00:05, another call
+// reads 00:08 and decides, and only then does the first take the key's lock.
+// It must decide at 00:08, the newest instant the key has seen and one its
+// own call spans, not at 00:05, before a decision made ahead of it.
+func TestClockReadBeforeLockIsClamped(t *testing.T) {
+	const s = time.Second
+	c := &interleavingClock{ManualClock: NewManualClock(t0)}
+	l, err := New(3, 10*s, WithClock(c), WithJanitorInterval(0))
+	require.NoError(t, err)
+	defer l.Close()
+	c.Set(t0.Add(5 * s))
+	c.between = func() {
+		c.Set(t0.Add(8 * s))
+		require.Equal(t, allow(3, 2, 10*s, 10*s), l.Take("k", 1), "the other call, at 00:08")
+	}
+	assert.Equal(t, allow(3, 1, 10*s, 10*s), l.Take("k", 1), "decided at 00:08: both events leave at 00:18")
+	c.Set(t0.Add(17 * s))
+	assert.Equal(t, allow(3, 0, 1*s, 10*s), l.Peek("k"))
 }

@@ -3,6 +3,7 @@ package keyrate
 import (
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // eventLog is one key's sliding log: the instants of its admitted events,
@@ -10,75 +11,74 @@ import (
 // shrinks back when it empties out. Instants are nanosecond offsets from the
 // limiter's base, so they come from the monotonic clock and fit in an int64.
 //
-// The struct fills one 80-byte allocation, and it is also the key map's
-// entry: it holds its key, so a lookup goes from the map's bucket straight
-// to the log it is about to lock. It keeps a copy of the oldest event, so a
-// decision that prunes nothing (every refusal of a busy key) never reads the
-// ring; and a key with one event in its window keeps that event inline,
-// costing one allocation in all.
+// The struct fills one 48-byte allocation, and a key with one event in its
+// window keeps that event inline: such a key costs that allocation, its map
+// entry and its key string, under 128 bytes in all (TestMemoryPerKey). The
+// ring moves to the heap at the second event. It is held as a pointer to its
+// first slot and a capacity rather than a slice, whose header would take 16
+// bytes more and push the struct into the next size class.
 //
-// Every field but key (set before the log is shared, then only read, by
-// lock-free lookups too) is guarded by mu. A nil buf marks a log the janitor has evicted
-// from the map: a caller that finds one retries with a fresh lookup.
+// Every field is guarded by mu. dead marks a log that has left the map
+// (evicted or Reset): a caller that finds it so retries with a fresh lookup.
 type eventLog struct {
 	mu     sync.Mutex
-	key    string  // the key the log belongs to, set once
-	head   uint32  // index in buf of the oldest event
-	n      uint32  // number of events held
-	last   int64   // newest instant this key was decided at; time never runs back past it
-	oldest int64   // buf[head] while n > 0
-	buf    []int64 // the ring: inline while it fits, else on the heap; nil once evicted
+	head   uint32 // index in the ring of the oldest event
+	n      uint32 // number of events held
+	last   int64  // newest instant this key was decided at; time never runs back past it
+	ring   *int64 // the ring's first slot: &inline[0], or a heap array of size slots
+	size   uint32 // the ring's capacity
+	dead   bool
 	inline [inlineSlots]int64
 }
 
 const inlineSlots = 1
 
-func newEventLog(key string, floor int64) *eventLog {
-	g := &eventLog{key: key, last: floor}
-	g.buf = g.inline[:]
+func newEventLog(floor int64) *eventLog {
+	g := &eventLog{last: floor}
+	g.ring, g.size = &g.inline[0], inlineSlots
 	return g
 }
+
+// slots returns the ring as a slice.
+func (g *eventLog) slots() []int64 { return unsafe.Slice(g.ring, g.size) }
 
 // at returns the i-th oldest event, 0 <= i < n.
 func (g *eventLog) at(i uint32) int64 {
 	j := g.head + i
-	if c := uint32(len(g.buf)); j >= c {
-		j -= c
+	if j >= g.size {
+		j -= g.size
 	}
-	return g.buf[j]
+	return g.slots()[j]
 }
 
 // prune drops the events at or before horizon (they have left the window)
 // and gives memory back once the ring is mostly empty.
 func (g *eventLog) prune(horizon int64) {
-	for g.n > 0 && g.oldest <= horizon {
+	for g.n > 0 && g.at(0) <= horizon {
 		g.head++
-		if int(g.head) == len(g.buf) {
+		if g.head == g.size {
 			g.head = 0
 		}
 		g.n--
-		g.oldest = g.buf[g.head] // stale when n reaches 0, and then unread
 	}
-	if c := len(g.buf); c > inlineSlots && int(g.n) <= c/4 {
-		g.resize(2 * int(g.n)) // room to double before the next shrink
+	if g.size > inlineSlots && g.n <= g.size/4 {
+		g.resize(2 * g.n) // room to double before the next shrink
 	}
 }
 
-// push appends k events at instant t, growing the ring (up to limit) if needed.
+// push appends k events at instant t, growing the ring (up to limit) if
+// needed. n+k must not pass limit, which is at most math.MaxInt32.
 func (g *eventLog) push(t int64, k uint32, limit int) {
-	if need := int(g.n + k); need > len(g.buf) {
-		g.resize(min(max(2*len(g.buf), need), limit))
+	if need := g.n + k; need > g.size {
+		g.resize(min(max(2*g.size, need), uint32(limit)))
 	}
-	if g.n == 0 {
-		g.oldest = t
-	}
-	c := uint32(len(g.buf))
+	ring, c := g.slots(), g.size
 	j := g.head + g.n
 	for range k {
 		if j >= c {
 			j -= c
 		}
-		g.buf[j] = t
+		ring[j] = t
 		j++
 	}
 	g.n += k
@@ -87,23 +87,25 @@ func (g *eventLog) push(t int64, k uint32, limit int) {
 // resize moves the events to a ring of capacity c, or to the inline slots
 // when c fits there. Only a heap ring ever moves to the inline slots, so
 // source and destination never overlap.
-func (g *eventLog) resize(c int) {
-	var buf []int64
+func (g *eventLog) resize(c uint32) {
+	var ring []int64
 	if c <= inlineSlots {
-		buf = g.inline[:]
+		ring = g.inline[:]
 	} else {
-		buf = make([]int64, c)
+		ring = make([]int64, c)
 	}
 	for i := range g.n {
-		buf[i] = g.at(i)
+		ring[i] = g.at(i)
 	}
-	g.buf, g.head = buf, 0
+	g.ring, g.size, g.head = &ring[0], uint32(len(ring)), 0
 }
 
 // settle moves the log to instant now and drops the events that have left
-// the window. It returns the instant to decide at: now, unless a clock that
-// stepped back put now before the newest instant already seen, in which case
-// the log is decided at that instant.
+// the window. It returns the instant to decide at: now, unless now is before
+// the newest instant already decided at for this key (a clock stepped back,
+// or the caller read the clock before another caller took the key's lock),
+// in which case the log is decided at that instant, so that each key's
+// instants never run backwards.
 func (g *eventLog) settle(now, window int64) int64 {
 	now = max(now, g.last)
 	g.last = now
@@ -143,6 +145,10 @@ func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) De
 		d.Allowed = true
 		d.Remaining -= n
 		d.ResetAfter = time.Duration(window) // the request's own events are the newest
+		d.RefillAfter = d.ResetAfter         // unless an older event leaves first
+		if g.n > 0 {
+			d.RefillAfter = time.Duration(g.at(0) + window - now)
+		}
 		if record {
 			g.push(now, uint32(n), limit)
 		}
@@ -154,6 +160,7 @@ func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) De
 	}
 	if g.n > 0 {
 		d.ResetAfter = time.Duration(g.at(g.n-1) + window - now)
+		d.RefillAfter = time.Duration(g.at(0) + window - now)
 	}
 	return d
 }

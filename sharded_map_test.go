@@ -5,7 +5,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"unsafe"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func mapKeys(prefix string, n int) []string {
@@ -16,188 +19,14 @@ func mapKeys(prefix string, n int) []string {
 	return keys
 }
 
-// checkMap fails unless m tracks exactly the keys in want, each mapping to a
-// log that carries its key, and every bucket's tags agree with its slots.
-func checkMap(t *testing.T, m *keyMap, want []string) {
-	t.Helper()
-	if m.len() != len(want) {
-		t.Fatalf("len = %d, want %d", m.len(), len(want))
-	}
-	for _, k := range want {
-		if g := m.load(k); g == nil || g.key != k {
-			t.Fatalf("load(%q) = %v", k, g)
-		}
-	}
-	seen := 0
-	m.each(func(*eventLog) { seen++ })
-	if seen != len(want) {
-		t.Fatalf("each visited %d logs, want %d", seen, len(want))
-	}
-	tb := m.table.Load()
-	for i := range tb.buckets {
-		for b := &tb.buckets[i]; b != nil; b = b.next.Load() {
-			tags := b.tags.Load()
-			for s := range slotsPerBucket {
-				tag, g := tags>>(8*s)&0xff, b.slots[s].Load()
-				if (tag == 0) != (g == nil) {
-					t.Fatalf("bucket %d slot %d: tag %#x, log %v", i, s, tag, g)
-				}
-			}
-			if tags>>(8*slotsPerBucket) != 0 {
-				t.Fatalf("bucket %d: tags %#x use bytes past the slots", i, tags)
-			}
-		}
-	}
-}
+// raceDetector is set when the tests run under the race detector.
+var raceDetector bool
 
-func TestKeyMapGrowsAndShrinks(t *testing.T) {
-	m := newKeyMap(0)
-	keys := mapKeys("k", 20_000)
-	for _, k := range keys {
-		if g := m.loadOrCreate(k, 0); g == nil || g.key != k {
-			t.Fatalf("loadOrCreate(%q) = %v", k, g)
-		}
-	}
-	checkMap(t, m, keys)
-	grown := len(m.table.Load().buckets)
-	if grown*slotsPerBucket*3/4 < len(keys) {
-		t.Fatalf("%d buckets hold %d keys: past three quarters full", grown, len(keys))
-	}
-	// A second insert of a tracked key returns the same log.
-	if a, b := m.load(keys[7]), m.loadOrCreate(keys[7], 0); a != b {
-		t.Fatalf("loadOrCreate of a tracked key made a new log")
-	}
-
-	keep := keys[:50]
-	for _, k := range keys[50:] {
-		if !m.removeIf(k, nil, func(*eventLog) bool { return true }) {
-			t.Fatalf("removeIf(%q) removed nothing", k)
-		}
-	}
-	if m.load(keys[100]) != nil {
-		t.Fatal("a removed key is still found")
-	}
-	m.shrink()
-	if n := len(m.table.Load().buckets); n >= grown || n*slotsPerBucket/8 > len(keep) && n > minBuckets {
-		t.Fatalf("after shrink: %d buckets (grown to %d) for %d keys", n, grown, len(keep))
-	}
-	checkMap(t, m, keep)
-
-	// The emptied map takes keys again, reusing slots that deletes freed.
-	for _, k := range keys[50:1000] {
-		m.loadOrCreate(k, 0)
-	}
-	checkMap(t, m, keys[:1000])
-}
-
-// TestKeyMapChains fills one bucket chain far past a bucket's five slots, by
-// placing logs straight into a single-bucket table, and finds each of them.
-func TestKeyMapChains(t *testing.T) {
-	m := newKeyMap(0)
-	m.table.Store(newMapTable(1))
-	keys := mapKeys("c", 23)
-	for _, k := range keys {
-		m.loadOrCreate(k, 0)
-		m.table.Store(newMapTableFrom(m, 1)) // undo any growth: keep one chain
-	}
-	checkMap(t, m, keys)
-	for _, k := range keys[3:20] {
-		m.removeIf(k, nil, func(*eventLog) bool { return true })
-	}
-	checkMap(t, m, append(keys[:3:3], keys[20:]...))
-}
-
-// newMapTableFrom returns a table of n buckets holding m's logs.
-func newMapTableFrom(m *keyMap, n int) *mapTable {
-	nt := newMapTable(n)
-	m.each(func(g *eventLog) {
-		h := m.hash(g.key)
-		place(&nt.buckets[h&nt.mask], g, tagOf(h))
-	})
-	return nt
-}
-
-func TestKeyMapRemoveIf(t *testing.T) {
-	m := newKeyMap(0)
-	g := m.loadOrCreate("a", 0)
-	if m.removeIf("a", &eventLog{}, func(*eventLog) bool { return true }) {
-		t.Fatal("removed a key that maps to another log")
-	}
-	if m.removeIf("a", g, func(*eventLog) bool { return false }) {
-		t.Fatal("removed a key that drop refused")
-	}
-	if m.removeIf("b", nil, func(*eventLog) bool { return true }) {
-		t.Fatal("removed an absent key")
-	}
-	if !m.removeIf("a", g, func(*eventLog) bool { return true }) || g.buf != nil {
-		t.Fatal("removeIf did not remove the key and mark its log dead")
-	}
-	checkMap(t, m, nil)
-}
-
-// TestKeyMapConcurrent inserts, finds and removes keys from several
-// goroutines while the table grows, then checks the map holds exactly what
-// was left: no key lost, none doubled, and a tracked key always found.
-func TestKeyMapConcurrent(t *testing.T) {
-	m := newKeyMap(0)
-	stable := mapKeys("stable", 100)
-	logs := make([]*eventLog, len(stable))
-	for i, k := range stable {
-		logs[i] = m.loadOrCreate(k, 0)
-	}
-	const writers, perWriter = 4, 5000
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	errs := make(chan error, writers+1)
-	// A reader: the stable keys must be found, as the same log, throughout.
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for i, k := range stable {
-				if g := m.load(k); g != logs[i] {
-					errs <- fmt.Errorf("load(%q) = %p during growth, want %p", k, g, logs[i])
-					return
-				}
-			}
-		}
-	})
-	var writing sync.WaitGroup
-	for w := range writers {
-		writing.Go(func() {
-			keys := mapKeys(fmt.Sprintf("w%d", w), perWriter)
-			for i, k := range keys {
-				if g := m.loadOrCreate(k, 0); g == nil || g.key != k {
-					errs <- fmt.Errorf("loadOrCreate(%q) = %v", k, g)
-					return
-				}
-				if i%2 == 1 { // remove every other key once inserted
-					if !m.removeIf(keys[i-1], nil, func(*eventLog) bool { return true }) {
-						errs <- fmt.Errorf("removeIf(%q) removed nothing", keys[i-1])
-						return
-					}
-				}
-			}
-		})
-	}
-	writing.Wait()
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	want := append([]string(nil), stable...)
-	for w := range writers {
-		keys := mapKeys(fmt.Sprintf("w%d", w), perWriter)
-		for i := 1; i < len(keys); i += 2 {
-			want = append(want, keys[i])
-		}
-	}
-	checkMap(t, m, want)
+// tracked counts the logs the map holds, by walking it.
+func tracked(m *keyMap) int {
+	n := 0
+	m.m.Range(func(string, *eventLog) bool { n++; return true })
+	return n
 }
 
 func TestKeyMapMaxKeys(t *testing.T) {
@@ -206,69 +35,48 @@ func TestKeyMapMaxKeys(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for _, k := range mapKeys(fmt.Sprintf("w%d", w), 100) {
-				m.loadOrCreate(k, 0)
+				m.create(k)
 			}
 		})
 	}
 	wg.Wait()
-	if m.len() != 10 || !m.full() {
-		t.Fatalf("len = %d, full = %v; want exactly the bound of 10", m.len(), m.full())
-	}
-	tracked := 0
-	m.each(func(*eventLog) { tracked++ })
-	if tracked != 10 {
-		t.Fatalf("the map holds %d logs, want 10", tracked)
-	}
-}
-
-func TestBucketIsOneCacheLine(t *testing.T) {
-	if size := unsafe.Sizeof(mapBucket{}); size != 64 {
-		t.Fatalf("mapBucket is %d bytes, want 64", size)
-	}
-}
-
-func TestMatches(t *testing.T) {
-	const tag = 0x9c
-	tags := uint64(0x9c)<<8 | uint64(0x81)<<16 | uint64(0x9c)<<32 // slots 1, 2, 4 filled
-	m := matches(tags, tag)
-	for i := range 8 {
-		flagged := m>>(8*i+7)&1 == 1
-		if want := i == 1 || i == 4; flagged != want {
-			t.Errorf("byte %d: flagged %v, want %v (matches = %#x)", i, flagged, want, m)
-		}
-	}
+	assert.Equal(t, 10, m.len())
+	assert.True(t, m.full())
+	assert.Equal(t, 10, tracked(m), "the map holds exactly the bound")
+	assert.Nil(t, m.create("one more"), "a full map refuses a new key")
+	assert.Equal(t, 10, tracked(m))
 }
 
 // TestKeyMapCountNeverPassesBound floods a full map with new keys from
 // several goroutines. A refused insert must leave no trace: Len never reports
-// more than the bound, and once the tracked key is removed, a new key is
-// admitted even while the flood goes on.
+// more than the bound, and once the tracked key is removed, exactly one new
+// key takes its place even while the flood goes on.
 func TestKeyMapCountNeverPassesBound(t *testing.T) {
-	for trial := range 2000 {
+	for trial := range 500 {
 		m := newKeyMap(1)
-		m.loadOrCreate("a", 0)
+		m.create("a")
 		var stop atomic.Bool
 		var flood sync.WaitGroup
 		admitted := make(chan string, 4)
 		for w := range 4 {
 			flood.Go(func() {
 				for i := 0; !stop.Load(); i++ {
-					if k := fmt.Sprint(w, "-", i); m.loadOrCreate(k, 0) != nil {
+					if k := fmt.Sprint(w, "-", i); m.create(k) != nil {
 						admitted <- k
 						return
 					}
 				}
 			})
 		}
-		for range 2000 {
+		for range 500 {
 			if n := m.len(); n > 1 {
 				stop.Store(true)
 				flood.Wait()
 				t.Fatalf("trial %d: len = %d under WithMaxKeys(1)", trial, n)
 			}
 		}
-		m.removeIf("a", nil, func(*eventLog) bool { return true })
-		q := m.loadOrCreate("q", 0)
+		m.remove("a")
+		q := m.create("q")
 		stop.Store(true)
 		flood.Wait()
 		close(admitted)
@@ -281,8 +89,90 @@ func TestKeyMapCountNeverPassesBound(t *testing.T) {
 		if q != nil {
 			winners = append(winners, "q")
 		}
-		if len(winners) != 1 || m.len() != 1 {
-			t.Fatalf("trial %d: after freeing the one place, admitted %v, len %d; want exactly one", trial, winners, m.len())
+		if len(winners) != 1 || m.len() != 1 || tracked(m) != 1 {
+			t.Fatalf("trial %d: after freeing the one place, admitted %v, len %d, %d logs; want exactly one",
+				trial, winners, m.len(), tracked(m))
 		}
+	}
+}
+
+func TestKeyMapRemoveIf(t *testing.T) {
+	m := newKeyMap(0)
+	g := m.create("a")
+	always := func(*eventLog) bool { return true }
+	assert.False(t, m.removeIf("a", newEventLog(0), always), "a key that maps to another log stays")
+	assert.False(t, m.removeIf("a", g, func(*eventLog) bool { return false }), "a key drop refuses stays")
+	assert.False(t, m.removeIf("b", nil, always), "an absent key")
+	assert.Same(t, g, m.load("a"))
+	assert.False(t, g.dead)
+	assert.True(t, m.removeIf("a", g, always))
+	assert.True(t, g.dead, "a removed log is marked dead")
+	assert.Nil(t, m.load("a"))
+	assert.Equal(t, 0, m.len())
+	assert.Equal(t, 0, tracked(m))
+	m.remove("absent") // nothing to do, and the count stays right
+	assert.Equal(t, 0, m.len())
+}
+
+// TestEvictIdle checks the janitor's walk: only logs with no event in the
+// window go, each marked dead, and the floor rises to the newest instant an
+// evicted log was decided at.
+func TestEvictIdle(t *testing.T) {
+	const window = 10
+	m := newKeyMap(0)
+	busy, quiet, late := m.create("busy"), m.create("quiet"), m.create("late")
+	busy.push(15, 1, 5)
+	quiet.push(3, 1, 5)
+	late.last = 40 // decided at 40, a clock that has since stepped back
+	assert.Equal(t, 2, m.evictIdle(20, window))
+	assert.False(t, busy.dead)
+	assert.True(t, quiet.dead)
+	assert.True(t, late.dead)
+	assert.Equal(t, int64(40), m.floor.Load(), "the floor keeps the newest instant")
+	assert.Same(t, busy, m.load("busy"))
+	assert.Equal(t, 1, m.len())
+	assert.Equal(t, int64(40), m.create("quiet").last, "a new log starts at the floor")
+	assert.Equal(t, 1, m.evictIdle(24, window), "the new log holds nothing; busy's event at 15 is still in the window")
+	assert.Equal(t, int64(40), m.floor.Load(), "the floor never moves down")
+	assert.Equal(t, 1, m.evictIdle(50, window))
+	assert.Equal(t, int64(50), m.floor.Load())
+}
+
+// TestLockRetriesEvictedLog checks that a caller holding a log that was
+// evicted after its lookup finds the mark and uses the key's new log.
+func TestLockRetriesEvictedLog(t *testing.T) {
+	l, c := newManual(t, 1, 10*time.Second)
+	require.True(t, l.Allow("k"))
+	old := l.keys.load("k")
+	c.Advance(10 * time.Second)
+	require.Equal(t, 1, l.sweep(l.now()))
+	require.True(t, old.dead)
+	g := l.lock("k", true)
+	require.NotNil(t, g)
+	g.mu.Unlock()
+	assert.NotSame(t, old, g)
+	assert.False(t, g.dead)
+	assert.Equal(t, int64(10*time.Second), g.last, "the new log starts at the eviction's instant")
+}
+
+// TestMemoryPerKey tracks fresh keys of 15 bytes with one event each and
+// measures the live heap they cost, key strings and the map included, at
+// sizes on either side of a doubling of the map's table.
+func TestMemoryPerKey(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("inserts 290k keys, slow under -short and the race detector")
+	}
+	for _, n := range []int{70_000, 100_000, 120_000} {
+		l, err := New(100, time.Hour, WithJanitorInterval(0))
+		require.NoError(t, err)
+		before := heapInUse()
+		for i := range n {
+			require.True(t, l.Allow(fmt.Sprintf("client-%08d", i)))
+		}
+		perKey := float64(heapInUse()-before) / float64(n)
+		t.Logf("%d keys: %.1f bytes per key", n, perKey)
+		assert.Less(t, perKey, 128.0, "%d keys with one event each", n)
+		require.Equal(t, n, l.Len())
+		l.Close()
 	}
 }

@@ -8,9 +8,9 @@
 //
 // It keeps, per key, the instants of the events it admitted in a ring buffer
 // (at most limit of them, 8 bytes each) and decides each request with one
-// comparison. Keys live in a concurrent map with lock-free lookups and a lock
-// per key; a janitor goroutine evicts keys that have gone idle, and
-// WithMaxKeys bounds the map against floods of new keys.
+// comparison. Keys live in a concurrent map (xsync.MapOf) with lock-free
+// lookups and a lock per key; a janitor goroutine evicts keys that have gone
+// idle, and WithMaxKeys bounds the map against floods of new keys.
 //
 // Most callers use Allow, or Take when they need the numbers behind the
 // answer (for RateLimit and Retry-After headers); Wait blocks until a request
@@ -42,18 +42,13 @@ type Limiter struct {
 	window int64 // nanoseconds
 	keys   *keyMap
 
-	clock  Clock
-	base   time.Time // instant 0 of the offsets the logs hold
-	system bool      // clock is the system clock: read time.Since(base)
-	coarse bool      // WithCoarseClock: read coarseNow
+	clock     Clock
+	base      time.Time    // instant 0 of the offsets the logs hold
+	system    bool         // clock is the system clock: read time.Since(base)
+	coarse    bool         // WithCoarseClock: read coarseNow
+	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
 
-	// floor is the newest instant at which the janitor evicted a key; logs
-	// created later start there, so that a clock moved backwards cannot
-	// re-admit events an evicted log was still counting.
-	floor atomic.Int64
-
-	// coarseNow is the cached instant WithCoarseClock decides at.
-	coarseNow atomic.Int64
+	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
 
 	closed     atomic.Bool
 	done       chan struct{}
@@ -80,43 +75,12 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	_, l.system = cfg.clock.(systemClock)
 	l.base = cfg.clock.Now()
 	if cfg.coarse > 0 {
-		l.coarseNow.Store(l.now())
-		l.coarse = true
-		l.background.Go(func() { l.runCoarseClock(cfg.coarse) })
+		l.startCoarseClock(cfg.coarse)
 	}
 	if cfg.janitorInterval > 0 {
-		l.background.Go(func() { l.runJanitor(cfg.janitorInterval) })
+		l.startJanitor(cfg.janitorInterval)
 	}
 	return l, nil
-}
-
-// now returns the clock's reading as nanoseconds since base. For the system
-// clock that is time.Since, a monotonic read; a coarse clock is one atomic
-// load.
-func (l *Limiter) now() int64 {
-	switch {
-	case l.coarse:
-		return l.coarseNow.Load()
-	case l.system:
-		return int64(time.Since(l.base))
-	default:
-		return int64(l.clock.Now().Sub(l.base))
-	}
-}
-
-// runCoarseClock keeps coarseNow within resolution of the system clock
-// until Close.
-func (l *Limiter) runCoarseClock(resolution time.Duration) {
-	t := time.NewTicker(resolution)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			l.coarseNow.Store(int64(time.Since(l.base)))
-		case <-l.done:
-			return
-		}
-	}
 }
 
 // Limit returns the most events admitted per key in any window.
@@ -135,11 +99,12 @@ func (l *Limiter) AllowN(key string, n int) bool {
 	if n < 1 || n > l.limit {
 		return n == 0
 	}
+	now := l.now()
 	g := l.lock(key, true)
 	if g == nil {
 		return false // WithMaxKeys is full
 	}
-	ok := g.allow(l.now(), n, l.limit, l.window)
+	ok := g.allow(now, n, l.limit, l.window)
 	g.mu.Unlock()
 	return ok
 }
@@ -153,39 +118,52 @@ func (l *Limiter) AllowN(key string, n int) bool {
 // cost function rates as free). A negative weight, or one above the limit,
 // is never allowed, with RetryAfter 0.
 func (l *Limiter) Take(key string, n int) Decision {
+	d, _ := l.take(key, n)
+	return d
+}
+
+// take is Take that also returns the instant it decided at.
+func (l *Limiter) take(key string, n int) (Decision, int64) {
 	admissible := n >= 1 && n <= l.limit
+	now := l.now()
 	g := l.lock(key, admissible)
 	if g == nil {
 		if admissible {
-			return l.overflow()
+			return l.overflow(), now
 		}
-		return l.untracked(n)
+		return untracked(now, n, l.limit, l.window), now
 	}
-	d := g.decide(l.now(), n, l.limit, l.window, true)
+	d := g.decide(now, n, l.limit, l.window, true)
+	at := g.last
 	g.mu.Unlock()
-	return d
+	return d, at
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
 // nothing and creating no state for an untracked key.
 func (l *Limiter) Peek(key string) Decision {
+	now := l.now()
 	g := l.lock(key, false)
 	if g == nil {
 		if l.keys.full() {
 			return l.overflow()
 		}
-		return l.untracked(1)
+		return untracked(now, 1, l.limit, l.window)
 	}
-	d := g.decide(l.now(), 1, l.limit, l.window, false)
+	d := g.decide(now, 1, l.limit, l.window, false)
 	g.mu.Unlock()
 	return d
 }
 
 // lock returns key's log with its mutex held, creating the log first if
 // create is set. It returns nil when the key is not tracked and create is
-// unset, or when creating it would pass WithMaxKeys. The clock is read after
-// lock returns, inside the key's critical section, so each key's instants
-// are in the order its decisions were made.
+// unset, or when creating it would pass WithMaxKeys.
+//
+// Callers read the clock before lock, off the key's critical section, and
+// decide at the later of that reading and the newest instant the key has
+// seen (eventLog.settle). Both were read during the caller's own call, so
+// the instant it decides at is too, and each key's instants stay in the
+// order its decisions were made: every decision is linearizable.
 func (l *Limiter) lock(key string, create bool) *eventLog {
 	for {
 		g := l.keys.load(key)
@@ -193,12 +171,12 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 			if !create {
 				return nil
 			}
-			if g = l.keys.loadOrCreate(key, l.floor.Load()); g == nil {
+			if g = l.keys.create(key); g == nil {
 				return nil
 			}
 		}
 		g.mu.Lock()
-		if g.buf != nil {
+		if !g.dead {
 			return g
 		}
 		g.mu.Unlock() // evicted between lookup and lock: look again
@@ -206,14 +184,19 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 	}
 }
 
-// untracked decides for a key with no log, on an empty one that is never stored.
-func (l *Limiter) untracked(n int) Decision {
-	empty := eventLog{last: l.floor.Load()}
-	return empty.decide(l.now(), n, l.limit, l.window, false)
+// untracked decides for a key with no log, on an empty one that is never
+// stored. An empty log's answer does not depend on the instant.
+func untracked(now int64, n, limit int, window int64) Decision {
+	var empty eventLog
+	return empty.decide(now, n, limit, window, false)
 }
 
+// overflow is the refusal of an untracked key while WithMaxKeys is full.
+// Each wait it reports is the window, an estimate of when the janitor will
+// have made room.
 func (l *Limiter) overflow() Decision {
-	return Decision{Limit: l.limit, RetryAfter: time.Duration(l.window), Overflow: true}
+	w := time.Duration(l.window)
+	return Decision{Limit: l.limit, RetryAfter: w, RefillAfter: w, ResetAfter: w, Overflow: true}
 }
 
 // TakeContext is Take for callers that hold a context, such as a backend
@@ -251,7 +234,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d := l.Take(key, n)
+		d, at := l.take(key, n)
 		if d.Allowed {
 			return nil
 		}
@@ -259,24 +242,33 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return fmt.Errorf("keyrate: wait of %v for %q would pass the context deadline: %w",
 				d.RetryAfter, key, context.DeadlineExceeded)
 		}
-		if err := l.sleep(ctx, d.RetryAfter); err != nil {
+		if l.beforeSleep != nil {
+			l.beforeSleep()
+		}
+		// Wake at the refusal's own instant plus RetryAfter: the clock may
+		// have moved since it was read.
+		if err := l.sleep(ctx, at+int64(d.RetryAfter)); err != nil {
 			return err
 		}
 	}
 }
 
-// sleep waits for d on the limiter's clock, ctx, or Close.
-func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
-	var wake <-chan time.Time
-	if ac, ok := l.clock.(afterClock); ok {
-		wake = ac.After(d)
-	} else {
-		t := time.NewTimer(d)
+// sleep waits until the limiter's clock reaches instant wake (an offset
+// from base), ctx ends, or Close.
+func (l *Limiter) sleep(ctx context.Context, wake int64) error {
+	var ch <-chan time.Time
+	switch c := l.clock.(type) {
+	case afterAtClock:
+		ch = c.afterAt(l.base.Add(time.Duration(wake)))
+	case afterClock:
+		ch = c.After(time.Duration(wake - l.now()))
+	default:
+		t := time.NewTimer(time.Duration(wake - l.now()))
 		defer t.Stop()
-		wake = t.C
+		ch = t.C
 	}
 	select {
-	case <-wake:
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -287,7 +279,7 @@ func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
 
 // Reset forgets every event recorded for key, giving it its whole limit back.
 func (l *Limiter) Reset(key string) {
-	l.keys.removeIf(key, nil, func(*eventLog) bool { return true })
+	l.keys.remove(key)
 }
 
 // Len returns the number of keys currently tracked.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,12 +38,15 @@ type step struct {
 	want Decision
 }
 
-func allow(limit, remaining int, reset time.Duration) Decision {
-	return Decision{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}
+// allow is an admitted Decision. refill is RefillAfter: until the oldest
+// event in the window, this request's included, leaves it.
+func allow(limit, remaining int, refill, reset time.Duration) Decision {
+	return Decision{Allowed: true, Limit: limit, Remaining: remaining, RefillAfter: refill, ResetAfter: reset}
 }
 
-func deny(limit, remaining int, retry, reset time.Duration) Decision {
-	return Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+// deny is a refused Decision.
+func deny(limit, remaining int, retry, refill, reset time.Duration) Decision {
+	return Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, RefillAfter: refill, ResetAfter: reset}
 }
 
 func TestTraces(t *testing.T) {
@@ -54,52 +58,52 @@ func TestTraces(t *testing.T) {
 		steps  []step
 	}{
 		{"three at one instant, then the window passes", 3, 10 * s, []step{
-			{0, "a", 1, allow(3, 2, 10*s)},
-			{0, "a", 1, allow(3, 1, 10*s)},
-			{0, "a", 1, allow(3, 0, 10*s)},
-			{0, "a", 1, deny(3, 0, 10*s, 10*s)},
-			{5 * s, "a", 1, deny(3, 0, 5*s, 5*s)},
-			{10*s - 1, "a", 1, deny(3, 0, 1, 1)},
-			{10 * s, "a", 1, allow(3, 2, 10*s)}, // (0s,10s] no longer holds the events at 0s
+			{0, "a", 1, allow(3, 2, 10*s, 10*s)},
+			{0, "a", 1, allow(3, 1, 10*s, 10*s)},
+			{0, "a", 1, allow(3, 0, 10*s, 10*s)},
+			{0, "a", 1, deny(3, 0, 10*s, 10*s, 10*s)},
+			{5 * s, "a", 1, deny(3, 0, 5*s, 5*s, 5*s)},
+			{10*s - 1, "a", 1, deny(3, 0, 1, 1, 1)},
+			{10 * s, "a", 1, allow(3, 2, 10*s, 10*s)}, // (0s,10s] no longer holds the events at 0s
 		}},
 		{"staggered events leave one by one", 3, 10 * s, []step{
-			{0, "a", 1, allow(3, 2, 10*s)},
-			{1 * s, "a", 1, allow(3, 1, 10*s)},
-			{2 * s, "a", 1, allow(3, 0, 10*s)},
-			{3 * s, "a", 1, deny(3, 0, 7*s, 9*s)},
-			{10 * s, "a", 1, allow(3, 0, 10*s)},
-			{10 * s, "a", 1, deny(3, 0, 1*s, 10*s)},
-			{11 * s, "a", 1, allow(3, 0, 10*s)},
-			{25 * s, "a", 1, allow(3, 2, 10*s)},
+			{0, "a", 1, allow(3, 2, 10*s, 10*s)},
+			{1 * s, "a", 1, allow(3, 1, 9*s, 10*s)}, // the event at 0s leaves first
+			{2 * s, "a", 1, allow(3, 0, 8*s, 10*s)},
+			{3 * s, "a", 1, deny(3, 0, 7*s, 7*s, 9*s)},
+			{10 * s, "a", 1, allow(3, 0, 1*s, 10*s)},
+			{10 * s, "a", 1, deny(3, 0, 1*s, 1*s, 10*s)},
+			{11 * s, "a", 1, allow(3, 0, 1*s, 10*s)},
+			{25 * s, "a", 1, allow(3, 2, 10*s, 10*s)},
 		}},
 		{"weights count every event", 5, 10 * s, []step{
-			{0, "a", 3, allow(5, 2, 10*s)},
-			{1 * s, "a", 3, deny(5, 2, 9*s, 9*s)},
-			{1 * s, "a", 2, allow(5, 0, 10*s)},
-			{5 * s, "a", 1, deny(5, 0, 5*s, 6*s)},
-			{10 * s, "a", 4, deny(5, 3, 1*s, 1*s)},
-			{11 * s, "a", 4, allow(5, 1, 10*s)},
-			{11 * s, "a", 5, deny(5, 1, 10*s, 10*s)},
+			{0, "a", 3, allow(5, 2, 10*s, 10*s)},
+			{1 * s, "a", 3, deny(5, 2, 9*s, 9*s, 9*s)},
+			{1 * s, "a", 2, allow(5, 0, 9*s, 10*s)},
+			{5 * s, "a", 1, deny(5, 0, 5*s, 5*s, 6*s)},
+			{10 * s, "a", 4, deny(5, 3, 1*s, 1*s, 1*s)},
+			{11 * s, "a", 4, allow(5, 1, 10*s, 10*s)},
+			{11 * s, "a", 5, deny(5, 1, 10*s, 10*s, 10*s)},
 		}},
 		{"weights that never or always fit", 5, 10 * s, []step{
-			{0, "a", 2, allow(5, 3, 10*s)},
-			{1 * s, "a", 0, allow(5, 3, 9*s)},
-			{1 * s, "a", -1, deny(5, 3, 0, 9*s)},
-			{1 * s, "a", 6, deny(5, 3, 0, 9*s)},
-			{1 * s, "a", 3, allow(5, 0, 10*s)},
-			{2 * s, "a", 0, allow(5, 0, 9*s)},
+			{0, "a", 2, allow(5, 3, 10*s, 10*s)},
+			{1 * s, "a", 0, allow(5, 3, 9*s, 9*s)},
+			{1 * s, "a", -1, deny(5, 3, 0, 9*s, 9*s)},
+			{1 * s, "a", 6, deny(5, 3, 0, 9*s, 9*s)},
+			{1 * s, "a", 3, allow(5, 0, 9*s, 10*s)},
+			{2 * s, "a", 0, allow(5, 0, 8*s, 9*s)},
 		}},
 		{"untracked keys and bad weights create nothing", 2, time.Minute, []step{
-			{0, "x", 0, allow(2, 2, 0)},
-			{0, "x", -3, deny(2, 2, 0, 0)},
-			{0, "x", 3, deny(2, 2, 0, 0)},
-			{0, "y", 2, allow(2, 0, time.Minute)},
+			{0, "x", 0, allow(2, 2, 0, 0)},
+			{0, "x", -3, deny(2, 2, 0, 0, 0)},
+			{0, "x", 3, deny(2, 2, 0, 0, 0)},
+			{0, "y", 2, allow(2, 0, time.Minute, time.Minute)},
 		}},
 		{"keys keep separate budgets", 1, 10 * s, []step{
-			{0, "a", 1, allow(1, 0, 10*s)},
-			{0, "b", 1, allow(1, 0, 10*s)},
-			{1 * s, "a", 1, deny(1, 0, 9*s, 9*s)},
-			{1 * s, "c", 1, allow(1, 0, 10*s)},
+			{0, "a", 1, allow(1, 0, 10*s, 10*s)},
+			{0, "b", 1, allow(1, 0, 10*s, 10*s)},
+			{1 * s, "a", 1, deny(1, 0, 9*s, 9*s, 9*s)},
+			{1 * s, "c", 1, allow(1, 0, 10*s, 10*s)},
 		}},
 	}
 	for _, tr := range traces {
@@ -177,15 +181,15 @@ func TestSequentialAndConcurrentCalls(t *testing.T) {
 
 func TestPeekRecordsNothing(t *testing.T) {
 	l, c := newManual(t, 2, 10*time.Second)
-	assert.Equal(t, allow(2, 1, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, allow(2, 1, 10*time.Second, 10*time.Second), l.Peek("k"))
 	assert.Equal(t, 0, l.Len(), "Peek must not track an untracked key")
 	l.Allow("k")
 	c.Advance(time.Second)
 	for range 3 {
-		assert.Equal(t, allow(2, 0, 10*time.Second), l.Peek("k"))
+		assert.Equal(t, allow(2, 0, 9*time.Second, 10*time.Second), l.Peek("k"))
 	}
 	assert.Equal(t, l.Peek("k"), l.Take("k", 1), "Peek answers what Take(1) then does")
-	assert.Equal(t, deny(2, 0, 9*time.Second, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, deny(2, 0, 9*time.Second, 9*time.Second, 10*time.Second), l.Peek("k"))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -215,30 +219,83 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// relativeClock is a Clock with an After method and nothing else, as a
+// user's simulated clock might be: Wait must sleep on its After.
+type relativeClock struct{ c *ManualClock }
+
+func (r relativeClock) Now() time.Time                         { return r.c.Now() }
+func (r relativeClock) After(d time.Duration) <-chan time.Time { return r.c.After(d) }
+
 func TestWaitUnderManualClock(t *testing.T) {
+	for _, name := range []string{"ManualClock", "a Clock with After"} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := NewManualClock(t0)
+				var clock Clock = c
+				if name != "ManualClock" {
+					clock = relativeClock{c}
+				}
+				l, err := New(1, 10*time.Second, WithClock(clock), WithJanitorInterval(0))
+				require.NoError(t, err)
+				defer l.Close()
+				require.True(t, l.Allow("k"))
+				done := make(chan error, 1)
+				go func() { done <- l.Wait(context.Background(), "k") }()
+				for _, step := range []time.Duration{3 * time.Second, 6 * time.Second, 999 * time.Millisecond} {
+					c.Advance(step)
+					synctest.Wait() // the waiter has run as far as it can
+					select {
+					case err := <-done:
+						t.Fatalf("Wait returned %v at %v, before the slot freed at 00:10", err, c.Now().Sub(t0))
+					default:
+					}
+				}
+				c.Advance(time.Millisecond)
+				synctest.Wait()
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				default:
+					t.Fatal("Wait still blocked at 00:10")
+				}
+				assert.Equal(t, 0, l.Peek("k").Remaining, "Wait recorded its event")
+			})
+		})
+	}
+}
+
+// TestWaitWakesAtTheDecisionsInstant moves the clock to the instant the
+// slot frees after Wait's Take is refused and before Wait registers its
+// wake-up. Wait must wake at the refusal's instant plus RetryAfter, which
+// the clock has already reached, not RetryAfter past the moved clock.
+func TestWaitWakesAtTheDecisionsInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, c := newManual(t, 1, 10*time.Second)
+		const s = time.Second
+		l, c := newManual(t, 1, 10*s)
 		require.True(t, l.Allow("k"))
-		done := make(chan error, 1)
-		go func() { done <- l.Wait(context.Background(), "k") }()
-		for _, step := range []time.Duration{3 * time.Second, 6 * time.Second, 999 * time.Millisecond} {
-			c.Advance(step)
-			synctest.Wait() // the waiter has run as far as it can
-			select {
-			case err := <-done:
-				t.Fatalf("Wait returned %v at %v, before the slot freed at 00:10", err, c.Now().Sub(t0))
-			default:
+		c.Set(t0.Add(3 * s)) // Wait's Take is refused here, RetryAfter 7s
+		moved := false
+		l.beforeSleep = func() {
+			if !moved {
+				moved = true
+				c.Set(t0.Add(10 * s))
 			}
 		}
-		c.Advance(time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(ctx, "k") }()
 		synctest.Wait()
 		select {
 		case err := <-done:
 			require.NoError(t, err)
 		default:
-			t.Fatal("Wait still blocked at 00:10")
+			cancel()
+			<-done
+			t.Fatal("Wait slept past 00:10, where its slot freed and the clock already was")
 		}
-		assert.Equal(t, 0, l.Peek("k").Remaining, "Wait recorded its event")
+		cancel()
+		require.True(t, moved)
+		assert.Equal(t, deny(1, 0, 10*s, 10*s, 10*s), l.Peek("k"), "Wait recorded its event at 00:10")
 	})
 }
 
@@ -352,7 +409,7 @@ func TestReset(t *testing.T) {
 	l.Reset("k")
 	l.Reset("never-seen")
 	assert.Equal(t, 0, l.Len())
-	assert.Equal(t, allow(2, 1, time.Minute), l.Take("k", 1))
+	assert.Equal(t, allow(2, 1, time.Minute, time.Minute), l.Take("k", 1))
 }
 
 func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
@@ -368,7 +425,7 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 1, l.Len())
 	assert.Equal(t, before, l.Peek("old"), "eviction must not change the answer")
-	assert.Equal(t, deny(3, 1, 0, 5*time.Second), l.Take("new", 2).withoutRetry())
+	assert.Equal(t, deny(3, 1, 5*time.Second, 5*time.Second, 5*time.Second), l.Take("new", 2))
 	c.Advance(10 * time.Second)
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 0, l.Len())
@@ -376,20 +433,18 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 
 func TestSweepShrinksTheMap(t *testing.T) {
 	l, c := newManual(t, 3, 10*time.Second)
+	empty := l.keys.m.Stats().TotalBuckets
 	for i := range 5000 {
 		l.Allow(fmt.Sprint("flood-", i))
 	}
-	grown := len(l.keys.table.Load().buckets)
-	require.Greater(t, grown, minBuckets, "5000 keys should have grown the table")
+	grown := l.keys.m.Stats().TotalBuckets
+	require.Greater(t, grown, 8*empty, "5000 keys should have grown the table")
 	c.Advance(10 * time.Second)
 	assert.Equal(t, 5000, l.sweep(l.now()))
-	assert.Equal(t, minBuckets, len(l.keys.table.Load().buckets), "the sweep should give the table back")
+	assert.Less(t, l.keys.m.Stats().TotalBuckets, grown/4, "the sweep should give the table back")
 	assert.True(t, l.Allow("flood-7"), "an evicted key starts afresh")
 	assert.Equal(t, 1, l.Len())
 }
-
-// withoutRetry zeroes RetryAfter, for comparisons where only the rest matters.
-func (d Decision) withoutRetry() Decision { d.RetryAfter = 0; return d }
 
 func TestJanitorGoroutine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -440,12 +495,39 @@ func TestBackwardClockNeverOverAdmits(t *testing.T) {
 	assert.False(t, l.Allow("j"), "but the ones just recorded at 00:60 have not")
 }
 
+// TestEvictionFloorRace forces the interleaving in which a caller misses
+// the key, and before it creates the key's log another caller creates it
+// and records, the janitor evicts it (raising the floor), and the clock
+// steps back. The late log must start at the eviction's floor: decided any
+// earlier, its event would share a window with the evicted one.
+func TestEvictionFloorRace(t *testing.T) {
+	const s = time.Second
+	l, c := newManual(t, 1, 10*s)
+	c.Set(t0.Add(20 * s))
+	interleaved := false
+	l.keys.beforeCreate = func() {
+		if interleaved {
+			return // the other caller's own insert
+		}
+		interleaved = true
+		require.True(t, l.Allow("k"), "the other caller records at 00:20")
+		c.Set(t0.Add(30 * s))
+		require.Equal(t, 1, l.sweep(l.now()), "evicted at 00:30, idle by then")
+		c.Set(t0.Add(25 * s))
+	}
+	assert.Equal(t, allow(1, 0, 10*s, 10*s), l.Take("k", 1))
+	require.True(t, interleaved)
+	c.Set(t0.Add(35 * s))
+	assert.Equal(t, deny(1, 0, 5*s, 5*s, 5*s), l.Peek("k"),
+		"the late event is at 00:30, where the one at 00:20 had left the window")
+}
+
 func TestMaxKeys(t *testing.T) {
 	l, c := newManual(t, 1, 10*time.Second, WithMaxKeys(2))
 	require.True(t, l.Allow("a"))
 	require.True(t, l.Allow("b"))
 	d := l.Take("c", 1)
-	assert.Equal(t, Decision{Limit: 1, RetryAfter: 10 * time.Second, Overflow: true}, d)
+	assert.Equal(t, overflowDecision(1, 10*time.Second), d)
 	assert.Equal(t, d, l.Peek("c"))
 	assert.Equal(t, 2, l.Len())
 	assert.False(t, l.Allow("a"), "tracked keys keep their own budget")
@@ -477,21 +559,26 @@ func TestRingGrowsLazilyAndShrinks(t *testing.T) {
 	l, c := newManual(t, 1000, 10*time.Second)
 	l.Allow("k")
 	g := l.keys.load("k")
-	assert.Same(t, &g.inline[0], &g.buf[0], "a key with one event keeps it inside the log")
+	assert.Same(t, &g.inline[0], g.ring, "a key with one event keeps it inside the log")
 	l.Allow("k")
-	assert.Len(t, g.buf, 2, "the second event moves the ring to the heap")
+	assert.Equal(t, uint32(2), g.size, "the second event moves the ring to the heap")
+	assert.NotSame(t, &g.inline[0], g.ring)
 	l.Allow("k")
-	assert.Len(t, g.buf, 4)
+	assert.Equal(t, uint32(4), g.size)
 	for range 97 {
 		l.Allow("k")
 	}
-	assert.Len(t, g.buf, 128)
+	assert.Equal(t, uint32(128), g.size)
 	l.AllowN("k", 900)
-	assert.Len(t, g.buf, 1000, "capped at the limit")
+	assert.Equal(t, uint32(1000), g.size, "capped at the limit")
 	c.Advance(10 * time.Second)
 	l.Allow("k")
-	assert.Same(t, &g.inline[0], &g.buf[0], "the ring gives memory back as it empties")
+	assert.Same(t, &g.inline[0], g.ring, "the ring gives memory back as it empties")
 	assert.Equal(t, 999, l.Peek("k").Remaining+1)
+}
+
+func TestEventLogSize(t *testing.T) {
+	assert.Equal(t, uintptr(48), unsafe.Sizeof(eventLog{}), "a log is one 48-byte allocation")
 }
 
 func TestManualClockAfter(t *testing.T) {
@@ -507,6 +594,12 @@ func TestManualClockAfter(t *testing.T) {
 	}
 	c.Advance(time.Millisecond)
 	assert.Equal(t, t0.Add(time.Second), <-later)
+
+	reached := c.afterAt(t0) // an instant the clock has passed
+	at := c.afterAt(t0.Add(2 * time.Second))
+	assert.Equal(t, t0.Add(time.Second), <-reached)
+	c.Set(t0.Add(3 * time.Second))
+	assert.Equal(t, t0.Add(3*time.Second), <-at, "fires with the instant the clock was moved to")
 }
 
 func TestCoarseClock(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build race
+
+package keyrate
+
+func init() { raceDetector = true }
