@@ -143,6 +143,10 @@ func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) De
 		d.Allowed = true
 		d.Remaining -= n
 		d.ResetAfter = time.Duration(window) // the request's own events are the newest
+		d.RefillAfter = d.ResetAfter         // unless an older event leaves first
+		if g.n > 0 {
+			d.RefillAfter = time.Duration(g.oldest + window - now)
+		}
 		if record {
 			g.push(now, uint32(n), limit)
 		}
@@ -154,6 +158,7 @@ func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) De
 	}
 	if g.n > 0 {
 		d.ResetAfter = time.Duration(g.at(g.n-1) + window - now)
+		d.RefillAfter = time.Duration(g.oldest + window - now)
 	}
 	return d
 }
