@@ -17,12 +17,21 @@
 // refusal is a 429 with Retry-After in whole seconds, rounded up and never 0,
 // and an RFC 9457 application/problem+json body; t then equals Retry-After.
 //
-// When the backend fails or outlives its time budget (250ms by default), the
-// middleware either serves the request (FailOpen, the default) or answers 503
-// (FailClosed), and tells the OnError hook either way. A backend that blocks
-// is called on its own goroutine so that even one ignoring its context costs
-// a request no more than the budget; a keyrate.NonBlocking one, such as *keyrate.Limiter, is
-// called inline at no extra cost.
+// When the store is unavailable (the backend fails or outlives its time
+// budget, 250ms by default), the middleware either serves the request
+// (FailOpen, the default) or answers 503 (FailClosed), and tells the OnError
+// hook either way. A backend that blocks is called on its own goroutine so
+// that even one ignoring its context costs a request no more than the
+// budget; a keyrate.NonBlocking one, such as *keyrate.Limiter, is called
+// inline at no extra cost.
+//
+// A request that cannot be placed is the client's doing, not the store's,
+// and is never served, in either mode: a KeyFunc error, an empty identity,
+// or a key the backend refuses (keyrate.ErrInvalidKey) gets 400 Bad Request
+// with a problem body, and OnError hears of it. Identities longer than 128
+// bytes are limited under their SHA-256 digest, so no client can make a
+// store hold a large key or be refused for one, and two clients never share
+// a budget by accident.
 //
 // Most callers need three lines per route:
 //

@@ -12,8 +12,11 @@ import (
 )
 
 // KeyFunc maps a request to the identity it is limited by. The middleware
-// prefixes the route to it. Identities should not contain "\x00", which
-// separates the parts of a key.
+// bounds it (over 128 bytes, its SHA-256 digest stands for it) and prefixes
+// the route. An error or an empty identity gets the request a 400, never
+// service (see WithKeyFunc): return one only for a request that truly
+// carries nothing to limit it by. Identities should not contain "\x00",
+// which separates the parts of a key.
 type KeyFunc func(*http.Request) (string, error)
 
 // IPOption configures ClientIP.

@@ -7,7 +7,19 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/internal/clientkey"
 )
+
+// errEmptyIdentity is reported for a request whose KeyFunc returned "":
+// limiting it under a shared empty identity would let any such client spend
+// every other one's budget, and some stores cannot place an empty key.
+var errEmptyIdentity = fmt.Errorf("%w: httplimit: the key function returned an empty identity", keyrate.ErrInvalidKey)
+
+const detailNoIdentity = "The request does not identify a client that can be rate-limited."
+
+// maxRoute bounds a route name, so that a key (route, separator, identity
+// of at most clientkey.MaxLen bytes) stays well inside what any store takes.
+const maxRoute = 256
 
 // Event describes one request the middleware decided, or failed to; the
 // hooks receive it.
@@ -15,7 +27,9 @@ type Event struct {
 	Request *http.Request
 	// Route is the name given with WithRoute.
 	Route string
-	// Identity is what the KeyFunc returned ("" if it failed).
+	// Identity is the client's identity as limited: what the KeyFunc
+	// returned, or its "sha256:" digest when that is longer than 128 bytes
+	// (see WithKeyFunc). "" when the KeyFunc failed or returned "".
 	Identity string
 	// Key is the key the backend was asked about: Route + "\x00" + Identity,
 	// or Identity alone when Route is "".
@@ -24,8 +38,10 @@ type Event struct {
 	Cost int
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
-	// Err is set for OnError: the KeyFunc's error, the backend's, or one
-	// matching ErrBudgetExceeded.
+	// Err is set for OnError: the backend's error, one matching
+	// ErrBudgetExceeded, or, for a request that cannot be placed (the
+	// KeyFunc failed or returned "", or the backend refused the key), one
+	// matching keyrate.ErrInvalidKey.
 	Err error
 	// Duration is how long the backend took to answer or fail; 0 when it
 	// was not asked. It is measured only when a hook is set.
@@ -78,6 +94,9 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	case c.failure != FailOpen && c.failure != FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	}
+	if len(c.route) > maxRoute {
+		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
+	}
 	name, err := sfString(c.route)
 	if err != nil {
 		return nil, err
@@ -120,17 +139,23 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	ev := Event{Request: r, Route: m.route, Cost: 1}
 	id, err := m.key(r)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+	case id == "":
+		err = errEmptyIdentity
+	}
 	if err != nil {
-		// Never serve a request the limiter cannot place, whatever the
-		// failure mode: a client able to provoke the error would go unlimited.
 		ev.Err = err
 		m.report(m.onError, ev)
-		writeProblem(w, http.StatusInternalServerError, "The client could not be identified.")
+		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
 		return
 	}
-	ev.Identity, ev.Key = id, id
+	// Bounded, the key fits any store and is the client's alone.
+	ev.Identity = clientkey.Bound(id)
+	ev.Key = ev.Identity
 	if m.prefix != "" {
-		ev.Key = m.prefix + id
+		ev.Key = m.prefix + ev.Identity
 	}
 	if m.cost != nil {
 		ev.Cost = m.cost(r)
@@ -146,12 +171,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		ev.Err = err
 		m.report(m.onError, ev)
-		if m.failure == FailOpen {
+		switch {
+		case call.ClientCaused(err):
+			// The request, not the store, is at fault: serving it would
+			// let a client go unlimited at will, whatever the failure mode.
+			writeProblem(w, http.StatusBadRequest, detailNoIdentity)
+		case m.failure == FailOpen:
 			m.setPolicy(w.Header())
 			next.ServeHTTP(w, r)
-			return
+		default:
+			writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
 		}
-		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
 		return
 	}
 	ev.Decision = d

@@ -339,21 +339,25 @@ func TestHooksAndCustomHandler(t *testing.T) {
 	}
 }
 
-// A request that cannot be identified is refused whatever the failure mode.
+// A request that cannot be identified is a client error, refused whatever
+// the failure mode: 400, reported to OnError as keyrate.ErrInvalidKey with
+// the KeyFunc's own error inside.
 func TestKeyFuncErrorIsRefused(t *testing.T) {
+	errNoKey := errors.New("no API key")
 	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
 		l, _ := newLimiter(t, 1, time.Minute)
 		var errs []error
 		h := newHandler(t, l, httplimit.WithFailureMode(mode),
+			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return "", errNoKey }),
 			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = "@" // a Unix socket
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		if rec.Code != 500 || len(errs) != 1 {
-			t.Fatalf("mode %d: %d with %d errors reported, want 500 and 1", mode, rec.Code, len(errs))
+		rec := get(h, "/")
+		if rec.Code != 400 || len(errs) != 1 || !errors.Is(errs[0], keyrate.ErrInvalidKey) || !errors.Is(errs[0], errNoKey) {
+			t.Fatalf("mode %d: %d, reported %v; want 400 and one error matching ErrInvalidKey and the KeyFunc's", mode, rec.Code, errs)
 		}
 		decodeProblem(t, rec)
+		if rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
+			t.Errorf("mode %d: fields sent without a decision: %v", mode, rec.Header())
+		}
 	}
 }
 
@@ -371,6 +375,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"zero budget":          {l, []httplimit.Option{httplimit.WithTimeBudget(0)}},
 		"unknown failure mode": {l, []httplimit.Option{httplimit.WithFailureMode(7)}},
 		"route with newline":   {l, []httplimit.Option{httplimit.WithRoute("a\nb")}},
+		"route over 256 bytes": {l, []httplimit.Option{httplimit.WithRoute(strings.Repeat("r", 257))}},
 	}
 	for name, c := range cases {
 		if _, err := httplimit.New(c.b, c.opts...); !errors.Is(err, keyrate.ErrConfig) {

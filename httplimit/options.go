@@ -26,8 +26,9 @@ type config struct {
 	limited    func(http.ResponseWriter, *http.Request, keyrate.Decision)
 }
 
-// FailureMode says what the middleware does when it cannot get a decision:
-// the backend returned an error or outlived the time budget.
+// FailureMode says what the middleware does when it cannot get a decision
+// because the store is unavailable: the backend failed (a network error,
+// a closed limiter), or outlived the time budget.
 //
 //   - FailOpen (the default) serves the request as if it were allowed, with
 //     no RateLimit field (only RateLimit-Policy), and reports the error to
@@ -37,6 +38,12 @@ type config struct {
 //     reports the error to OnError. A store outage then takes the limited
 //     routes down: choose it when the limit protects something that must not
 //     be overrun (a paid upstream, a login form).
+//
+// Neither applies to a request that cannot be placed: the KeyFunc failed or
+// returned "", or the backend refused the key (an error wrapping
+// keyrate.ErrInvalidKey). The request, not the store, caused that, and a
+// client could cause it at will; so it is answered 400 Bad Request with a
+// problem body, and reported to OnError, in both modes. It is never served.
 type FailureMode int
 
 const (
@@ -68,12 +75,23 @@ const (
 // the backend (name + "\x00" + identity), so routes that share a backend
 // keep separate budgets, and it names the policy in the RateLimit fields.
 // Default: "" (keys are the identity alone; the fields say "default"). Give
-// every route its own name when routes share a backend.
+// every route its own name when routes share a backend. At most 256 bytes
+// of printable ASCII.
 func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 
 // WithKeyFunc sets how a request is mapped to the identity it is limited
 // by. Default: ClientIP() with no trusted proxies, the socket's address
 // (IPv6 grouped by /64). See ClientIP, HeaderKey and Join.
+//
+// An identity over 128 bytes is limited under its SHA-256 digest,
+// "sha256:" and 43 base64url characters, as is one that starts with
+// "sha256:": every backend then gets keys of bounded length, whatever a
+// client sends, and two identities share a budget only if they are equal
+// (save for a SHA-256 collision). An empty identity, or an error, means the
+// request cannot be placed: it is answered 400 and reported to OnError (see
+// FailureMode), never served, never counted against a shared "" budget.
+// A KeyFunc that wants one budget for all anonymous clients returns a fixed
+// name for them, such as "anonymous".
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets the weight of a request, for routes where some requests
@@ -116,10 +134,11 @@ func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecisio
 // OnDecision and before the refusal is written. Default: none.
 func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
 
-// WithOnError sets a hook called when no decision could be had: the key
-// function or the backend failed, or the budget ran out. Event.Err says why.
-// Default: none; errors then pass silently, which under FailOpen means
-// unnoticed.
+// WithOnError sets a hook called when no decision could be had: the store
+// failed or the budget ran out (answered per the FailureMode), or the
+// request could not be placed (answered 400; Event.Err matches
+// keyrate.ErrInvalidKey). Default: none; errors then pass silently, which
+// under FailOpen means unnoticed.
 func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
 
 // WithLimitedHandler replaces the response to a refused request. When it
