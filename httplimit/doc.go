@@ -7,15 +7,24 @@
 // client's IP address by default; see ClientIP for the trust model behind
 // proxies, HeaderKey for API keys), prefixes the route name so routes keep
 // separate budgets, asks the backend one atomic question, and either serves
-// the request or refuses it. Every decided response carries the IETF draft
-// fields
+// the request or refuses it. Every decided response carries the fields of
+// the IETF draft draft-ietf-httpapi-ratelimit-headers (-10, -11)
 //
 //	RateLimit-Policy: "search";q=20;w=60
 //	RateLimit: "search";r=19;t=60
 //
-// (optionally also RateLimit-Limit/-Remaining/-Reset and X-RateLimit-*). A
-// refusal is a 429 with Retry-After in whole seconds, rounded up and never 0,
-// and an RFC 9457 application/problem+json body; t then equals Retry-After.
+// where r is what remains and t the seconds until more quota comes back:
+// when the oldest request in the window leaves it, since a sliding window
+// returns quota one request at a time. A window that is not a whole number
+// of seconds is left out of w rather than rounded. Both fields are lists,
+// and nested middlewares (a per-route budget inside a global one) each add
+// their own member. See DraftHeaders; older fields are optional
+// (LegacyHeaders, XHeaders).
+//
+// A refusal is a 429 with Retry-After in whole seconds, rounded up and
+// never 0, equal to t, and an RFC 9457 application/problem+json body of
+// the draft's quota-exceeded type naming the violated policy (see
+// DefaultLimitedHandler).
 //
 // When the store is unavailable (the backend fails or outlives its time
 // budget, 250ms by default), the middleware either serves the request

@@ -54,15 +54,21 @@ type Event struct {
 // Middleware limits the requests that reach a handler. Create one with New
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
+//
+// Middlewares may be nested, a per-route budget inside a global one: the
+// response then lists both policies. Each is its own budget, decided on its
+// own: a request the inner one refuses has already been counted by the
+// outer one.
 type Middleware struct {
 	backend *call.Caller
 	timed   bool   // a hook is set: measure Event.Duration
 	prefix  string // route + "\x00", or ""
 	config
 
-	policy    string // RateLimit-Policy value
-	name      string // the route as a structured-field string, quoted
-	windowSec int64
+	policy    string // RateLimit-Policy member, "" until a decision gives the limit
+	name      string // the policy's name as a structured-field string, quoted
+	unit      string // qu as a structured-field string, or ""
+	windowSec int64  // w, or 0 to leave it out
 }
 
 // New returns a Middleware that asks b about every request. The quota
@@ -97,9 +103,15 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if len(c.route) > maxRoute {
 		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
 	}
-	name, err := sfString(c.route)
+	name, err := sfString("route", policyName(c.route))
 	if err != nil {
 		return nil, err
+	}
+	unit := ""
+	if c.unit != "" {
+		if unit, err = sfString("quota unit", c.unit); err != nil {
+			return nil, err
+		}
 	}
 	if c.key == nil {
 		c.key, _ = ClientIP()
@@ -111,14 +123,15 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		backend:   call.New(b, c.budget),
 		config:    c,
 		name:      name,
-		windowSec: ceilSeconds(window),
+		unit:      unit,
+		windowSec: wholeSeconds(window),
 	}
 	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
 	if limit > 0 {
-		m.policy = m.policyFor(limit)
+		m.policy = m.policyMember(limit)
 	}
 	return m, nil
 }
@@ -197,7 +210,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.limited(w, r, d)
+	m.limited(w, r, ev)
 }
 
 func (m *Middleware) report(hook func(Event), ev Event) {

@@ -3,8 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"time"
-
-	"github.com/keyrate/keyrate"
 )
 
 // Option configures a Middleware; pass options to New.
@@ -23,7 +21,8 @@ type config struct {
 	onLimited  func(Event)
 	onError    func(Event)
 	shadow     bool
-	limited    func(http.ResponseWriter, *http.Request, keyrate.Decision)
+	unit       string
+	limited    func(http.ResponseWriter, *http.Request, Event)
 }
 
 // FailureMode says what the middleware does when it cannot get a decision
@@ -58,16 +57,39 @@ const (
 type HeaderSet uint8
 
 const (
-	// DraftHeaders are the current IETF draft fields (the default):
-	//   RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
-	//   RateLimit: "name";r=REMAINING;t=SECONDS
+	// DraftHeaders are the fields of the IETF draft
+	// draft-ietf-httpapi-ratelimit-headers (the default), as of its
+	// revisions -10 and -11:
+	//
+	//	RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
+	//	RateLimit: "name";r=REMAINING;t=SECONDS
+	//
+	// The name is the route's (WithRoute), or "default". q is the limit; w
+	// is the window, left out when it is not a whole number of seconds (w
+	// cannot say 500ms, and a rounded w would advertise a limit the
+	// middleware does not enforce); qu is added by WithQuotaUnit. r is what
+	// remains after this request. t is the seconds, rounded up, until more
+	// quota comes back: when the oldest request in the window leaves it
+	// (a sliding window gives quota back one request at a time; limit 5
+	// per 60s with a request every 10s, the fifth response says r=0;t=20),
+	// or on a refusal when this request would fit, equal to Retry-After.
+	// t is left out when nothing is held, so nothing is to come back.
+	//
+	// Both fields are lists: each middleware adds its member beside those of
+	// any other on the same response (a per-route budget inside a global
+	// one gives two), never replacing them. Give nested middlewares
+	// different route names, so that their members can be told apart. No
+	// partition key (pk) is sent: it would disclose or hash the client's
+	// identity, and a client knows who it is.
 	DraftHeaders HeaderSet = 1 << iota
 	// LegacyHeaders are the older draft's RateLimit-Limit,
-	// RateLimit-Remaining and RateLimit-Reset (seconds from now).
+	// RateLimit-Remaining and RateLimit-Reset (t, or 0). Each holds one
+	// policy: of nested middlewares, the one with the least remaining.
 	LegacyHeaders
 	// XHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset, the last as a Unix time in seconds, as GitHub and
-	// most older middleware send it.
+	// X-RateLimit-Reset, the last as a Unix time in seconds (now + t), as
+	// GitHub and most older middleware send it. One policy, as for
+	// LegacyHeaders.
 	XHeaders
 )
 
@@ -99,7 +121,20 @@ func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 // request. A weight of 0 is always admitted and consumes nothing; a weight
 // above the limit can never be admitted and is answered 413 (see
 // DefaultLimitedHandler). Negative weights are refused the same way.
+//
+// With weights, q and r in the RateLimit fields count cost units, not
+// requests, and the draft's default unit is requests. When the weight
+// measures something the draft has a unit for (content-bytes, say), name
+// it with WithQuotaUnit. An abstract cost has no registered unit, so none
+// is claimed: document what a unit costs for your clients.
 func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithQuotaUnit adds the quota unit, qu, to RateLimit-Policy: the unit that
+// q and r count, one of the draft's registered units ("requests",
+// "content-bytes", "concurrent-requests"). Default: none sent, which means
+// requests. Set it with WithCost when the cost measures such a unit. Must
+// be printable ASCII.
+func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit } }
 
 // WithSkip sets a function that exempts requests from the limit: health
 // checks, allow-listed clients. Skipped requests reach the handler with no
@@ -107,7 +142,9 @@ func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cos
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
 // WithWindow sets the window reported in RateLimit-Policy, for a backend that
-// does not implement Policy (a BackendFunc). Default: the backend's Window.
+// does not implement keyrate.Quota (a BackendFunc). Default: the backend's
+// Window. A window that is not a whole number of seconds is enforced as it
+// is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
 // WithTimeBudget bounds each backend call. A call that outlives it counts as
@@ -143,9 +180,9 @@ func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f 
 
 // WithLimitedHandler replaces the response to a refused request. When it
 // runs, the RateLimit fields (and Retry-After, when waiting helps) are
-// already set; it writes the status and the body. Default:
-// DefaultLimitedHandler.
-func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, keyrate.Decision)) Option {
+// already set; it writes the status and the body. The Event is the one the
+// hooks get (Route, Identity, Decision). Default: DefaultLimitedHandler.
+func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, Event)) Option {
 	return func(c *config) { c.limited = f }
 }
 
