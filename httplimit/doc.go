@@ -26,13 +26,15 @@
 // the draft's quota-exceeded type naming the violated policy (see
 // DefaultLimitedHandler).
 //
-// When the store is unavailable (the backend fails or outlives its time
-// budget, 250ms by default), the middleware either serves the request
-// (FailOpen, the default) or answers 503 (FailClosed), and tells the OnError
-// hook either way. A backend that blocks is called on its own goroutine so
-// that even one ignoring its context costs a request no more than the
-// budget; a keyrate.NonBlocking one, such as *keyrate.Limiter, is called
-// inline at no extra cost.
+// When the store is unavailable (the backend fails, or outlives its time
+// budget), the middleware either serves the request (FailOpen, the default)
+// or answers 503 (FailClosed), and tells the OnError hook either way. Each
+// call runs under one time budget, in one place: a keyrate.Bounded backend
+// (the Redis one) bounds its own calls and is called inline under that
+// budget alone; a keyrate.NonBlocking one (*keyrate.Limiter) never waits and
+// is called inline at no extra cost; any other runs on its own goroutine
+// under the middleware's budget (WithTimeBudget, 250ms by default), so that
+// even one ignoring its context costs a request no more.
 //
 // A request that cannot be placed is the client's doing, not the store's,
 // and is never served, in either mode: a KeyFunc error, an empty identity,

@@ -73,8 +73,10 @@ type Middleware struct {
 
 // New returns a Middleware that asks b about every request. The quota
 // written in RateLimit-Policy comes from b's keyrate.Quota methods
-// (*keyrate.Limiter and the Redis backend have them) or from WithWindow. An invalid option, a nil b,
-// or an unknown window gives an error wrapping keyrate.ErrConfig.
+// (*keyrate.Limiter and the Redis backend have them) or from WithWindow.
+// How b is called depends on what it says of itself: see WithTimeBudget. An
+// invalid option, a nil b, an unknown window, or WithTimeBudget for a
+// keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -97,6 +99,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, window)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
+	case c.budgetSet && isBounded(b):
+		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
 	case c.failure != FailOpen && c.failure != FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	}
@@ -134,6 +138,11 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.policy = m.policyMember(limit)
 	}
 	return m, nil
+}
+
+func isBounded(b keyrate.Backend) bool {
+	_, ok := b.(keyrate.Bounded)
+	return ok
 }
 
 // Handler returns next wrapped by the limit. Its type,

@@ -15,6 +15,7 @@ type config struct {
 	skip       func(*http.Request) bool
 	window     time.Duration
 	budget     time.Duration
+	budgetSet  bool // WithTimeBudget was given
 	failure    FailureMode
 	headers    HeaderSet
 	onDecision func(Event)
@@ -147,12 +148,22 @@ func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.sk
 // is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
-// WithTimeBudget bounds each backend call. A call that outlives it counts as
-// a failure (ErrBudgetExceeded, answered per the FailureMode), and the
-// request waits no longer, even for a backend that ignores its context.
-// Default: 250ms. NonBlocking backends (*keyrate.Limiter) are called inline and never
-// time out. Must be positive.
-func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
+// WithTimeBudget bounds each call to a backend that may block. A call that
+// outlives it counts as a store failure (ErrBudgetExceeded, answered per the
+// FailureMode), and the request waits no longer, even for a backend that
+// ignores its context: the call runs on its own goroutine, under a timer.
+// Default: 250ms. Must be positive.
+//
+// It is for backends that are neither keyrate.NonBlocking nor
+// keyrate.Bounded. A NonBlocking one (*keyrate.Limiter) is called inline and
+// never times out, so the budget has nothing to bound. A Bounded one (the
+// Redis backend) is called inline too, under its own budget alone: one
+// budget, in one place, and no goroutine hand-off per request. Set that
+// budget on the backend; New refuses WithTimeBudget for a Bounded backend
+// rather than let the middleware's budget look like it applies.
+func WithTimeBudget(d time.Duration) Option {
+	return func(c *config) { c.budget, c.budgetSet = d, true }
+}
 
 // WithFailureMode sets what happens when the backend fails. Default:
 // FailOpen. See FailureMode for the trade-off.
