@@ -44,6 +44,10 @@
 // store hold a large key or be refused for one, and two clients never share
 // a budget by accident.
 //
+// WithShadow tries a limit out without enforcing it: every request is
+// decided, reported and given the RateLimit fields, and every request is
+// served; Event.Shadow marks what enforcement would have refused.
+//
 // Most callers need three lines per route:
 //
 //	l, _ := keyrate.New(20, time.Minute)

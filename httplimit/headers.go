@@ -69,8 +69,8 @@ func resetSeconds(d keyrate.Decision) (int64, bool) {
 	return ceilSeconds(refill), true
 }
 
-// setHeaders writes the selected fields for d, and Retry-After when d is a
-// refusal that waiting can cure.
+// setHeaders writes the selected fields for d. Retry-After is left to the
+// refusal itself: a shadowed refusal is served, and gets none.
 func (m *Middleware) setHeaders(h http.Header, d keyrate.Decision) {
 	u := m.usage(d)
 	if m.headers&DraftHeaders != 0 {
@@ -91,9 +91,6 @@ func (m *Middleware) setHeaders(h http.Header, d keyrate.Decision) {
 		h[hXLimit] = []string{strconv.Itoa(u.limit)}
 		h[hXRemaining] = []string{strconv.Itoa(u.remaining)}
 		h[hXReset] = []string{strconv.FormatInt(time.Now().Unix()+u.t, 10)}
-	}
-	if !d.Allowed && d.RetryAfter > 0 {
-		setRetryAfter(h, u.t)
 	}
 }
 

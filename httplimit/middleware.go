@@ -46,8 +46,10 @@ type Event struct {
 	// Duration is how long the backend took to answer or fail; 0 when it
 	// was not asked. It is measured only when a hook is set.
 	Duration time.Duration
-	// Shadow reports a refusal that WithShadow let through: the request was
-	// decided, recorded and reported as limited, then served.
+	// Shadow reports a request that WithShadow let through although the
+	// middleware would have refused it: a refusal (reported to OnDecision
+	// and OnLimited), or an error answered 400 or 503 when enforcing
+	// (reported to OnError).
 	Shadow bool
 }
 
@@ -168,9 +170,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		err = errEmptyIdentity
 	}
 	if err != nil {
-		ev.Err = err
-		m.report(m.onError, ev)
-		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
+		m.fail(w, r, next, ev, err)
 		return
 	}
 	// Bounded, the key fits any store and is the client's alone.
@@ -191,35 +191,48 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		ev.Duration = time.Since(began)
 	}
 	if err != nil {
-		ev.Err = err
-		m.report(m.onError, ev)
-		switch {
-		case call.ClientCaused(err):
-			// The request, not the store, is at fault: serving it would
-			// let a client go unlimited at will, whatever the failure mode.
-			writeProblem(w, http.StatusBadRequest, detailNoIdentity)
-		case m.failure == FailOpen:
-			m.setPolicy(w.Header())
-			next.ServeHTTP(w, r)
-		default:
-			writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
-		}
+		m.fail(w, r, next, ev, err)
 		return
 	}
 	ev.Decision = d
-	m.setHeaders(w.Header(), d)
+	ev.Shadow = m.shadow && !d.Allowed
+	h := w.Header()
+	m.setHeaders(h, d)
 	m.report(m.onDecision, ev)
 	if d.Allowed {
 		next.ServeHTTP(w, r)
 		return
 	}
-	ev.Shadow = m.shadow
 	m.report(m.onLimited, ev)
 	if m.shadow {
 		next.ServeHTTP(w, r)
 		return
 	}
+	if d.RetryAfter > 0 {
+		setRetryAfter(h, ceilSeconds(d.RetryAfter))
+	}
 	m.limited(w, r, ev)
+}
+
+// fail answers a request that got no decision: err is the KeyFunc's
+// trouble or the backend's.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+	// A request that cannot be placed is refused whatever the failure mode:
+	// serving it would let a client go unlimited at will.
+	clientCaused := call.ClientCaused(err)
+	refuse := clientCaused || m.failure == FailClosed
+	ev.Err = err
+	ev.Shadow = m.shadow && refuse
+	m.report(m.onError, ev)
+	switch {
+	case !refuse || m.shadow:
+		m.setPolicy(w.Header())
+		next.ServeHTTP(w, r)
+	case clientCaused:
+		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+	}
 }
 
 func (m *Middleware) report(hook func(Event), ev Event) {

@@ -197,9 +197,17 @@ func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, Event)) Optio
 	return func(c *config) { c.limited = f }
 }
 
-// WithShadow decides and records every request as usual, writes the
-// RateLimit fields and reports refusals to OnDecision and OnLimited (with
-// Event.Shadow set), but serves refused requests instead of answering 429.
-// Roll a new limit out this way and watch what it would have refused before
-// enforcing it. Errors are still answered per the failure mode. Default: off.
+// WithShadow puts the middleware in shadow mode: it decides every request
+// as usual, writes RateLimit-Policy and RateLimit with what enforcing would
+// say (r=0 and t on what it would refuse), and reports to the hooks as
+// usual, with Event.Shadow set on what it would have refused; but it serves
+// every request. Roll a new limit out this way and watch what it would
+// refuse before enforcing it.
+//
+// A shadowed refusal gets no Retry-After, as the response is no refusal,
+// and records nothing, as a refusal never does: the budget moves exactly as
+// it would under enforcement, so the hooks see the decisions enforcement
+// would make. Errors are served too (the middleware limits no one yet, so
+// serving them lifts no limit) and reported to OnError, with Event.Shadow
+// set where enforcing would have answered 400 or 503. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
