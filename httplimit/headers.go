@@ -27,7 +27,7 @@ var (
 // usages so that one covering several can list every one.
 type usage struct {
 	name      string // the policy's name as a structured-field string, quoted
-	policy    string // its RateLimit-Policy member
+	policy    string // its RateLimit-Policy member; "" until a decision gives the limit
 	limit     int
 	remaining int
 	t         int64 // whole seconds, rounded up; see resetSeconds
@@ -37,9 +37,6 @@ type usage struct {
 // usage returns the fields' view of d.
 func (m *Middleware) usage(d keyrate.Decision) usage {
 	u := usage{name: m.name, policy: m.policy, limit: d.Limit, remaining: max(d.Remaining, 0)}
-	if u.policy == "" {
-		u.policy = m.policyMember(d.Limit)
-	}
 	u.t, u.hasT = resetSeconds(d)
 	return u
 }
@@ -73,24 +70,28 @@ func resetSeconds(d keyrate.Decision) (int64, bool) {
 // refusal itself: a shadowed refusal is served, and gets none.
 func (m *Middleware) setHeaders(h http.Header, d keyrate.Decision) {
 	u := m.usage(d)
+	f := m.newFields()
 	if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
 		// members stay, and this one's are added beside them.
-		h[hPolicy] = append(h[hPolicy], u.policy)
-		var buf [96]byte
-		h[hRateLimit] = append(h[hRateLimit], string(appendUsage(buf[:0], u)))
+		policy := u.policy
+		if policy == "" {
+			policy = f.value(appendPolicy(f.buf, m.name, u.limit, m.unit, m.windowSec))
+		}
+		f.add(h, hPolicy, policy)
+		f.add(h, hRateLimit, f.value(appendUsage(f.buf, u)))
 	}
 	// The older fields hold one policy each: the one with the least
 	// remaining, of this middleware and any other that wrote them first.
 	if m.headers&LegacyHeaders != 0 && binds(h, hRemaining, u.remaining) {
-		h[hLimit] = []string{strconv.Itoa(u.limit)}
-		h[hRemaining] = []string{strconv.Itoa(u.remaining)}
-		h[hReset] = []string{strconv.FormatInt(u.t, 10)}
+		f.set(h, hLimit, f.value(strconv.AppendInt(f.buf, int64(u.limit), 10)))
+		f.set(h, hRemaining, f.value(strconv.AppendInt(f.buf, int64(u.remaining), 10)))
+		f.set(h, hReset, f.value(strconv.AppendInt(f.buf, u.t, 10)))
 	}
 	if m.headers&XHeaders != 0 && binds(h, hXRemaining, u.remaining) {
-		h[hXLimit] = []string{strconv.Itoa(u.limit)}
-		h[hXRemaining] = []string{strconv.Itoa(u.remaining)}
-		h[hXReset] = []string{strconv.FormatInt(time.Now().Unix()+u.t, 10)}
+		f.set(h, hXLimit, f.value(strconv.AppendInt(f.buf, int64(u.limit), 10)))
+		f.set(h, hXRemaining, f.value(strconv.AppendInt(f.buf, int64(u.remaining), 10)))
+		f.set(h, hXReset, f.value(strconv.AppendInt(f.buf, time.Now().Unix()+u.t, 10)))
 	}
 }
 

@@ -84,7 +84,7 @@ const (
 //
 // Invalid options give an error wrapping keyrate.ErrConfig.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	c := ipConfig{v4bits: 32, v6bits: 64}
+	c := *defaultIP()
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -121,12 +121,21 @@ func (c *ipConfig) key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.format(a), nil
+	return clientkey.Addr(a, c.v4bits, c.v6bits), nil
 }
 
-// format returns the key for a: its group's prefix, or a alone when the group
-// is one address.
-func (c *ipConfig) format(a netip.Addr) string { return clientkey.Addr(a, c.v4bits, c.v6bits) }
+// appendKey appends the identity key returns to dst, so that the middleware
+// can build route and identity in one buffer.
+func (c *ipConfig) appendKey(dst []byte, r *http.Request) ([]byte, error) {
+	a, err := c.addr(r)
+	if err != nil {
+		return dst, err
+	}
+	return clientkey.AppendAddr(dst, a, c.v4bits, c.v6bits), nil
+}
+
+// defaultIP is ClientIP's configuration with no options.
+func defaultIP() *ipConfig { return &ipConfig{v4bits: 32, v6bits: 64} }
 
 // errRemoteAddr is returned for a RemoteAddr that holds no IP address.
 var errRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")

@@ -63,8 +63,9 @@ type Event struct {
 // outer one.
 type Middleware struct {
 	backend *call.Caller
-	timed   bool   // a hook is set: measure Event.Duration
-	prefix  string // route + "\x00", or ""
+	timed   bool      // a hook is set: measure Event.Duration
+	prefix  string    // route + "\x00", or ""
+	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
 
 	policy    string // RateLimit-Policy member, "" until a decision gives the limit
@@ -119,14 +120,17 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 	}
+	var ip *ipConfig
 	if c.key == nil {
-		c.key, _ = ClientIP()
+		ip = defaultIP()
+		c.key = ip.key
 	}
 	if c.limited == nil {
 		c.limited = DefaultLimitedHandler
 	}
 	m := &Middleware{
 		backend:   call.New(b, c.budget),
+		ip:        ip,
 		config:    c,
 		name:      name,
 		unit:      unit,
@@ -162,22 +166,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	ev := Event{Request: r, Route: m.route, Cost: 1}
-	id, err := m.key(r)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
-	case id == "":
-		err = errEmptyIdentity
-	}
-	if err != nil {
+	if err := m.identify(r, &ev); err != nil {
 		m.fail(w, r, next, ev, err)
 		return
-	}
-	// Bounded, the key fits any store and is the client's alone.
-	ev.Identity = clientkey.Bound(id)
-	ev.Key = ev.Identity
-	if m.prefix != "" {
-		ev.Key = m.prefix + ev.Identity
 	}
 	if m.cost != nil {
 		ev.Cost = m.cost(r)
@@ -212,6 +203,37 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		setRetryAfter(h, ceilSeconds(d.RetryAfter))
 	}
 	m.limited(w, r, ev)
+}
+
+// identify sets ev's Identity and Key for r, or returns why it cannot: an
+// error wrapping keyrate.ErrInvalidKey.
+func (m *Middleware) identify(r *http.Request, ev *Event) error {
+	if m.ip != nil {
+		// The default identity, the client's address (at most 43 bytes),
+		// is written straight after the route: one allocation for both.
+		var buf [128]byte // routes up to 80 bytes; longer ones grow it on the heap
+		b, err := m.ip.appendKey(append(buf[:0], m.prefix...), r)
+		if err != nil {
+			return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+		}
+		ev.Key = string(b)
+		ev.Identity = ev.Key[len(m.prefix):]
+		return nil
+	}
+	id, err := m.key(r)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+	case id == "":
+		return errEmptyIdentity
+	}
+	// Bounded, the key fits any store and is the client's alone.
+	ev.Identity = clientkey.Bound(id)
+	ev.Key = ev.Identity
+	if m.prefix != "" {
+		ev.Key = m.prefix + ev.Identity
+	}
+	return nil
 }
 
 // fail answers a request that got no decision: err is the KeyFunc's
