@@ -18,8 +18,9 @@
 // returns quota one request at a time. A window that is not a whole number
 // of seconds is left out of w rather than rounded. Both fields are lists,
 // and nested middlewares (a per-route budget inside a global one) each add
-// their own member. See DraftHeaders; older fields are optional
-// (LegacyHeaders, XHeaders).
+// their own member. With weighted requests (WithCost) q and r count cost
+// units; WithQuotaUnit names the unit (qu) when the draft has one for it.
+// See DraftHeaders; older fields are optional (LegacyHeaders, XHeaders).
 //
 // A refusal is a 429 with Retry-After in whole seconds, rounded up and
 // never 0, equal to t, and an RFC 9457 application/problem+json body of
@@ -30,7 +31,7 @@
 // budget), the middleware either serves the request (FailOpen, the default)
 // or answers 503 (FailClosed), and tells the OnError hook either way. Each
 // call runs under one time budget, in one place: a keyrate.Bounded backend
-// (the Redis one) bounds its own calls and is called inline under that
+// (such as the Redis one) bounds its own calls and is called inline under that
 // budget alone; a keyrate.NonBlocking one (*keyrate.Limiter) never waits and
 // is called inline at no extra cost; any other runs on its own goroutine
 // under the middleware's budget (WithTimeBudget, 250ms by default), so that
