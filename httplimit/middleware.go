@@ -24,6 +24,7 @@ const maxRoute = 256
 // Event describes one request the middleware decided, or failed to; the
 // hooks receive it.
 type Event struct {
+	// Request is the request decided.
 	Request *http.Request
 	// Route is the name given with WithRoute.
 	Route string
