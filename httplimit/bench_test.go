@@ -80,6 +80,8 @@ func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) ht
 //   - overhead: a free backend, so the difference from bare is the
 //     middleware's own cost: identity, key, fields.
 //   - local: the in-process keyrate.Limiter (admitting every request).
+//   - local-apikey: the same, identified by an X-API-Key header, as the
+//     demo does: the identity is a string of its own before the key.
 //   - local-refused: every request refused, 429 with a problem body.
 //   - blocking: the free backend without the NonBlocking mark, for the cost
 //     of the budget's goroutine and timer a networked backend pays.
@@ -93,6 +95,16 @@ func BenchmarkMiddleware(b *testing.B) {
 		l, _ := keyrate.New(1<<20, time.Millisecond)
 		defer l.Close()
 		serve(b, mustNew(b, l), rs)
+	})
+	b.Run("local-apikey", func(b *testing.B) {
+		l, _ := keyrate.New(1<<20, time.Millisecond)
+		defer l.Close()
+		keyed := make([]*http.Request, len(rs))
+		for i, r := range rs {
+			keyed[i] = r.Clone(r.Context())
+			keyed[i].Header.Set("X-API-Key", fmt.Sprintf("key-%d", i))
+		}
+		serve(b, mustNew(b, l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil))), keyed)
 	})
 	b.Run("local-refused", func(b *testing.B) {
 		l, _ := keyrate.New(1, time.Hour)

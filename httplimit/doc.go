@@ -7,22 +7,47 @@
 // client's IP address by default; see ClientIP for the trust model behind
 // proxies, HeaderKey for API keys), prefixes the route name so routes keep
 // separate budgets, asks the backend one atomic question, and either serves
-// the request or refuses it. Every decided response carries the IETF draft
-// fields
+// the request or refuses it. Every decided response carries the fields of
+// the IETF draft draft-ietf-httpapi-ratelimit-headers (-10, -11)
 //
 //	RateLimit-Policy: "search";q=20;w=60
 //	RateLimit: "search";r=19;t=60
 //
-// (optionally also RateLimit-Limit/-Remaining/-Reset and X-RateLimit-*). A
-// refusal is a 429 with Retry-After in whole seconds, rounded up and never 0,
-// and an RFC 9457 application/problem+json body; t then equals Retry-After.
+// where r is what remains and t the seconds until more quota comes back:
+// when the oldest request in the window leaves it, since a sliding window
+// returns quota one request at a time. A window that is not a whole number
+// of seconds is left out of w rather than rounded. Both fields are lists,
+// and nested middlewares (a per-route budget inside a global one) each add
+// their own member. With weighted requests (WithCost) q and r count cost
+// units; WithQuotaUnit names the unit (qu) when the draft has one for it.
+// See DraftHeaders; older fields are optional (LegacyHeaders, XHeaders).
 //
-// When the backend fails or outlives its time budget (250ms by default), the
-// middleware either serves the request (FailOpen, the default) or answers 503
-// (FailClosed), and tells the OnError hook either way. A backend that blocks
-// is called on its own goroutine so that even one ignoring its context costs
-// a request no more than the budget; a keyrate.NonBlocking one, such as *keyrate.Limiter, is
-// called inline at no extra cost.
+// A refusal is a 429 with Retry-After in whole seconds, rounded up and
+// never 0, equal to t, and an RFC 9457 application/problem+json body of
+// the draft's quota-exceeded type naming the violated policy (see
+// DefaultLimitedHandler).
+//
+// When the store is unavailable (the backend fails, or outlives its time
+// budget), the middleware either serves the request (FailOpen, the default)
+// or answers 503 (FailClosed), and tells the OnError hook either way. Each
+// call runs under one time budget, in one place: a keyrate.Bounded backend
+// (such as the Redis one) bounds its own calls and is called inline under that
+// budget alone; a keyrate.NonBlocking one (*keyrate.Limiter) never waits and
+// is called inline at no extra cost; any other runs on its own goroutine
+// under the middleware's budget (WithTimeBudget, 250ms by default), so that
+// even one ignoring its context costs a request no more.
+//
+// A request that cannot be placed is the client's doing, not the store's,
+// and is never served, in either mode: a KeyFunc error, an empty identity,
+// or a key the backend refuses (keyrate.ErrInvalidKey) gets 400 Bad Request
+// with a problem body, and OnError hears of it. Identities longer than 128
+// bytes are limited under their SHA-256 digest, so no client can make a
+// store hold a large key or be refused for one, and two clients never share
+// a budget by accident.
+//
+// WithShadow tries a limit out without enforcing it: every request is
+// decided, reported and given the RateLimit fields, and every request is
+// served; Event.Shadow marks what enforcement would have refused.
 //
 // Most callers need three lines per route:
 //

@@ -10,8 +10,10 @@ import (
 	"github.com/keyrate/keyrate/httplimit"
 )
 
-// Two requests a minute per client on one route. The third, 15 seconds
-// later, is refused; RateLimit's t and Retry-After both say when it fits.
+// Two requests a minute per client on one route. The second, 10 seconds
+// after the first, leaves none: t=50 says when the first leaves the window
+// and gives one back. The third, 25 seconds in, is refused; t and
+// Retry-After both say when it fits.
 func Example() {
 	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, _ := keyrate.New(2, time.Minute, keyrate.WithClock(clock))
@@ -21,10 +23,8 @@ func Example() {
 		fmt.Fprintln(w, "hello")
 	}))
 
-	for i := range 3 {
-		if i == 2 {
-			clock.Advance(15 * time.Second)
-		}
+	for _, wait := range []time.Duration{0, 10 * time.Second, 15 * time.Second} {
+		clock.Advance(wait)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/hello", nil))
 		fmt.Printf("%d RateLimit-Policy: %s RateLimit: %s Retry-After: %q\n", rec.Code,
@@ -32,6 +32,30 @@ func Example() {
 	}
 	// Output:
 	// 200 RateLimit-Policy: "hello";q=2;w=60 RateLimit: "hello";r=1;t=60 Retry-After: ""
-	// 200 RateLimit-Policy: "hello";q=2;w=60 RateLimit: "hello";r=0;t=60 Retry-After: ""
-	// 429 RateLimit-Policy: "hello";q=2;w=60 RateLimit: "hello";r=0;t=45 Retry-After: "45"
+	// 200 RateLimit-Policy: "hello";q=2;w=60 RateLimit: "hello";r=0;t=50 Retry-After: ""
+	// 429 RateLimit-Policy: "hello";q=2;w=60 RateLimit: "hello";r=0;t=35 Retry-After: "35"
+}
+
+// Shadow mode tries a limit out: the refusal it would make is reported,
+// with the fields it would send, and the request is served all the same.
+func ExampleWithShadow() {
+	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
+	defer l.Close()
+	mw, _ := httplimit.New(l, httplimit.WithRoute("export"), httplimit.WithShadow(),
+		httplimit.WithOnLimited(func(e httplimit.Event) {
+			fmt.Printf("would refuse %s for %v (shadow %v)\n", e.Identity, e.Decision.RetryAfter, e.Shadow)
+		}))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/export", nil))
+		fmt.Printf("%d RateLimit: %s\n", rec.Code, rec.Header().Get("RateLimit"))
+		clock.Advance(20 * time.Second)
+	}
+	// Output:
+	// 200 RateLimit: "export";r=0;t=60
+	// would refuse 192.0.2.1 for 40s (shadow true)
+	// 200 RateLimit: "export";r=0;t=40
 }

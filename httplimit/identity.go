@@ -12,8 +12,11 @@ import (
 )
 
 // KeyFunc maps a request to the identity it is limited by. The middleware
-// prefixes the route to it. Identities should not contain "\x00", which
-// separates the parts of a key.
+// bounds it (over 128 bytes, its SHA-256 digest stands for it) and prefixes
+// the route. An error or an empty identity gets the request a 400, never
+// service (see WithKeyFunc): return one only for a request that truly
+// carries nothing to limit it by. Identities should not contain "\x00",
+// which separates the parts of a key.
 type KeyFunc func(*http.Request) (string, error)
 
 // IPOption configures ClientIP.
@@ -81,7 +84,7 @@ const (
 //
 // Invalid options give an error wrapping keyrate.ErrConfig.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	c := ipConfig{v4bits: 32, v6bits: 64}
+	c := *defaultIP()
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -118,12 +121,21 @@ func (c *ipConfig) key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.format(a), nil
+	return clientkey.Addr(a, c.v4bits, c.v6bits), nil
 }
 
-// format returns the key for a: its group's prefix, or a alone when the group
-// is one address.
-func (c *ipConfig) format(a netip.Addr) string { return clientkey.Addr(a, c.v4bits, c.v6bits) }
+// appendKey appends the identity key returns to dst, so that the middleware
+// can build route and identity in one buffer.
+func (c *ipConfig) appendKey(dst []byte, r *http.Request) ([]byte, error) {
+	a, err := c.addr(r)
+	if err != nil {
+		return dst, err
+	}
+	return clientkey.AppendAddr(dst, a, c.v4bits, c.v6bits), nil
+}
+
+// defaultIP is ClientIP's configuration with no options.
+func defaultIP() *ipConfig { return &ipConfig{v4bits: 32, v6bits: 64} }
 
 // errRemoteAddr is returned for a RemoteAddr that holds no IP address.
 var errRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")

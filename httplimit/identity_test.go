@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"github.com/keyrate/keyrate/internal/clientkey"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -202,7 +203,4 @@ func FuzzClientIP(f *testing.F) {
 	})
 }
 
-func plainFormat(a netip.Addr) string {
-	c := ipConfig{v4bits: 32, v6bits: 64}
-	return c.format(a)
-}
+func plainFormat(a netip.Addr) string { return clientkey.Addr(a, 32, 64) }

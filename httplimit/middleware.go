@@ -7,15 +7,30 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/internal/clientkey"
 )
+
+// errEmptyIdentity is reported for a request whose KeyFunc returned "":
+// limiting it under a shared empty identity would let any such client spend
+// every other one's budget, and some stores cannot place an empty key.
+var errEmptyIdentity = fmt.Errorf("%w: httplimit: the key function returned an empty identity", keyrate.ErrInvalidKey)
+
+const detailNoIdentity = "The request does not identify a client that can be rate-limited."
+
+// maxRoute bounds a route name, so that a key (route, separator, identity
+// of at most clientkey.MaxLen bytes) stays well inside what any store takes.
+const maxRoute = 256
 
 // Event describes one request the middleware decided, or failed to; the
 // hooks receive it.
 type Event struct {
+	// Request is the request decided.
 	Request *http.Request
 	// Route is the name given with WithRoute.
 	Route string
-	// Identity is what the KeyFunc returned ("" if it failed).
+	// Identity is the client's identity as limited: what the KeyFunc
+	// returned, or its "sha256:" digest when that is longer than 128 bytes
+	// (see WithKeyFunc). "" when the KeyFunc failed or returned "".
 	Identity string
 	// Key is the key the backend was asked about: Route + "\x00" + Identity,
 	// or Identity alone when Route is "".
@@ -24,35 +39,48 @@ type Event struct {
 	Cost int
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
-	// Err is set for OnError: the KeyFunc's error, the backend's, or one
-	// matching ErrBudgetExceeded.
+	// Err is set for OnError: the backend's error, one matching
+	// ErrBudgetExceeded, or, for a request that cannot be placed (the
+	// KeyFunc failed or returned "", or the backend refused the key), one
+	// matching keyrate.ErrInvalidKey.
 	Err error
 	// Duration is how long the backend took to answer or fail; 0 when it
 	// was not asked. It is measured only when a hook is set.
 	Duration time.Duration
-	// Shadow reports a refusal that WithShadow let through: the request was
-	// decided, recorded and reported as limited, then served.
+	// Shadow reports a request that WithShadow let through although the
+	// middleware would have refused it: a refusal (reported to OnDecision
+	// and OnLimited), or an error answered 400 or 503 when enforcing
+	// (reported to OnError).
 	Shadow bool
 }
 
 // Middleware limits the requests that reach a handler. Create one with New
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
+//
+// Middlewares may be nested, a per-route budget inside a global one: the
+// response then lists both policies. Each is its own budget, decided on its
+// own: a request the inner one refuses has already been counted by the
+// outer one.
 type Middleware struct {
 	backend *call.Caller
-	timed   bool   // a hook is set: measure Event.Duration
-	prefix  string // route + "\x00", or ""
+	timed   bool      // a hook is set: measure Event.Duration
+	prefix  string    // route + "\x00", or ""
+	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
 
-	policy    string // RateLimit-Policy value
-	name      string // the route as a structured-field string, quoted
-	windowSec int64
+	policy    string // RateLimit-Policy member, "" until a decision gives the limit
+	name      string // the policy's name as a structured-field string, quoted
+	unit      string // qu as a structured-field string, or ""
+	windowSec int64  // w, or 0 to leave it out
 }
 
 // New returns a Middleware that asks b about every request. The quota
 // written in RateLimit-Policy comes from b's keyrate.Quota methods
-// (*keyrate.Limiter and the Redis backend have them) or from WithWindow. An invalid option, a nil b,
-// or an unknown window gives an error wrapping keyrate.ErrConfig.
+// (*keyrate.Limiter and the Redis backend have them) or from WithWindow.
+// How b is called depends on what it says of itself: see WithTimeBudget. An
+// invalid option, a nil b, an unknown window, or WithTimeBudget for a
+// keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -75,33 +103,53 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, window)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
+	case c.budgetSet && isBounded(b):
+		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
 	case c.failure != FailOpen && c.failure != FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	}
-	name, err := sfString(c.route)
+	if len(c.route) > maxRoute {
+		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
+	}
+	name, err := sfString("route", policyName(c.route))
 	if err != nil {
 		return nil, err
 	}
+	unit := ""
+	if c.unit != "" {
+		if unit, err = sfString("quota unit", c.unit); err != nil {
+			return nil, err
+		}
+	}
+	var ip *ipConfig
 	if c.key == nil {
-		c.key, _ = ClientIP()
+		ip = defaultIP()
+		c.key = ip.key
 	}
 	if c.limited == nil {
 		c.limited = DefaultLimitedHandler
 	}
 	m := &Middleware{
 		backend:   call.New(b, c.budget),
+		ip:        ip,
 		config:    c,
 		name:      name,
-		windowSec: ceilSeconds(window),
+		unit:      unit,
+		windowSec: wholeSeconds(window),
 	}
 	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
 	if limit > 0 {
-		m.policy = m.policyFor(limit)
+		m.policy = m.policyMember(limit)
 	}
 	return m, nil
+}
+
+func isBounded(b keyrate.Backend) bool {
+	_, ok := b.(keyrate.Bounded)
+	return ok
 }
 
 // Handler returns next wrapped by the limit. Its type,
@@ -119,18 +167,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	ev := Event{Request: r, Route: m.route, Cost: 1}
-	id, err := m.key(r)
-	if err != nil {
-		// Never serve a request the limiter cannot place, whatever the
-		// failure mode: a client able to provoke the error would go unlimited.
-		ev.Err = err
-		m.report(m.onError, ev)
-		writeProblem(w, http.StatusInternalServerError, "The client could not be identified.")
+	if err := m.identify(r, &ev); err != nil {
+		m.fail(w, r, next, ev, err)
 		return
-	}
-	ev.Identity, ev.Key = id, id
-	if m.prefix != "" {
-		ev.Key = m.prefix + id
 	}
 	if m.cost != nil {
 		ev.Cost = m.cost(r)
@@ -144,30 +183,79 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		ev.Duration = time.Since(began)
 	}
 	if err != nil {
-		ev.Err = err
-		m.report(m.onError, ev)
-		if m.failure == FailOpen {
-			m.setPolicy(w.Header())
-			next.ServeHTTP(w, r)
-			return
-		}
-		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+		m.fail(w, r, next, ev, err)
 		return
 	}
 	ev.Decision = d
-	m.setHeaders(w.Header(), d)
+	ev.Shadow = m.shadow && !d.Allowed
+	h := w.Header()
+	m.setHeaders(h, d)
 	m.report(m.onDecision, ev)
 	if d.Allowed {
 		next.ServeHTTP(w, r)
 		return
 	}
-	ev.Shadow = m.shadow
 	m.report(m.onLimited, ev)
 	if m.shadow {
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.limited(w, r, d)
+	if d.RetryAfter > 0 {
+		setRetryAfter(h, ceilSeconds(d.RetryAfter))
+	}
+	m.limited(w, r, ev)
+}
+
+// identify sets ev's Identity and Key for r, or returns why it cannot: an
+// error wrapping keyrate.ErrInvalidKey.
+func (m *Middleware) identify(r *http.Request, ev *Event) error {
+	if m.ip != nil {
+		// The default identity, the client's address (at most 43 bytes),
+		// is written straight after the route: one allocation for both.
+		var buf [128]byte // routes up to 80 bytes; longer ones grow it on the heap
+		b, err := m.ip.appendKey(append(buf[:0], m.prefix...), r)
+		if err != nil {
+			return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+		}
+		ev.Key = string(b)
+		ev.Identity = ev.Key[len(m.prefix):]
+		return nil
+	}
+	id, err := m.key(r)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+	case id == "":
+		return errEmptyIdentity
+	}
+	// Bounded, the key fits any store and is the client's alone.
+	ev.Identity = clientkey.Bound(id)
+	ev.Key = ev.Identity
+	if m.prefix != "" {
+		ev.Key = m.prefix + ev.Identity
+	}
+	return nil
+}
+
+// fail answers a request that got no decision: err is the KeyFunc's
+// trouble or the backend's.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+	// A request that cannot be placed is refused whatever the failure mode:
+	// serving it would let a client go unlimited at will.
+	clientCaused := call.ClientCaused(err)
+	refuse := clientCaused || m.failure == FailClosed
+	ev.Err = err
+	ev.Shadow = m.shadow && refuse
+	m.report(m.onError, ev)
+	switch {
+	case !refuse || m.shadow:
+		m.setPolicy(w.Header())
+		next.ServeHTTP(w, r)
+	case clientCaused:
+		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+	}
 }
 
 func (m *Middleware) report(hook func(Event), ev Event) {

@@ -54,11 +54,14 @@ func get(h http.Handler, path string, hdr ...string) *httptest.ResponseRecorder 
 }
 
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail"`
+	Violated []string `json:"violated-policies"`
 }
+
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 	t.Helper()
@@ -69,7 +72,9 @@ func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body %q: %v", rec.Body, err)
 	}
-	if p.Type != "about:blank" || p.Status != rec.Code || p.Title != http.StatusText(rec.Code) || p.Detail == "" {
+	blank := p.Type == "about:blank" && p.Title == http.StatusText(rec.Code) && p.Violated == nil
+	exceeded := p.Type == quotaExceeded && p.Title == "Quota Exceeded" && rec.Code == 429 && len(p.Violated) > 0
+	if !blank && !exceeded || p.Status != rec.Code || p.Detail == "" {
 		t.Fatalf("problem body %+v does not describe status %d", p, rec.Code)
 	}
 	return p
@@ -88,11 +93,12 @@ func TestHeadersThroughRefusal(t *testing.T) {
 		r, t    string
 		retry   string
 	}{
+		// t: when the oldest event in the window leaves it.
 		{0, 200, "2", "60", ""},
-		{10 * time.Second, 200, "1", "60", ""},
-		{10 * time.Second, 200, "0", "60", ""},
+		{10 * time.Second, 200, "1", "50", ""},
+		{10 * time.Second, 200, "0", "40", ""},
 		{10*time.Second + 300*time.Millisecond, 429, "0", "30", "30"}, // first event leaves at 60s: 29.7s, rounded up
-		{29*time.Second + 700*time.Millisecond, 200, "0", "60", ""},   // at 60s the first event has left
+		{29*time.Second + 700*time.Millisecond, 200, "0", "10", ""},   // at 60s the first event has left; the one at 10s is next
 		{0, 429, "0", "10", "10"},
 	}
 	for i, s := range steps {
@@ -130,6 +136,9 @@ func TestHeadersThroughRefusal(t *testing.T) {
 			p := decodeProblem(t, rec)
 			if !strings.Contains(p.Detail, s.retry+" seconds") {
 				t.Errorf("step %d: detail %q does not give the wait", i, p.Detail)
+			}
+			if p.Type != quotaExceeded || len(p.Violated) != 1 || p.Violated[0] != "status" {
+				t.Errorf("step %d: problem %+v, want quota-exceeded naming the policy", i, p)
 			}
 		} else if rec.Body.String() != "ok" {
 			t.Errorf("step %d: body %q, want the handler's", i, rec.Body)
@@ -257,7 +266,8 @@ func TestCost(t *testing.T) {
 	}
 	h := newHandler(t, l, httplimit.WithCost(cost))
 
-	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3;t=0` {
+	// Nothing held: no quota is to come back, so no t.
+	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3` {
 		t.Fatalf("free request: %d %q", rec.Code, rec.Header().Get("RateLimit"))
 	}
 	if rec := get(h, "/?n=2"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=1;t=60` {
@@ -284,7 +294,7 @@ func TestOverflowIs429(t *testing.T) {
 	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" {
 		t.Fatalf("overflow: %d, Retry-After %q; want 429 and the window", rec.Code, rec.Header().Get("Retry-After"))
 	}
-	if p := decodeProblem(t, rec); !strings.Contains(p.Detail, "Too many clients") {
+	if p := decodeProblem(t, rec); !strings.Contains(p.Detail, "Too many clients") || p.Type != "about:blank" {
 		t.Errorf("overflow detail %q", p.Detail)
 	}
 }
@@ -306,14 +316,15 @@ func TestSkip(t *testing.T) {
 
 func TestHooksAndCustomHandler(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	var decided, limited []httplimit.Event
+	var decided, limited, handled []httplimit.Event
 	m, err := httplimit.New(l,
 		httplimit.WithRoute("search"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
 		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
 		httplimit.WithOnLimited(func(e httplimit.Event) { limited = append(limited, e) }),
 		httplimit.WithOnError(func(e httplimit.Event) { t.Errorf("OnError: %v", e.Err) }),
-		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, d keyrate.Decision) {
+		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, e httplimit.Event) {
+			handled = append(handled, e)
 			w.WriteHeader(http.StatusTeapot)
 		}),
 	)
@@ -334,26 +345,33 @@ func TestHooksAndCustomHandler(t *testing.T) {
 		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil {
 		t.Fatalf("event %+v", e)
 	}
+	if len(handled) != 1 || handled[0].Key != e.Key || handled[0].Decision != e.Decision {
+		t.Fatalf("the limited handler got %+v, want the refusal's event", handled)
+	}
 	if !decided[0].Decision.Allowed || decided[0].Key != e.Key {
 		t.Fatalf("first decision %+v", decided[0])
 	}
 }
 
-// A request that cannot be identified is refused whatever the failure mode.
+// A request that cannot be identified is a client error, refused whatever
+// the failure mode: 400, reported to OnError as keyrate.ErrInvalidKey with
+// the KeyFunc's own error inside.
 func TestKeyFuncErrorIsRefused(t *testing.T) {
+	errNoKey := errors.New("no API key")
 	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
 		l, _ := newLimiter(t, 1, time.Minute)
 		var errs []error
 		h := newHandler(t, l, httplimit.WithFailureMode(mode),
+			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return "", errNoKey }),
 			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = "@" // a Unix socket
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		if rec.Code != 500 || len(errs) != 1 {
-			t.Fatalf("mode %d: %d with %d errors reported, want 500 and 1", mode, rec.Code, len(errs))
+		rec := get(h, "/")
+		if rec.Code != 400 || len(errs) != 1 || !errors.Is(errs[0], keyrate.ErrInvalidKey) || !errors.Is(errs[0], errNoKey) {
+			t.Fatalf("mode %d: %d, reported %v; want 400 and one error matching ErrInvalidKey and the KeyFunc's", mode, rec.Code, errs)
 		}
 		decodeProblem(t, rec)
+		if rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
+			t.Errorf("mode %d: fields sent without a decision: %v", mode, rec.Header())
+		}
 	}
 }
 
@@ -371,6 +389,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"zero budget":          {l, []httplimit.Option{httplimit.WithTimeBudget(0)}},
 		"unknown failure mode": {l, []httplimit.Option{httplimit.WithFailureMode(7)}},
 		"route with newline":   {l, []httplimit.Option{httplimit.WithRoute("a\nb")}},
+		"route over 256 bytes": {l, []httplimit.Option{httplimit.WithRoute(strings.Repeat("r", 257))}},
 	}
 	for name, c := range cases {
 		if _, err := httplimit.New(c.b, c.opts...); !errors.Is(err, keyrate.ErrConfig) {
@@ -382,14 +401,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// A backend without Policy methods: the policy's quota comes from each Decision.
+// A backend without Quota methods: the policy's quota comes from each
+// Decision, and t from ResetAfter when the backend leaves RefillAfter 0.
+// 1.5s is no whole number of seconds, so w is left out.
 func TestPolicyFromDecision(t *testing.T) {
 	b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
 	})
 	h := newHandler(t, b, httplimit.WithWindow(1500*time.Millisecond), httplimit.WithRoute(`a"b`))
 	rec := get(h, "/")
-	if p, r := rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"); p != `"a\"b";q=5;w=2` || r != `"a\"b";r=4;t=2` {
+	if p, r := rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"); p != `"a\"b";q=5` || r != `"a\"b";r=4;t=2` {
 		t.Fatalf("RateLimit-Policy %q, RateLimit %q", p, r)
 	}
 }

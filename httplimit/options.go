@@ -3,8 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"time"
-
-	"github.com/keyrate/keyrate"
 )
 
 // Option configures a Middleware; pass options to New.
@@ -17,17 +15,20 @@ type config struct {
 	skip       func(*http.Request) bool
 	window     time.Duration
 	budget     time.Duration
+	budgetSet  bool // WithTimeBudget was given
 	failure    FailureMode
 	headers    HeaderSet
 	onDecision func(Event)
 	onLimited  func(Event)
 	onError    func(Event)
 	shadow     bool
-	limited    func(http.ResponseWriter, *http.Request, keyrate.Decision)
+	unit       string
+	limited    func(http.ResponseWriter, *http.Request, Event)
 }
 
-// FailureMode says what the middleware does when it cannot get a decision:
-// the backend returned an error or outlived the time budget.
+// FailureMode says what the middleware does when it cannot get a decision
+// because the store is unavailable: the backend failed (a network error,
+// a closed limiter), or outlived the time budget.
 //
 //   - FailOpen (the default) serves the request as if it were allowed, with
 //     no RateLimit field (only RateLimit-Policy), and reports the error to
@@ -37,6 +38,12 @@ type config struct {
 //     reports the error to OnError. A store outage then takes the limited
 //     routes down: choose it when the limit protects something that must not
 //     be overrun (a paid upstream, a login form).
+//
+// Neither applies to a request that cannot be placed: the KeyFunc failed or
+// returned "", or the backend refused the key (an error wrapping
+// keyrate.ErrInvalidKey). The request, not the store, caused that, and a
+// client could cause it at will; so it is answered 400 Bad Request with a
+// problem body, and reported to OnError, in both modes. It is never served.
 type FailureMode int
 
 const (
@@ -51,16 +58,39 @@ const (
 type HeaderSet uint8
 
 const (
-	// DraftHeaders are the current IETF draft fields (the default):
-	//   RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
-	//   RateLimit: "name";r=REMAINING;t=SECONDS
+	// DraftHeaders are the fields of the IETF draft
+	// draft-ietf-httpapi-ratelimit-headers (the default), as of its
+	// revisions -10 and -11:
+	//
+	//	RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
+	//	RateLimit: "name";r=REMAINING;t=SECONDS
+	//
+	// The name is the route's (WithRoute), or "default". q is the limit; w
+	// is the window, left out when it is not a whole number of seconds (w
+	// cannot say 500ms, and a rounded w would advertise a limit the
+	// middleware does not enforce); qu is added by WithQuotaUnit. r is what
+	// remains after this request. t is the seconds, rounded up, until more
+	// quota comes back: when the oldest request in the window leaves it
+	// (a sliding window gives quota back one request at a time; limit 5
+	// per 60s with a request every 10s, the fifth response says r=0;t=20),
+	// or on a refusal when this request would fit, equal to Retry-After.
+	// t is left out when nothing is held, so nothing is to come back.
+	//
+	// Both fields are lists: each middleware adds its member beside those of
+	// any other on the same response (a per-route budget inside a global
+	// one gives two), never replacing them. Give nested middlewares
+	// different route names, so that their members can be told apart. No
+	// partition key (pk) is sent: it would disclose or hash the client's
+	// identity, and a client knows who it is.
 	DraftHeaders HeaderSet = 1 << iota
 	// LegacyHeaders are the older draft's RateLimit-Limit,
-	// RateLimit-Remaining and RateLimit-Reset (seconds from now).
+	// RateLimit-Remaining and RateLimit-Reset (t, or 0). Each holds one
+	// policy: of nested middlewares, the one with the least remaining.
 	LegacyHeaders
 	// XHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset, the last as a Unix time in seconds, as GitHub and
-	// most older middleware send it.
+	// X-RateLimit-Reset, the last as a Unix time in seconds (now + t), as
+	// GitHub and most older middleware send it. One policy, as for
+	// LegacyHeaders.
 	XHeaders
 )
 
@@ -68,12 +98,23 @@ const (
 // the backend (name + "\x00" + identity), so routes that share a backend
 // keep separate budgets, and it names the policy in the RateLimit fields.
 // Default: "" (keys are the identity alone; the fields say "default"). Give
-// every route its own name when routes share a backend.
+// every route its own name when routes share a backend. At most 256 bytes
+// of printable ASCII.
 func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 
 // WithKeyFunc sets how a request is mapped to the identity it is limited
 // by. Default: ClientIP() with no trusted proxies, the socket's address
 // (IPv6 grouped by /64). See ClientIP, HeaderKey and Join.
+//
+// An identity over 128 bytes is limited under its SHA-256 digest,
+// "sha256:" and 43 base64url characters, as is one that starts with
+// "sha256:": every backend then gets keys of bounded length, whatever a
+// client sends, and two identities share a budget only if they are equal
+// (save for a SHA-256 collision). An empty identity, or an error, means the
+// request cannot be placed: it is answered 400 and reported to OnError (see
+// FailureMode), never served, never counted against a shared "" budget.
+// A KeyFunc that wants one budget for all anonymous clients returns a fixed
+// name for them, such as "anonymous".
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets the weight of a request, for routes where some requests
@@ -81,7 +122,20 @@ func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 // request. A weight of 0 is always admitted and consumes nothing; a weight
 // above the limit can never be admitted and is answered 413 (see
 // DefaultLimitedHandler). Negative weights are refused the same way.
+//
+// With weights, q and r in the RateLimit fields count cost units, not
+// requests, and the draft's default unit is requests. When the weight
+// measures something the draft has a unit for (content-bytes, say), name
+// it with WithQuotaUnit. An abstract cost has no registered unit, so none
+// is claimed: document what a unit costs for your clients.
 func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithQuotaUnit adds the quota unit, qu, to RateLimit-Policy: the unit that
+// q and r count, one of the draft's registered units ("requests",
+// "content-bytes", "concurrent-requests"). Default: none sent, which means
+// requests. Set it with WithCost when the cost measures such a unit. Must
+// be printable ASCII.
+func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit } }
 
 // WithSkip sets a function that exempts requests from the limit: health
 // checks, allow-listed clients. Skipped requests reach the handler with no
@@ -89,15 +143,27 @@ func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cos
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
 // WithWindow sets the window reported in RateLimit-Policy, for a backend that
-// does not implement Policy (a BackendFunc). Default: the backend's Window.
+// does not implement keyrate.Quota (a BackendFunc). Default: the backend's
+// Window. A window that is not a whole number of seconds is enforced as it
+// is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
-// WithTimeBudget bounds each backend call. A call that outlives it counts as
-// a failure (ErrBudgetExceeded, answered per the FailureMode), and the
-// request waits no longer, even for a backend that ignores its context.
-// Default: 250ms. NonBlocking backends (*keyrate.Limiter) are called inline and never
-// time out. Must be positive.
-func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
+// WithTimeBudget bounds each call to a backend that may block. A call that
+// outlives it counts as a store failure (ErrBudgetExceeded, answered per the
+// FailureMode), and the request waits no longer, even for a backend that
+// ignores its context: the call runs on its own goroutine, under a timer.
+// Default: 250ms. Must be positive.
+//
+// It is for backends that are neither keyrate.NonBlocking nor
+// keyrate.Bounded. A NonBlocking one (*keyrate.Limiter) is called inline and
+// never times out, so the budget has nothing to bound. A Bounded one (the
+// Redis backend) is called inline too, under its own budget alone: one
+// budget, in one place, and no goroutine hand-off per request. Set that
+// budget on the backend; New refuses WithTimeBudget for a Bounded backend
+// rather than let the middleware's budget look like it applies.
+func WithTimeBudget(d time.Duration) Option {
+	return func(c *config) { c.budget, c.budgetSet = d, true }
+}
 
 // WithFailureMode sets what happens when the backend fails. Default:
 // FailOpen. See FailureMode for the trade-off.
@@ -116,23 +182,32 @@ func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecisio
 // OnDecision and before the refusal is written. Default: none.
 func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
 
-// WithOnError sets a hook called when no decision could be had: the key
-// function or the backend failed, or the budget ran out. Event.Err says why.
-// Default: none; errors then pass silently, which under FailOpen means
-// unnoticed.
+// WithOnError sets a hook called when no decision could be had: the store
+// failed or the budget ran out (answered per the FailureMode), or the
+// request could not be placed (answered 400; Event.Err matches
+// keyrate.ErrInvalidKey). Default: none; errors then pass silently, which
+// under FailOpen means unnoticed.
 func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
 
 // WithLimitedHandler replaces the response to a refused request. When it
 // runs, the RateLimit fields (and Retry-After, when waiting helps) are
-// already set; it writes the status and the body. Default:
-// DefaultLimitedHandler.
-func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, keyrate.Decision)) Option {
+// already set; it writes the status and the body. The Event is the one the
+// hooks get (Route, Identity, Decision). Default: DefaultLimitedHandler.
+func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, Event)) Option {
 	return func(c *config) { c.limited = f }
 }
 
-// WithShadow decides and records every request as usual, writes the
-// RateLimit fields and reports refusals to OnDecision and OnLimited (with
-// Event.Shadow set), but serves refused requests instead of answering 429.
-// Roll a new limit out this way and watch what it would have refused before
-// enforcing it. Errors are still answered per the failure mode. Default: off.
+// WithShadow puts the middleware in shadow mode: it decides every request
+// as usual, writes RateLimit-Policy and RateLimit with what enforcing would
+// say (r=0 and t on what it would refuse), and reports to the hooks as
+// usual, with Event.Shadow set on what it would have refused; but it serves
+// every request. Roll a new limit out this way and watch what it would
+// refuse before enforcing it.
+//
+// A shadowed refusal gets no Retry-After, as the response is no refusal,
+// and records nothing, as a refusal never does: the budget moves exactly as
+// it would under enforcement, so the hooks see the decisions enforcement
+// would make. Errors are served too (the middleware limits no one yet, so
+// serving them lifts no limit) and reported to OnError, with Event.Shadow
+// set where enforcing would have answered 400 or 503. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }

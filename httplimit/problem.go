@@ -3,49 +3,99 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+)
 
-	"github.com/keyrate/keyrate"
+// quotaExceeded is the draft's problem type for a request over one or more
+// quota policies (draft-ietf-httpapi-ratelimit-headers, section 5.1),
+// with the title it registers for it.
+const (
+	quotaExceeded      = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	quotaExceededTitle = "Quota Exceeded"
 )
 
 // DefaultLimitedHandler answers a refused request with an RFC 9457
 // application/problem+json body:
 //
-//   - 429 Too Many Requests when waiting helps: the key's budget is spent, or
-//     the backend tracks too many keys (Decision.Overflow). Retry-After is
-//     already set, in whole seconds rounded up, never 0.
-//   - 413 Content Too Large when it cannot: the request's cost exceeds the
-//     limit (a refusal with RetryAfter 0), so no wait would let it through.
-//     No Retry-After is sent; retrying the same request is pointless.
-func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, d keyrate.Decision) {
+//   - 429 Too Many Requests when the key's budget is spent, with the
+//     draft's problem type for it,
+//     "https://iana.org/assignments/http-problem-types#quota-exceeded", and
+//     its "violated-policies" member naming the policy as the RateLimit
+//     fields do (the route, or "default"). Retry-After is already set, in
+//     whole seconds rounded up, never 0.
+//   - 429 Too Many Requests of type about:blank when the backend tracks too
+//     many keys to take this one (Decision.Overflow): no policy of the
+//     client's was violated, so none is named. Retry-After is one window.
+//   - 413 Content Too Large of type about:blank when the request's cost
+//     exceeds the limit (a refusal with RetryAfter 0), so no wait would let
+//     it through. No Retry-After is sent; retrying the same request is
+//     pointless.
+func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e Event) {
+	d := e.Decision
 	if d.RetryAfter <= 0 && !d.Overflow {
 		writeProblem(w, http.StatusRequestEntityTooLarge,
 			"This request costs more than the limit of "+strconv.Itoa(d.Limit)+" allows; it can never be admitted.")
 		return
 	}
 	wait := strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)
-	detail := "Rate limit exceeded; retry in " + wait + " seconds."
 	if d.Overflow {
-		detail = "Too many clients are being tracked; retry in " + wait + " seconds."
+		writeProblem(w, http.StatusTooManyRequests, "Too many clients are being tracked; retry in "+wait+" seconds.")
+		return
 	}
-	writeProblem(w, http.StatusTooManyRequests, detail)
+	p := problem{
+		typ:      quotaExceeded,
+		title:    quotaExceededTitle,
+		status:   http.StatusTooManyRequests,
+		detail:   "Rate limit exceeded; retry in " + wait + " seconds.",
+		violated: []string{policyName(e.Route)},
+	}
+	p.write(w)
 }
 
-// writeProblem writes an RFC 9457 problem body of type about:blank, whose
-// title is the status's reason phrase. detail must need no JSON escaping.
+// problem is an RFC 9457 problem body.
+type problem struct {
+	typ, title string // "" for about:blank, titled by the status
+	status     int
+	detail     string // must need no JSON escaping
+	violated   []string
+}
+
+// writeProblem writes a problem body of type about:blank, whose title is
+// the status's reason phrase.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	title := http.StatusText(status)
-	body := make([]byte, 0, 96+len(title)+len(detail))
-	body = append(body, `{"type":"about:blank","title":"`...)
-	body = append(body, title...)
-	body = append(body, `","status":`...)
-	body = strconv.AppendInt(body, int64(status), 10)
-	body = append(body, `,"detail":"`...)
-	body = append(body, detail...)
-	body = append(body, "\"}\n"...)
+	problem{status: status, detail: detail}.write(w)
+}
+
+func (p problem) write(w http.ResponseWriter) {
+	typ, title := p.typ, p.title
+	if typ == "" {
+		typ, title = "about:blank", http.StatusText(p.status)
+	}
+	body := make([]byte, 0, 160+len(p.detail))
+	body = append(body, `{"type":`...)
+	body = strconv.AppendQuote(body, typ)
+	body = append(body, `,"title":`...)
+	body = strconv.AppendQuote(body, title)
+	body = append(body, `,"status":`...)
+	body = strconv.AppendInt(body, int64(p.status), 10)
+	body = append(body, `,"detail":`...)
+	body = strconv.AppendQuote(body, p.detail)
+	if len(p.violated) > 0 {
+		// Policy names are printable ASCII (New checks), which Go quotes
+		// exactly as JSON does.
+		body = append(body, `,"violated-policies":[`...)
+		for i, name := range p.violated {
+			if i > 0 {
+				body = append(body, ',')
+			}
+			body = strconv.AppendQuote(body, name)
+		}
+		body = append(body, ']')
+	}
+	body = append(body, "}\n"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	w.WriteHeader(p.status)
 	w.Write(body)
 }

@@ -50,7 +50,7 @@ func TestDemoBinary(t *testing.T) {
 		t.Fatalf("first line %q does not give the address", lines.Text())
 	}
 	rest := make(chan string, 1)
-	go func() { // keep the pipe drained; hand over everything printed
+	go func() { // keep the pipe drained; hand over everything printed, up to EOF
 		var b strings.Builder
 		for lines.Scan() {
 			b.WriteString(lines.Text() + "\n")
@@ -91,10 +91,12 @@ func TestDemoBinary(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
+	// Read to the end before Wait: Wait closes the pipe, and lines still
+	// unread would be lost.
+	out := <-rest
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exited with %v", err)
 	}
-	out := <-rest
 	for _, hint := range []string{"/api/status  3 requests per 60s", "/api/search  20 requests per 60s", "/api/burst   10 requests per 10s", "/api/burst; done"} {
 		if !strings.Contains(out, hint) {
 			t.Errorf("start-up hints lack %q:\n%s", hint, out)

@@ -55,6 +55,8 @@ type config struct {
 	OnDecision func(decision)
 	// Clock is the limiters' clock; nil is the system clock.
 	Clock keyrate.Clock
+	// Timeouts are the server's; zero fields get defaultTimeouts'.
+	Timeouts timeouts
 }
 
 // newServer assembles the demo: a mux with each route behind its own

@@ -44,15 +44,21 @@ func Bound(id string) string {
 // 64 by default in the middleware); they must be within the address's bit
 // length.
 func Addr(a netip.Addr, v4bits, v6bits int) string {
+	var buf [64]byte
+	return string(AppendAddr(buf[:0], a, v4bits, v6bits))
+}
+
+// AppendAddr appends Addr's key for a to dst, for a caller that builds a
+// longer key around it without a string of its own.
+func AppendAddr(dst []byte, a netip.Addr, v4bits, v6bits int) []byte {
 	a = a.Unmap().WithZone("")
 	bits := v6bits
 	if a.Is4() {
 		bits = v4bits
 	}
-	var buf [64]byte
 	if bits == a.BitLen() {
-		return string(a.AppendTo(buf[:0]))
+		return a.AppendTo(dst)
 	}
 	p, _ := a.Prefix(bits)
-	return string(p.AppendTo(buf[:0]))
+	return p.AppendTo(dst)
 }

@@ -53,5 +53,8 @@ func TestAddr(t *testing.T) {
 		if got := Addr(netip.MustParseAddr(c.in), c.v4, c.v6); got != c.want {
 			t.Errorf("Addr(%s, %d, %d) = %q, want %q", c.in, c.v4, c.v6, got, c.want)
 		}
+		if got := AppendAddr([]byte("route\x00"), netip.MustParseAddr(c.in), c.v4, c.v6); string(got) != "route\x00"+c.want {
+			t.Errorf("AppendAddr(route, %s, %d, %d) = %q, want the route and %q", c.in, c.v4, c.v6, got, c.want)
+		}
 	}
 }

@@ -1,0 +1,43 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+)
+
+// An admitted request through the in-process limiter, with a route and the
+// default identity, costs at most two allocations (its key and its fields)
+// and still gets every field.
+func TestAdmitAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	l, err := keyrate.New(1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m, err := httplimit.New(l, httplimit.WithRoute("search"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(bare)
+	rs := requests(64)
+	w := &discard{h: make(http.Header)}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		clear(w.h)
+		h.ServeHTTP(w, rs[i%len(rs)])
+		i++
+	})
+	if allocs > 2 {
+		t.Errorf("%.1f allocations per admitted request, want at most 2", allocs)
+	}
+	if p, r := w.h.Get("RateLimit-Policy"), w.h.Get("RateLimit"); p != `"search";q=1048576;w=3600` || r == "" {
+		t.Fatalf("fields RateLimit-Policy %q, RateLimit %q", p, r)
+	}
+}

@@ -1,0 +1,127 @@
+package call
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+type ctxKey struct{}
+
+// probe records the context of each call and answers after delay, or when
+// the context ends if it heeds it.
+type probe struct {
+	delay time.Duration
+	heeds bool
+	seen  chan context.Context // each call's context
+}
+
+func (p probe) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	p.seen <- ctx
+	if p.heeds {
+		select {
+		case <-time.After(p.delay):
+		case <-ctx.Done():
+			return keyrate.Decision{}, ctx.Err()
+		}
+	} else {
+		time.Sleep(p.delay)
+	}
+	return keyrate.Decision{Allowed: true, Limit: n}, nil
+}
+
+type nonBlocking struct{ probe }
+
+func (nonBlocking) NonBlocking() bool { return true }
+
+type bounded struct{ probe }
+
+func (bounded) TimeBudget() time.Duration { return time.Second }
+
+// Backends that return promptly by themselves get the caller's context as
+// it is, and as long as they take; the others run under the budget.
+func TestTake(t *testing.T) {
+	const budget = 100 * time.Millisecond
+	cases := []struct {
+		name     string
+		backend  func(probe) keyrate.Backend
+		delay    time.Duration
+		heeds    bool
+		took     time.Duration
+		err      error // nil: allowed
+		inline   bool
+		deadline bool
+	}{
+		{"non-blocking", func(p probe) keyrate.Backend { return nonBlocking{p} }, 300 * time.Millisecond, false, 300 * time.Millisecond, nil, true, false},
+		{"bounded", func(p probe) keyrate.Backend { return bounded{p} }, 300 * time.Millisecond, false, 300 * time.Millisecond, nil, true, false},
+		{"blocking, within the budget", func(p probe) keyrate.Backend { return p }, 99 * time.Millisecond, false, 99 * time.Millisecond, nil, false, true},
+		{"blocking, ignoring its context", func(p probe) keyrate.Backend { return p }, time.Second, false, budget, ErrBudgetExceeded, false, true},
+		{"blocking, heeding its context", func(p probe) keyrate.Backend { return p }, time.Second, true, budget, ErrBudgetExceeded, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				seen := make(chan context.Context, 2)
+				caller := New(c.backend(probe{delay: c.delay, heeds: c.heeds, seen: seen}), budget)
+				ctx := context.WithValue(context.Background(), ctxKey{}, "request")
+				start := time.Now()
+				d, err := caller.Take(ctx, "k", 2)
+				took := time.Since(start)
+				time.Sleep(c.delay) // let a backend that outlived the budget finish
+				var calls []context.Context
+				for len(seen) > 0 {
+					calls = append(calls, <-seen)
+				}
+				if took != c.took {
+					t.Errorf("took %v, want %v", took, c.took)
+				}
+				if c.err == nil && (err != nil || !d.Allowed || d.Limit != 2) {
+					t.Errorf("got %+v, %v; want the backend's answer", d, err)
+				}
+				if c.err != nil && (!errors.Is(err, c.err) || !errors.Is(err, context.DeadlineExceeded) || d.Allowed) {
+					t.Errorf("got %+v, %v; want %v matching context.DeadlineExceeded", d, err, c.err)
+				}
+				if len(calls) != 1 || calls[0].Value(ctxKey{}) != "request" {
+					t.Fatalf("backend saw %d calls, want one with the caller's context inside", len(calls))
+				}
+				if _, ok := calls[0].Deadline(); ok != c.deadline || (calls[0] == ctx) != c.inline {
+					t.Errorf("deadline %v, same context %v; want %v and %v", ok, calls[0] == ctx, c.deadline, c.inline)
+				}
+			})
+		})
+	}
+}
+
+// A caller that goes away is its own cancellation, not the budget's.
+func TestTakeCallerCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		caller := New(probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 1)}, 100*time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		_, err := caller.Take(ctx, "k", 1)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrBudgetExceeded) {
+			t.Fatalf("err = %v, want context.Canceled alone", err)
+		}
+	})
+}
+
+func TestClientCaused(t *testing.T) {
+	cases := map[error]bool{
+		fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey): true,
+		keyrate.ErrInvalidKey:                              true,
+		keyrate.ErrClosed:                                  false,
+		fmt.Errorf("wrapped: %w", ErrBudgetExceeded):       false,
+		context.DeadlineExceeded:                           false,
+		errors.New("dial tcp: connection refused"):         false,
+	}
+	for err, want := range cases {
+		if got := ClientCaused(err); got != want {
+			t.Errorf("ClientCaused(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
