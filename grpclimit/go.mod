@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
