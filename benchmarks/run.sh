@@ -24,9 +24,6 @@ go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkAllow$' -timeout 60m . | tee
 echo "== floor ($(date +%T))"
 go test "${flags[@]}" -cpu 1 -bench '^BenchmarkFloor$' . | tee "$RAW/floor.txt"
 
-echo "== key map comparison in the root package ($(date +%T))"
-(cd .. && go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkShardCmp$' -timeout 30m .) | tee "$RAW/shardcmp.txt"
-
 echo "== accuracy, memory, latency ($(date +%T))"
 go run ./cmd/tables | tee "$RAW/tables.md"
 
@@ -34,11 +31,8 @@ echo "== benchstat ($(date +%T))"
 $BENCHSTAT -col /lib "$RAW/allow.txt" > "$RAW/allow.benchstat.txt"
 $BENCHSTAT -col /lib -format csv "$RAW/allow.txt" > "$RAW/allow.csv" 2>/dev/null
 $BENCHSTAT -format csv "$RAW/floor.txt" > "$RAW/floor.csv" 2>/dev/null
-$BENCHSTAT -col /map "$RAW/shardcmp.txt" > "$RAW/shardcmp.benchstat.txt"
-$BENCHSTAT -col /map -format csv "$RAW/shardcmp.txt" > "$RAW/shardcmp.csv" 2>/dev/null
 
 go run ./cmd/results -allow "$RAW/allow.csv" -floor "$RAW/floor.csv" \
-  -shardcmp "$RAW/shardcmp.csv" -shardcmp-text "$RAW/shardcmp.benchstat.txt" \
   -tables "$RAW/tables.md" -count "$COUNT" \
   -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
   > RESULTS.md

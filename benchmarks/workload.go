@@ -59,8 +59,7 @@ func (p Path) Check(admits, errs, n int) error {
 // Prepare readies l for path p on keys before timing starts. On the deny
 // path it spends every key's budget; on the admit path it admits one event
 // per key, so that the timed calls find tracked keys with budget left (the
-// cost of creating keys is measured separately, by the memory table and the
-// insert-heavy map benchmark).
+// cost of creating keys is measured separately, by the memory table).
 func (p Path) Prepare(l Limiter, keys []string) {
 	for _, k := range keys {
 		if p == Deny {

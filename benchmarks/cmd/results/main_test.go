@@ -24,7 +24,7 @@ func TestLeadIsOverPeersOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := write(&out, path, "", "", "", "", "test", 5); err != nil {
+	if err := write(&out, path, "", "", "test", 5); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -51,7 +51,7 @@ func TestKeyrateMustBeTheFirstColumn(t *testing.T) {
 	if err := os.WriteFile(path, []byte(csv), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(&strings.Builder{}, path, "", "", "", "", "test", 5); err == nil {
+	if err := write(&strings.Builder{}, path, "", "", "test", 5); err == nil {
 		t.Fatal("accepted a table whose first column is not keyrate")
 	}
 }
