@@ -2,10 +2,11 @@
 // RESULTS.md: the medians of every limiter side by side with each peer's
 // ratio to keyrate, the lead of each of keyrate's configurations (columns
 // named keyrate or keyrate-*) over the fastest of the peers, scaling across
-// -cpu, and the floor. benchmarks/run.sh runs it; the accuracy, memory and
-// latency tables come from cmd/tables and are appended as they are.
+// -cpu, the HTTP middleware beside each other, and the floor.
+// benchmarks/run.sh runs it; the accuracy, memory and latency tables come
+// from cmd/tables and are appended as they are.
 //
-//	go run ./cmd/results -allow allow.csv -floor floor.csv -tables tables.md -cmd "..."
+//	go run ./cmd/results -allow allow.csv -http http.csv -floor floor.csv -tables tables.md -cmd "..."
 package main
 
 import (
@@ -130,6 +131,7 @@ func ns(sec float64) string {
 
 func main() {
 	allow := flag.String("allow", "", "benchstat -format csv -col /lib output of BenchmarkAllow")
+	httpCSV := flag.String("http", "", "benchstat -format csv -col /lib output of BenchmarkHTTP")
 	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor")
 	tablesMD := flag.String("tables", "", "markdown from cmd/tables, appended as is")
 	command := flag.String("cmd", "benchmarks/run.sh", "the command that produced the numbers")
@@ -139,13 +141,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "results: -allow is required")
 		os.Exit(2)
 	}
-	if err := write(os.Stdout, *allow, *floor, *tablesMD, *command, *count); err != nil {
+	in := inputs{allow: *allow, http: *httpCSV, floor: *floor, tables: *tablesMD, command: *command, count: *count}
+	if err := write(os.Stdout, in); err != nil {
 		fmt.Fprintln(os.Stderr, "results:", err)
 		os.Exit(1)
 	}
 }
 
-func write(w io.Writer, allowCSV, floorCSV, tablesMD, command string, count int) error {
+// inputs names the files write reads (each but allow may be empty, and its
+// section is then left out) and what the header says of the run.
+type inputs struct {
+	allow, http, floor, tables string
+	command                    string
+	count                      int
+}
+
+func write(w io.Writer, in inputs) error {
+	allowCSV, floorCSV, tablesMD, command, count := in.allow, in.floor, in.tables, in.command, in.count
 	at, err := parse(allowCSV)
 	if err != nil {
 		return err
@@ -249,6 +261,11 @@ func write(w io.Writer, allowCSV, floorCSV, tablesMD, command string, count int)
 		fmt.Fprintln(w)
 	}
 
+	if in.http != "" {
+		if err := writeHTTP(w, in.http); err != nil {
+			return err
+		}
+	}
 	if floorCSV != "" {
 		if err := writeFloor(w, floorCSV, sec); err != nil {
 			return err
