@@ -176,13 +176,14 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
 	}
-	if len(r.v) != 4 {
-		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 4", key, len(r.v))
+	if len(r.v) != 5 {
+		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 5", key, len(r.v))
 	}
 	d.Allowed = r.v[0] == 1
 	d.Remaining = int(r.v[1])
 	d.RetryAfter = time.Duration(r.v[2]) * time.Microsecond
 	d.ResetAfter = time.Duration(r.v[3]) * time.Microsecond
+	d.RefillAfter = time.Duration(r.v[4]) * time.Microsecond
 	return d, nil
 }
 

@@ -6,8 +6,8 @@ import "github.com/redis/go-redis/v9"
 // microseconds), weight n and, optionally, the instant to decide at in
 // microseconds since the Unix epoch. Without that instant they read the
 // server's TIME, so that every client shares one clock. Each returns
-// {allowed (0 or 1), remaining, retryAfter, resetAfter}, durations in
-// microseconds, with the same rules as the in-process limiter: n == 0 is
+// {allowed (0 or 1), remaining, retryAfter, resetAfter, refillAfter},
+// durations in microseconds, with the same rules as the in-process limiter: n == 0 is
 // allowed and records nothing; n < 0 or n > limit is refused with
 // retryAfter 0; a refusal records nothing.
 //
@@ -53,6 +53,11 @@ local from = '(' .. string.format('%.0f', now - window)
 if top[1] then redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', newest - window)) end
 local held = redis.call('ZCOUNT', key, from, '+inf')
 local remaining = limit - held
+local refill = 0
+if held > 0 then
+  local oldest = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  refill = tonumber(oldest[2]) + window - now
+end
 if n > 0 and n <= limit and held + n <= limit then
   local score = string.format('%.0f', now)
   local i = 1
@@ -67,7 +72,8 @@ if n > 0 and n <= limit and held + n <= limit then
     i = last + 1
   end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
-  return {1, remaining - n, 0, window}
+  if held == 0 then refill = window end
+  return {1, remaining - n, 0, window, refill}
 end
 local retry, reset = 0, 0
 if n > 0 and n <= limit then
@@ -76,15 +82,16 @@ if n > 0 and n <= limit then
   retry = tonumber(blocking[2]) + window - now
 end
 if held > 0 then reset = newest + window - now end
-if n == 0 then return {1, remaining, 0, reset} end
-return {0, remaining, retry, reset}
+if n == 0 then return {1, remaining, 0, reset, refill} end
+return {0, remaining, retry, reset, refill}
 `
 
 // fixedWindowSource keeps, per key, a hash {w: window number, n: count}.
 // Windows are aligned to multiples of the window length since the Unix
 // epoch. The count starts over when the window number changes; the key
 // expires with its window (expiry set only when the window starts). A clock
-// that steps back stays in the newest window seen.
+// that steps back stays in the newest window seen. All of a window's events
+// leave together when it ends, so refillAfter equals resetAfter.
 const fixedWindowSource = prologue + `
 local idx = math.floor(now / window)
 local count = 0
@@ -103,13 +110,13 @@ if n > 0 and n <= limit and count + n <= limit then
   else
     redis.call('HINCRBY', key, 'n', n)
   end
-  return {1, remaining - n, 0, left}
+  return {1, remaining - n, 0, left, left}
 end
 local retry, reset = 0, 0
 if n > 0 and n <= limit then retry = left end
 if count > 0 then reset = left end
-if n == 0 then return {1, remaining, 0, reset} end
-return {0, remaining, retry, reset}
+if n == 0 then return {1, remaining, 0, reset, reset} end
+return {0, remaining, retry, reset, reset}
 `
 
 var (

@@ -81,37 +81,38 @@ func take(t *testing.T, b Backend, key string, n int) keyrate.Decision {
 
 const s = time.Second
 
-func allowed(remaining int, reset time.Duration) keyrate.Decision {
-	return keyrate.Decision{Allowed: true, Remaining: remaining, ResetAfter: reset}
+func allowed(remaining int, refill, reset time.Duration) keyrate.Decision {
+	return keyrate.Decision{Allowed: true, Remaining: remaining, RefillAfter: refill, ResetAfter: reset}
 }
 
-func refused(remaining int, retry, reset time.Duration) keyrate.Decision {
-	return keyrate.Decision{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+func refused(remaining int, retry, refill, reset time.Duration) keyrate.Decision {
+	return keyrate.Decision{Remaining: remaining, RetryAfter: retry, RefillAfter: refill, ResetAfter: reset}
 }
 
 // testTrace walks one key through filling, refusal, sliding, weights and the
 // weights that can never fit, checking every field at every step.
 func testTrace(t *testing.T, newBackend NewBackend) {
 	runTrace(t, newBackend, 3, 10*s, []step{
-		{0, "k", 1, allowed(2, 10*s)},
-		{1 * s, "k", 1, allowed(1, 10*s)},
-		{2 * s, "k", 1, allowed(0, 10*s)},
+		// RefillAfter: when the oldest event in the window leaves.
+		{0, "k", 1, allowed(2, 10*s, 10*s)},
+		{1 * s, "k", 1, allowed(1, 9*s, 10*s)},
+		{2 * s, "k", 1, allowed(0, 8*s, 10*s)},
 		// Full: the event at 0 leaves at 10s; the newest, at 2s, at 12s.
-		{3 * s, "k", 1, refused(0, 7*s, 9*s)},
-		{9500 * time.Millisecond, "k", 1, refused(0, 500*time.Millisecond, 2500*time.Millisecond)},
+		{3 * s, "k", 1, refused(0, 7*s, 7*s, 9*s)},
+		{9500 * time.Millisecond, "k", 1, refused(0, 500*time.Millisecond, 500*time.Millisecond, 2500*time.Millisecond)},
 		// At 10s the event at 0 has left: (0, 10] is the window.
-		{10 * s, "k", 1, allowed(0, 10*s)},
-		{10 * s, "k", 1, refused(0, 1*s, 10*s)},
+		{10 * s, "k", 1, allowed(0, 1*s, 10*s)},
+		{10 * s, "k", 1, refused(0, 1*s, 1*s, 10*s)},
 		// Held: 2s, 10s. Weight 2 needs the event at 2s gone.
-		{11 * s, "k", 2, refused(1, 1*s, 9*s)},
-		{12 * s, "k", 2, allowed(0, 10*s)},
+		{11 * s, "k", 2, refused(1, 1*s, 1*s, 9*s)},
+		{12 * s, "k", 2, allowed(0, 8*s, 10*s)},
 		// Everything has left by 25s.
-		{25 * s, "k", 0, allowed(3, 0)},
-		{25 * s, "k", 3, allowed(0, 10*s)},
-		{26 * s, "k", 4, refused(0, 0, 9*s)},
-		{26 * s, "k", -1, refused(0, 0, 9*s)},
-		{26 * s, "k", 0, allowed(0, 9*s)},
-		{35 * s, "k", 3, allowed(0, 10*s)},
+		{25 * s, "k", 0, allowed(3, 0, 0)},
+		{25 * s, "k", 3, allowed(0, 10*s, 10*s)},
+		{26 * s, "k", 4, refused(0, 0, 9*s, 9*s)},
+		{26 * s, "k", -1, refused(0, 0, 9*s, 9*s)},
+		{26 * s, "k", 0, allowed(0, 9*s, 9*s)},
+		{35 * s, "k", 3, allowed(0, 10*s, 10*s)},
 	})
 }
 
@@ -134,7 +135,7 @@ func testBoundaryBurst(t *testing.T, newBackend NewBackend) {
 	if admitted != 10 {
 		t.Fatalf("admitted %d of 20 requests at 00:09 and 00:11, want 10", admitted)
 	}
-	want := refused(0, 8*s, 8*s)
+	want := refused(0, 8*s, 8*s, 8*s)
 	want.Limit = 10
 	if got := take(t, b, "burst", 1); got != want {
 		t.Fatalf("at 00:11 after the burst: got %+v, want %+v", got, want)
@@ -151,42 +152,42 @@ func testBoundaryBurst(t *testing.T, newBackend NewBackend) {
 // one window after it was admitted, not with a whole window at a time.
 func testSliding(t *testing.T, newBackend NewBackend) {
 	runTrace(t, newBackend, 2, 10*s, []step{
-		{0, "k", 1, allowed(1, 10*s)},
-		{5 * s, "k", 1, allowed(0, 10*s)},
-		{9 * s, "k", 1, refused(0, 1*s, 6*s)},
-		{10 * s, "k", 1, allowed(0, 10*s)},
-		{14 * s, "k", 1, refused(0, 1*s, 6*s)},
-		{15 * s, "k", 1, allowed(0, 10*s)},
-		{15 * s, "k", 1, refused(0, 5*s, 10*s)},
+		{0, "k", 1, allowed(1, 10*s, 10*s)},
+		{5 * s, "k", 1, allowed(0, 5*s, 10*s)},
+		{9 * s, "k", 1, refused(0, 1*s, 1*s, 6*s)},
+		{10 * s, "k", 1, allowed(0, 5*s, 10*s)},
+		{14 * s, "k", 1, refused(0, 1*s, 1*s, 6*s)},
+		{15 * s, "k", 1, allowed(0, 5*s, 10*s)},
+		{15 * s, "k", 1, refused(0, 5*s, 5*s, 10*s)},
 	})
 }
 
 // testWeights checks that a weight of n counts as n events, all or nothing.
 func testWeights(t *testing.T, newBackend NewBackend) {
 	runTrace(t, newBackend, 5, 10*s, []step{
-		{0, "w", 3, allowed(2, 10*s)},
+		{0, "w", 3, allowed(2, 10*s, 10*s)},
 		// 3 + 3 > 5: refused whole, and fits once the first 3 leave.
-		{1 * s, "w", 3, refused(2, 9*s, 9*s)},
-		{1 * s, "w", 2, allowed(0, 10*s)},
+		{1 * s, "w", 3, refused(2, 9*s, 9*s, 9*s)},
+		{1 * s, "w", 2, allowed(0, 9*s, 10*s)},
 		// Held: 3 at 0, 2 at 1s. One more needs the 3 at 0 gone.
-		{2 * s, "w", 1, refused(0, 8*s, 9*s)},
-		{10 * s, "w", 4, refused(3, 1*s, 1*s)},
-		{10 * s, "w", 3, allowed(0, 10*s)},
+		{2 * s, "w", 1, refused(0, 8*s, 8*s, 9*s)},
+		{10 * s, "w", 4, refused(3, 1*s, 1*s, 1*s)},
+		{10 * s, "w", 3, allowed(0, 1*s, 10*s)},
 		// A weight of the whole limit fits on a fresh key at once.
-		{10 * s, "fresh", 5, allowed(0, 10*s)},
+		{10 * s, "fresh", 5, allowed(0, 10*s, 10*s)},
 	})
 }
 
 // testSeparateKeys checks that keys never share a budget.
 func testSeparateKeys(t *testing.T, newBackend NewBackend) {
 	runTrace(t, newBackend, 1, 10*s, []step{
-		{0, "a", 1, allowed(0, 10*s)},
-		{0, "a", 1, refused(0, 10*s, 10*s)},
-		{0, "b", 1, allowed(0, 10*s)},
-		{1 * s, "A", 1, allowed(0, 10*s)},
-		{1 * s, "a ", 1, allowed(0, 10*s)},
-		{2 * s, "b", 1, refused(0, 8*s, 8*s)},
-		{10 * s, "a", 1, allowed(0, 10*s)},
+		{0, "a", 1, allowed(0, 10*s, 10*s)},
+		{0, "a", 1, refused(0, 10*s, 10*s, 10*s)},
+		{0, "b", 1, allowed(0, 10*s, 10*s)},
+		{1 * s, "A", 1, allowed(0, 10*s, 10*s)},
+		{1 * s, "a ", 1, allowed(0, 10*s, 10*s)},
+		{2 * s, "b", 1, refused(0, 8*s, 8*s, 8*s)},
+		{10 * s, "a", 1, allowed(0, 10*s, 10*s)},
 	})
 }
 
@@ -235,7 +236,7 @@ func testRefusalsRecordNothing(t *testing.T, newBackend NewBackend) {
 		}
 	}
 	clock.Set(start.Add(10 * s))
-	want := allowed(0, 10*s)
+	want := allowed(0, 10*s, 10*s)
 	want.Limit = 2
 	if got := take(t, b, "x", 2); got != want {
 		t.Fatalf("at +10s: got %+v, want %+v (refusals must not have been recorded)", got, want)
@@ -247,15 +248,15 @@ func testRefusalsRecordNothing(t *testing.T, newBackend NewBackend) {
 // anything.
 func testInvalidWeights(t *testing.T, newBackend NewBackend) {
 	runTrace(t, newBackend, 3, 10*s, []step{
-		{0, "z", 0, allowed(3, 0)},
-		{0, "z", -1, refused(3, 0, 0)},
-		{0, "z", -1 << 30, refused(3, 0, 0)},
-		{0, "z", 4, refused(3, 0, 0)},
-		{0, "z", 1 << 30, refused(3, 0, 0)},
-		{0, "z", 3, allowed(0, 10*s)},
-		{1 * s, "z", 0, allowed(0, 9*s)},
-		{1 * s, "z", 4, refused(0, 0, 9*s)},
-		{1 * s, "z", -2, refused(0, 0, 9*s)},
+		{0, "z", 0, allowed(3, 0, 0)},
+		{0, "z", -1, refused(3, 0, 0, 0)},
+		{0, "z", -1 << 30, refused(3, 0, 0, 0)},
+		{0, "z", 4, refused(3, 0, 0, 0)},
+		{0, "z", 1 << 30, refused(3, 0, 0, 0)},
+		{0, "z", 3, allowed(0, 10*s, 10*s)},
+		{1 * s, "z", 0, allowed(0, 9*s, 9*s)},
+		{1 * s, "z", 4, refused(0, 0, 9*s, 9*s)},
+		{1 * s, "z", -2, refused(0, 0, 9*s, 9*s)},
 	})
 }
 
