@@ -142,10 +142,10 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
-	args := make([]any, 3, 4)
-	args[0], args[1], args[2] = l.limit, l.micros, n
+	args := make([]any, 4)
+	args[0], args[1], args[2], args[3] = n, "", l.limit, l.micros
 	if l.clock != nil {
-		args = append(args, l.clock.Now().UnixMicro())
+		args[1] = l.clock.Now().UnixMicro()
 	}
 	keys := []string{l.prefix + "{" + key + "}" + l.suffix}
 
@@ -176,14 +176,16 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
 	}
-	if len(r.v) != 5 {
-		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 5", key, len(r.v))
+	// {allowed, now, then remaining, retryAfter, resetAfter, refillAfter
+	// for each policy}: one policy here.
+	if len(r.v) != 6 {
+		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 6", key, len(r.v))
 	}
 	d.Allowed = r.v[0] == 1
-	d.Remaining = int(r.v[1])
-	d.RetryAfter = time.Duration(r.v[2]) * time.Microsecond
-	d.ResetAfter = time.Duration(r.v[3]) * time.Microsecond
-	d.RefillAfter = time.Duration(r.v[4]) * time.Microsecond
+	d.Remaining = int(r.v[2])
+	d.RetryAfter = time.Duration(r.v[3]) * time.Microsecond
+	d.ResetAfter = time.Duration(r.v[4]) * time.Microsecond
+	d.RefillAfter = time.Duration(r.v[5]) * time.Microsecond
 	return d, nil
 }
 

@@ -26,12 +26,13 @@ type Algorithm int
 const (
 	// SlidingLog is the default: an exact sliding log, the same rule as the
 	// in-process keyrate.Limiter. At most limit events per key are admitted
-	// in any window-length span. Redis keeps one sorted-set member per
-	// admitted event still in the window: about 30 bytes each while a key
-	// holds at most 128 (Redis's compact listpack encoding), about 120
-	// beyond. A key therefore costs memory proportional to its events, up
-	// to limit, and admitting a weight of n costs O(n log limit) on the
-	// server.
+	// in any window-length span. Redis keeps two sorted-set entries per
+	// admitted event still in the window, whatever its weight: about 70
+	// bytes per event while a key holds at most 64 (Redis's compact
+	// listpack encoding), about 235 beyond. A key therefore costs memory
+	// proportional to the calls it admitted in a window (at most limit),
+	// and a decision costs O(log N) on the server for N events held,
+	// whatever the weight.
 	SlidingLog Algorithm = iota
 
 	// FixedWindow counts events in windows aligned to multiples of the

@@ -205,8 +205,8 @@ func TestProcessesShareOneWindow(t *testing.T) {
 }
 
 // TestSameInstantEventsAllCount checks that events admitted in one
-// microsecond are each kept: a weight of n adds n members, and repeated
-// calls at one instant add more, never overwriting each other.
+// microsecond are each kept, never overwriting each other, and that the
+// log's key expires one window after its newest event.
 func TestSameInstantEventsAllCount(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -216,20 +216,59 @@ func TestSameInstantEventsAllCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := prefix + "{k}:sl"
-	for i, n := range []int{1, 1, 3, 1200, 795} { // 1200 exceeds one ZADD batch
+	for i, n := range []int{1, 1, 3, 1200, 795} {
 		if d := mustTake(t, l, "k", n); !d.Allowed {
 			t.Fatalf("call %d: weight %d refused: %+v", i, n, d)
 		}
 	}
-	if got := client.ZCard(context.Background(), key).Val(); got != 2000 {
-		t.Fatalf("ZCARD after 2000 events at one instant = %d, want 2000", got)
+	if got, err := redislimit.EventsStored(context.Background(), client, key); err != nil || got != 5 {
+		t.Fatalf("events stored after 5 calls at one instant = %d, %v; want 5", got, err)
 	}
-	if d := mustTake(t, l, "k", 1); d.Allowed || d.Remaining != 0 {
+	if d := mustTake(t, l, "k", 1); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Minute {
 		t.Fatalf("call over the limit: %+v", d)
 	}
 	ttl := client.PTTL(context.Background(), key).Val()
 	if ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("PTTL of the log = %v, want in (0, 1m]", ttl)
+	}
+}
+
+// TestHugeWeightIsOneEvent checks that a weight costs the server what a
+// weight of one does: Take(k, 1,000,000) under a limit of a million stores
+// one event (two sorted-set entries), not a million members, and the
+// decisions around it stay exact.
+func TestHugeWeightIsOneEvent(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	prefix := uniquePrefix()
+	const limit = 1_000_000
+	l, err := redislimit.New(client, limit, 10*time.Second, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := prefix + "{big}:sl"
+	want := keyrate.Decision{Allowed: true, Limit: limit, ResetAfter: 10 * time.Second, RefillAfter: 10 * time.Second}
+	if d := mustTake(t, l, "big", limit); d != want {
+		t.Fatalf("Take(%d) on a fresh key = %+v, want %+v", limit, d, want)
+	}
+	if n := client.ZCard(ctx, key).Val(); n != 2 {
+		t.Fatalf("ZCARD after one event of weight %d = %d, want 2", limit, n)
+	}
+	clock.Advance(3 * time.Second)
+	want = keyrate.Decision{Limit: limit, RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second, RefillAfter: 7 * time.Second}
+	if d := mustTake(t, l, "big", 1); d != want {
+		t.Fatalf("Take(1) 3s later = %+v, want %+v", d, want)
+	}
+	clock.Advance(7 * time.Second)
+	for _, n := range []int{limit / 2, limit / 4, limit / 4} {
+		if d := mustTake(t, l, "big", n); !d.Allowed {
+			t.Fatalf("after the window, Take(%d) = %+v", n, d)
+		}
+	}
+	if n := client.ZCard(ctx, key).Val(); n != 6 {
+		t.Fatalf("ZCARD after three more events = %d, want 6 (the first event pruned)", n)
 	}
 }
 
