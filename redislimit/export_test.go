@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 
+	"github.com/keyrate/keyrate/internal/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,4 +16,10 @@ var WithClock = withClock
 // holds: its by-time entries, the ones with positive scores.
 func EventsStored(ctx context.Context, c redis.UniversalClient, k string) (int64, error) {
 	return c.ZCount(ctx, k, "(0", "+inf").Result()
+}
+
+// StoreKey returns the Redis key that holds key's state.
+func (l *Limiter) StoreKey(key string) string {
+	id := clientkey.Bound(key)
+	return l.storeKey(id, tag(id))
 }

@@ -116,7 +116,7 @@ func TestRedisStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := fillAfterRecovery(t, l, "k")
-	checkNotOverAdmitted(t, client, "fault:{k}:sl", limit, 3+after)
+	checkNotOverAdmitted(t, client, l.StoreKey("k"), limit, 3+after)
 }
 
 // TestRedisPaused pauses Redis with CLIENT PAUSE: calls must give up at
@@ -157,7 +157,7 @@ func TestRedisPaused(t *testing.T) {
 				}
 			}
 			after := fillAfterRecovery(t, l, "k")
-			checkNotOverAdmitted(t, admin, "fault:{k}:sl", limit, 2+after)
+			checkNotOverAdmitted(t, admin, l.StoreKey("k"), limit, 2+after)
 		})
 	}
 }

@@ -18,6 +18,14 @@
 // return an error within that budget instead of hanging the request; the
 // caller decides whether to fail open or closed.
 //
+// Keys of any length can be limited. A key over 128 bytes is stored under
+// its SHA-256 digest (the rule of the middleware's bounded identities), so
+// no client can make Redis hold a large key and two keys never share a
+// budget short of a SHA-256 collision. Each key's state sits under a hash
+// tag made from a hash of the key, so a Redis Cluster spreads keys over its
+// slots whatever bytes they contain, and errors name a key by that tag,
+// never by the key itself, which is often a credential.
+//
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
 // with it set stops at the budget's deadline by itself, and Take calls it
 // directly. Any other client is called from a goroutine that Take stops
@@ -32,19 +40,14 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 
-// MaxKeyLen is the longest key, in bytes, that Take accepts. Longer keys
-// are refused with ErrInvalidKey rather than hashed (two clients must never
-// share a budget because their keys collided) or stored (a client must not
-// be able to make Redis hold arbitrarily large keys).
-const MaxKeyLen = 1024
-
 // ErrInvalidKey is wrapped by the error Take and Allow return for an empty
-// key or one longer than MaxKeyLen. An empty key usually means the caller
-// failed to identify the client; sharing one budget among all such
-// requests would hide that bug.
+// key. An empty key usually means the caller failed to identify the
+// client; sharing one budget among all such requests would hide that bug.
+// Keys of any other length are limited (see "Keys" in the package doc).
 var ErrInvalidKey = keyrate.ErrInvalidKey
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
@@ -117,8 +120,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // core's: 0 is always allowed and records nothing, a negative n or one
 // above the limit is refused with RetryAfter 0 (it can never fit).
 //
-// It returns an error wrapping ErrInvalidKey for an empty key or one
-// longer than MaxKeyLen; ctx's error, wrapped, if ctx is done before Redis
+// Keys of any length are limited; an error never quotes the key (it names
+// it by its hash tag, see the package doc). It returns an error wrapping
+// ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done before Redis
 // answers; an error wrapping context.DeadlineExceeded when Redis has not
 // answered within the time budget; and Redis's or the network's error
 // otherwise. ctx's deadline ends the call at once. Its cancellation does
@@ -130,10 +134,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	d := keyrate.Decision{Limit: l.limit}
 	if key == "" {
-		return d, fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	if len(key) > MaxKeyLen {
-		return d, fmt.Errorf("%w: key is %d bytes, want at most %d", ErrInvalidKey, len(key), MaxKeyLen)
+		return d, fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return d, err
@@ -142,12 +143,14 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
+	id := clientkey.Bound(key)
+	t := tag(id)
+	keys := []string{l.storeKey(id, t)}
 	args := make([]any, 4)
 	args[0], args[1], args[2], args[3] = n, "", l.limit, l.micros
 	if l.clock != nil {
 		args[1] = l.clock.Now().UnixMicro()
 	}
-	keys := []string{l.prefix + "{" + key + "}" + l.suffix}
 
 	var r result
 	if l.direct {
@@ -169,17 +172,17 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	if r.err != nil {
 		if err := parent.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %q: %w", key, err)
+			return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
 		if err := ctx.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %q: no answer from redis within the %v budget: %w", key, l.timeout, err)
+			return d, fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
 		}
-		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
+		return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
 	}
 	// {allowed, now, then remaining, retryAfter, resetAfter, refillAfter
 	// for each policy}: one policy here.
 	if len(r.v) != 6 {
-		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 6", key, len(r.v))
+		return d, fmt.Errorf("redislimit: take %s: script returned %d values, want 6", keyRef(t), len(r.v))
 	}
 	d.Allowed = r.v[0] == 1
 	d.Remaining = int(r.v[2])

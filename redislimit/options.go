@@ -58,6 +58,10 @@ func (a Algorithm) String() string {
 // another.
 const DefaultPrefix = "keyrate:"
 
+// maxPrefixLen bounds the prefix, so that every key the Limiter writes is
+// short: at most the prefix, a 10-byte tag, 128 bytes of key and a suffix.
+const maxPrefixLen = 256
+
 // DefaultTimeout is the per-call time budget a Limiter uses unless
 // WithTimeout sets another.
 const DefaultTimeout = 250 * time.Millisecond
@@ -75,7 +79,7 @@ func WithAlgorithm(a Algorithm) Option {
 // want; give each route, tier or differently configured limiter its own
 // prefix (for example "keyrate:login:") so their budgets stay separate. The
 // prefix must not contain '{' or '}', which would move the hash tag that
-// keeps each key in one Redis Cluster slot.
+// keeps each key in one Redis Cluster slot, and is at most 256 bytes.
 func WithPrefix(p string) Option {
 	return func(cfg *config) { cfg.prefix = p }
 }
@@ -115,8 +119,8 @@ func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: unknown algorithm %v", keyrate.ErrConfig, cfg.algorithm)
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return config{}, fmt.Errorf("%w: prefix %q contains '{' or '}'", keyrate.ErrConfig, cfg.prefix)
-	case len(cfg.prefix) > MaxKeyLen:
-		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), MaxKeyLen)
+	case len(cfg.prefix) > maxPrefixLen:
+		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), maxPrefixLen)
 	case cfg.timeout <= 0:
 		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
 	}

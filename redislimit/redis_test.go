@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,7 +216,7 @@ func TestSameInstantEventsAllCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := prefix + "{k}:sl"
+	key := l.StoreKey("k")
 	for i, n := range []int{1, 1, 3, 1200, 795} {
 		if d := mustTake(t, l, "k", n); !d.Allowed {
 			t.Fatalf("call %d: weight %d refused: %+v", i, n, d)
@@ -248,7 +249,7 @@ func TestHugeWeightIsOneEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := prefix + "{big}:sl"
+	key := l.StoreKey("big")
 	want := keyrate.Decision{Allowed: true, Limit: limit, ResetAfter: 10 * time.Second, RefillAfter: 10 * time.Second}
 	if d := mustTake(t, l, "big", limit); d != want {
 		t.Fatalf("Take(%d) on a fresh key = %+v, want %+v", limit, d, want)
@@ -272,7 +273,7 @@ func TestHugeWeightIsOneEvent(t *testing.T) {
 	}
 }
 
-// TestKeys checks the key layout (prefix, hash tag, algorithm), that
+// TestKeys checks the key layout (prefix, hash tag, key, algorithm), that
 // prefixes keep budgets apart, and that unusual keys are kept apart too.
 func TestKeys(t *testing.T) {
 	ctx := context.Background()
@@ -288,11 +289,18 @@ func TestKeys(t *testing.T) {
 	}
 	mustTake(t, sl, "user:42", 1)
 	mustTake(t, fw, "user:42", 1)
-	if typ := client.Type(ctx, prefix+"{user:42}:sl").Val(); typ != "zset" {
-		t.Errorf("sliding log key %q has type %q, want zset", prefix+"{user:42}:sl", typ)
+	slKey, fwKey := sl.StoreKey("user:42"), fw.StoreKey("user:42")
+	layout := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `\{[0-9a-f]{8}\}user:42:(sl|fw)$`)
+	for _, k := range []string{slKey, fwKey} {
+		if !layout.MatchString(k) {
+			t.Errorf("Redis key %q, want %s", k, layout)
+		}
 	}
-	if typ := client.Type(ctx, prefix+"{user:42}:fw").Val(); typ != "hash" {
-		t.Errorf("fixed window key %q has type %q, want hash", prefix+"{user:42}:fw", typ)
+	if typ := client.Type(ctx, slKey).Val(); typ != "zset" {
+		t.Errorf("sliding log key %q has type %q, want zset", slKey, typ)
+	}
+	if typ := client.Type(ctx, fwKey).Val(); typ != "hash" {
+		t.Errorf("fixed window key %q has type %q, want hash", fwKey, typ)
 	}
 
 	other, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(uniquePrefix()))
@@ -303,7 +311,7 @@ func TestKeys(t *testing.T) {
 		t.Errorf("a limiter with another prefix shared the budget: %+v", d)
 	}
 
-	keys := []string{"a}b", "{a}", "}", "{", "a b", "ключ", "\x00\xff", strings.Repeat("k", redislimit.MaxKeyLen)}
+	keys := []string{"a}b", "{a}", "}", "{", "a b", "ключ", "\x00\xff", strings.Repeat("k", 128)}
 	for _, k := range keys {
 		if d := mustTake(t, sl, k, 1); !d.Allowed {
 			t.Errorf("first call for key %q refused: %+v", k, d)
@@ -323,14 +331,12 @@ func TestBadInput(t *testing.T) {
 	l := newLimiter(t, client, 3, time.Hour)
 	ctx := context.Background()
 
-	for _, key := range []string{"", strings.Repeat("x", redislimit.MaxKeyLen+1), strings.Repeat("x", 1<<20)} {
-		d, err := l.TakeContext(ctx, key, 1)
-		if !errors.Is(err, redislimit.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
-			t.Errorf("Take(key of %d bytes) = %+v, %v; want ErrInvalidKey", len(key), d, err)
-		}
-		if ok, err := l.Allow(ctx, key); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
-			t.Errorf("Allow(key of %d bytes) = %v, %v; want false, ErrInvalidKey", len(key), ok, err)
-		}
+	d, err := l.TakeContext(ctx, "", 1)
+	if !errors.Is(err, redislimit.ErrInvalidKey) || !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
+		t.Errorf("Take(\"\") = %+v, %v; want ErrInvalidKey", d, err)
+	}
+	if ok, err := l.Allow(ctx, ""); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
+		t.Errorf("Allow(\"\") = %v, %v; want false, ErrInvalidKey", ok, err)
 	}
 
 	// Weights, with the server's clock: the core's rules.
@@ -374,7 +380,7 @@ func TestNewErrors(t *testing.T) {
 		{"fractional microseconds", client, 1, time.Second + time.Nanosecond, nil},
 		{"prefix with {", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("a{")}},
 		{"prefix with }", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("}")}},
-		{"huge prefix", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix(strings.Repeat("p", redislimit.MaxKeyLen+1))}},
+		{"huge prefix", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix(strings.Repeat("p", 257))}},
 		{"zero timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(0)}},
 		{"negative timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(-time.Second)}},
 		{"unknown algorithm", client, 1, time.Second, []redislimit.Option{redislimit.WithAlgorithm(7)}},
