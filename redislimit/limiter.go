@@ -16,7 +16,9 @@
 // Every call has a time budget (WithTimeout, 250ms by default) on top of
 // the caller's context. A stopped, paused or unreachable Redis makes Take
 // return an error within that budget instead of hanging the request; the
-// caller decides whether to fail open or closed.
+// caller decides whether to fail open or closed. That is the only budget: a
+// Limiter is a keyrate.Bounded (TimeBudget), so middleware such as
+// httplimit calls it directly, with no goroutine and no budget of its own.
 //
 // Keys of any length can be limited. A key over 128 bytes is stored under
 // its SHA-256 digest (the rule of the middleware's bounded identities), so
@@ -100,6 +102,12 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 	}
 	return l, nil
 }
+
+// TimeBudget returns the time budget of every call (WithTimeout): Take
+// returns by its end whatever Redis does. It makes a Limiter a
+// keyrate.Bounded, so middleware calls it directly and adds no budget of
+// its own: one budget, in one place.
+func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 
 // Limit returns the most events admitted per key in any window.
 func (l *Limiter) Limit() int { return l.limit }

@@ -21,8 +21,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The middleware takes a redislimit.Limiter as its backend as it is.
-var _ keyrate.Backend = (*redislimit.Limiter)(nil)
+// The middleware takes a redislimit.Limiter as its backend as it is, and
+// leaves the time budget to it.
+var (
+	_ keyrate.Backend = (*redislimit.Limiter)(nil)
+	_ keyrate.Quota   = (*redislimit.Limiter)(nil)
+	_ keyrate.Bounded = (*redislimit.Limiter)(nil)
+)
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.
 func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window time.Duration, opts ...redislimit.Option) *redislimit.Limiter {
