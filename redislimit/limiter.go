@@ -65,7 +65,9 @@ type Limiter struct {
 	suffix  string
 	timeout time.Duration
 	clock   keyrate.Clock
-	direct  bool // the client stops at ctx's deadline by itself
+	direct  bool       // the client stops at ctx's deadline by itself
+	deny    *denyCache // nil without WithDenyCache
+	base    time.Time  // the origin of local instants, on the monotonic clock
 }
 
 // New returns a Limiter that admits at most limit events per key in any
@@ -90,6 +92,12 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 		prefix:  cfg.prefix,
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
+		base:    time.Now(),
+	}
+	if cfg.denyKeys > 0 {
+		// With a clock set by tests, the script and the cache read the same
+		// clock: no rates to allow for.
+		l.deny = newDenyCache(cfg.denyKeys, cfg.clock == nil)
 	}
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
@@ -147,17 +155,24 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	if err := ctx.Err(); err != nil {
 		return d, err
 	}
+	id := clientkey.Bound(key)
+	sent := l.localNow()
+	if l.deny != nil {
+		if cached, ok := l.deny.refuse(id, n, sent); ok {
+			cached.Limit = l.limit
+			return cached, nil
+		}
+	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
-	id := clientkey.Bound(key)
 	t := tag(id)
 	keys := []string{l.storeKey(id, t)}
 	args := make([]any, 4)
 	args[0], args[1], args[2], args[3] = n, "", l.limit, l.micros
 	if l.clock != nil {
-		args[1] = l.clock.Now().UnixMicro()
+		args[1] = sent / 1000 // the same instant the deny cache counts from
 	}
 
 	var r result
@@ -197,7 +212,24 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	d.RetryAfter = time.Duration(r.v[3]) * time.Microsecond
 	d.ResetAfter = time.Duration(r.v[4]) * time.Microsecond
 	d.RefillAfter = time.Duration(r.v[5]) * time.Microsecond
+	if l.deny != nil {
+		if d.Allowed {
+			l.deny.forget(id)
+		} else {
+			l.deny.store(id, n, sent, d)
+		}
+	}
 	return d, nil
+}
+
+// localNow returns the local instant in nanoseconds: on the monotonic
+// clock since the Limiter was made, or, with a clock set by tests, that
+// clock's instant in whole microseconds (the instant the script is given).
+func (l *Limiter) localNow() int64 {
+	if l.clock != nil {
+		return l.clock.Now().UnixMicro() * 1000
+	}
+	return int64(time.Since(l.base))
 }
 
 type result struct {

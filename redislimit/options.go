@@ -17,6 +17,8 @@ type config struct {
 	timeout   time.Duration
 	algorithm Algorithm
 	clock     keyrate.Clock // nil: the Redis server's TIME (tests only set it)
+	denyKeys  int           // 0: no deny cache
+	denySet   bool          // WithDenyCache was given
 }
 
 // Algorithm selects how a Limiter counts. Both run as one Lua script per
@@ -94,6 +96,32 @@ func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) { cfg.timeout = d }
 }
 
+// WithDenyCache lets the Limiter refuse, without asking Redis, a request
+// that Redis has just refused and that must still be refused: after Redis
+// refuses a request of weight n for a key, the same request is refused
+// locally, with zero round trips, until the oldest event in the key's
+// window leaves it. Until then no event leaves, whatever other clients and
+// replicas do, so the refusal stands; the local Decision is Redis's,
+// counted down (RetryAfter, RefillAfter and ResetAfter shrink with the time
+// elapsed). The cache never admits, so the limit stays exact across every
+// replica. It pays off against a client that keeps hammering a key past
+// its limit: each such request costs a map lookup instead of a round trip.
+//
+// It holds at most maxKeys keys (about 200 bytes each plus the key, which
+// is at most 128 bytes, see the package doc); when full, the entry that
+// would lapse soonest goes. Elapsed time is measured on the local
+// monotonic clock from when each call was sent, stretched by 0.1% for the
+// clocks' rates, so an entry lapses up to a round trip and 0.1% early,
+// never late; a forward step of the Redis server's clock is the one thing
+// it cannot see (Redis then admits up to the step earlier than the cache
+// does). Default: no cache; maxKeys must be positive.
+func WithDenyCache(maxKeys int) Option {
+	return func(cfg *config) {
+		cfg.denyKeys = maxKeys
+		cfg.denySet = true
+	}
+}
+
 // withClock makes decisions at the clock's instants instead of the Redis
 // server's TIME. Only tests set it (through export_test.go), so that one
 // manual clock can drive the in-process limiter and this backend alike.
@@ -121,6 +149,8 @@ func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: prefix %q contains '{' or '}'", keyrate.ErrConfig, cfg.prefix)
 	case len(cfg.prefix) > maxPrefixLen:
 		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), maxPrefixLen)
+	case cfg.denySet && cfg.denyKeys <= 0:
+		return config{}, fmt.Errorf("%w: deny cache of %d keys, want > 0", keyrate.ErrConfig, cfg.denyKeys)
 	case cfg.timeout <= 0:
 		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
 	}
