@@ -26,6 +26,11 @@ import "github.com/redis/go-redis/v9"
 // to the newest, so no later decision can look further back. A refusal
 // reads and writes nothing else.
 //
+// Scores are passed to ZADD as Lua numbers: Redis writes them out exactly
+// (they are integers below 2^53) and parses them back to the same doubles.
+// Range bounds are built as strings with num, since Lua's own conversion
+// keeps only 14 digits.
+//
 // Running totals stay below 2^52, where doubles (scores, Lua numbers) are
 // exact: an admission that would cross it first shifts every kept event's
 // totals down by smin. It costs O(N) once per 2^52 units admitted to a key
@@ -91,8 +96,8 @@ if allowed and n > 0 then
     end
     total, smin = total - smin, 0
   end
-  redis.call('ZADD', key, num(now), string.format('%013x', total),
-    num(-(total + n)), string.format('%013x%014x%x', total, now, smin))
+  redis.call('ZADD', key, now, string.format('%013x', total),
+    -(total + n), string.format('%013x%014x%x', total, now, smin))
   redis.call('PEXPIRE', key, math.ceil(wmax / 1000))
   out[1] = 1
   for i = 1, P do
