@@ -5,20 +5,30 @@
 // two replicas a client gets through twice. A redislimit.Limiter answers the
 // same question with the same Decision, but decides in Redis, atomically, in
 // one round trip per call: one Lua script, called by its SHA and sent in
-// full only when the server does not have it cached.
+// full only when the server does not have it cached. It works with a single
+// server (redis.NewClient) or a Redis Cluster (redis.NewClusterClient) of
+// github.com/redis/go-redis/v9.
 //
 // The default algorithm is the exact sliding log of the core package (at
-// most limit events per key in any window-length span); FixedWindow trades
-// exactness at window boundaries for O(1) memory per key. Either way the
-// decision reads the Redis server's clock, never the callers', so replicas
-// whose clocks disagree still share one exact window.
+// most limit events per key in any window-length span), at O(log N) per
+// decision whatever the weight; FixedWindow trades exactness at window
+// boundaries for O(1) memory per key. Either way the decision reads the
+// Redis server's clock, never the callers', so replicas whose clocks
+// disagree still share one exact window. Decision.RefillAfter is the time
+// until the oldest event in the window leaves, the IETF RateLimit header's
+// t; RetryAfter is when the refused request itself would fit.
+//
+// WithDenyCache refuses a key that Redis has just refused locally, with no
+// round trip, for as long as Redis's refusal must stand; it never admits,
+// so the limit stays exact across replicas.
 //
 // Every call has a time budget (WithTimeout, 250ms by default) on top of
-// the caller's context. A stopped, paused or unreachable Redis makes Take
-// return an error within that budget instead of hanging the request; the
-// caller decides whether to fail open or closed. That is the only budget: a
-// Limiter is a keyrate.Bounded (TimeBudget), so middleware such as
-// httplimit calls it directly, with no goroutine and no budget of its own.
+// the caller's context. A stopped, paused or unreachable Redis makes
+// TakeContext return an error within that budget instead of hanging the
+// request; the caller decides whether to fail open or closed. That is the
+// only budget: a Limiter is a keyrate.Bounded (TimeBudget), so middleware
+// such as httplimit calls it directly, with no goroutine and no budget of
+// its own.
 //
 // Keys of any length can be limited. A key over 128 bytes is stored under
 // its SHA-256 digest (the rule of the middleware's bounded identities), so
@@ -29,11 +39,12 @@
 // never by the key itself, which is often a credential.
 //
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
-// with it set stops at the budget's deadline by itself, and Take calls it
-// directly. Any other client is called from a goroutine that Take stops
-// waiting for at the deadline: the budget still holds, but each call costs
-// a goroutine hand-off (tens of microseconds on a busy machine), and a call
-// given up on keeps its connection until the client's own ReadTimeout.
+// with it set stops at the budget's deadline by itself, and TakeContext
+// calls it directly. Any other client, a cluster client included, is called
+// from a goroutine that TakeContext stops waiting for at the deadline: the
+// budget still holds, but each call costs a goroutine hand-off (tens of
+// microseconds on a busy machine), and a call given up on keeps its
+// connection until the client's own ReadTimeout.
 package redislimit
 
 import (
@@ -46,8 +57,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrInvalidKey is wrapped by the error Take and Allow return for an empty
-// key. An empty key usually means the caller failed to identify the
+// ErrInvalidKey is wrapped by the error TakeContext and Allow return for an
+// empty key. An empty key usually means the caller failed to identify the
 // client; sharing one budget among all such requests would hide that bug.
 // Keys of any other length are limited (see "Keys" in the package doc).
 var ErrInvalidKey = keyrate.ErrInvalidKey
@@ -75,7 +86,7 @@ type Limiter struct {
 // from 1 to math.MaxInt32 and window at least 1ms in whole microseconds
 // (the scripts count in the microseconds of Redis TIME). Invalid arguments
 // or options give an error wrapping keyrate.ErrConfig. New does not contact
-// Redis: an outage shows up in Take's errors, not here.
+// Redis: an outage shows up in TakeContext's errors, not here.
 func New(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis client is nil", keyrate.ErrConfig)
@@ -111,8 +122,8 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 	return l, nil
 }
 
-// TimeBudget returns the time budget of every call (WithTimeout): Take
-// returns by its end whatever Redis does. It makes a Limiter a
+// TimeBudget returns the time budget of every call (WithTimeout):
+// TakeContext returns by its end whatever Redis does. It makes a Limiter a
 // keyrate.Bounded, so middleware calls it directly and adds no budget of
 // its own: one budget, in one place.
 func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
@@ -130,23 +141,25 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 	return d.Allowed, err
 }
 
-// TakeContext decides a request of weight n for key and records it if admitted,
-// atomically across every client of the same Redis: one script run, one
-// round trip. A refused request records nothing. The rules for n are the
-// core's: 0 is always allowed and records nothing, a negative n or one
-// above the limit is refused with RetryAfter 0 (it can never fit).
+// TakeContext decides a request of weight n for key and records it if
+// admitted, atomically across every client of the same Redis: one script
+// run, one round trip (none for a refusal the deny cache answers). A
+// refused request records nothing. The rules for n are the core's: 0 is
+// always allowed and records nothing, a negative n or one above the limit
+// is refused with RetryAfter 0 (it can never fit).
 //
 // Keys of any length are limited; an error never quotes the key (it names
 // it by its hash tag, see the package doc). It returns an error wrapping
-// ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done before Redis
-// answers; an error wrapping context.DeadlineExceeded when Redis has not
-// answered within the time budget; and Redis's or the network's error
-// otherwise. ctx's deadline ends the call at once. Its cancellation does
-// too, except with a client Take calls directly (see the package doc),
-// which watches only deadlines: there a cancelled call ends at the budget
-// at the latest. With an error the Decision is not an answer: only its
-// Limit is set. A call that timed out may still have been recorded, once
-// Redis gets to it; that can only make later decisions stricter.
+// ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
+// before Redis answers; an error wrapping context.DeadlineExceeded when
+// Redis has not answered within the time budget; and Redis's or the
+// network's error otherwise. ctx's deadline ends the call at once. Its
+// cancellation does too, except with a client TakeContext calls directly
+// (see the package doc), which watches only deadlines: there a cancelled
+// call ends at the budget at the latest. With an error the Decision is not
+// an answer: only its Limit is set. A call that timed out may still have
+// been recorded, once Redis gets to it; that can only make later decisions
+// stricter.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	d := keyrate.Decision{Limit: l.limit}
 	if key == "" {

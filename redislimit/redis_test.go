@@ -528,3 +528,22 @@ func TestClockSteppedBackAfterPrune(t *testing.T) {
 		t.Fatalf("at +9s after a step back: got %+v, want refused with RetryAfter 1s", d)
 	}
 }
+
+// TestRefillAfterIsDraftT checks the IETF draft's meaning of t on Redis:
+// at 5 per 60s with one request every 10s, the fifth is admitted with no
+// quota left, more coming in 20s (when the first leaves), not in 60s.
+func TestRefillAfterIsDraftT(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 5, time.Minute, redislimit.WithClock(clock))
+	var d keyrate.Decision
+	for range 5 {
+		d = mustTake(t, l, "draft", 1)
+		clock.Advance(10 * time.Second)
+	}
+	want := keyrate.Decision{Allowed: true, Limit: 5, RefillAfter: 20 * time.Second, ResetAfter: time.Minute}
+	if d != want {
+		t.Fatalf("fifth request at +40s: %+v, want %+v", d, want)
+	}
+}
