@@ -269,14 +269,15 @@ func TestRunningTotalsRebase(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 
 	// Three events already held, written in the script's layout, the
-	// newest one's by-weight entry carrying the oldest one's start.
+	// newest one's by-weight entry carrying the oldest one's start and age
+	// and a key living an hour.
 	m := &logModel{}
 	s := int64(1<<52 - 5<<30)
 	smin := s
 	for i, w := range []int64{1 << 29, 1 << 28, 1 << 29} {
 		at := now + int64(i)*1e6
 		mT := fmt.Sprintf("%013x", s)
-		mC := fmt.Sprintf("%013x%014x%x", s, at, smin)
+		mC := fmt.Sprintf("%x:%x:%x:%x:%x", s, at, smin, at-now, int64(3600e6))
 		if err := client.ZAdd(ctx, key, redis.Z{Score: float64(at), Member: mT}, redis.Z{Score: -float64(s + w), Member: mC}).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,8 @@ const (
 	// in any window-length span. Redis keeps two sorted-set entries per
 	// admitted event still in the window, whatever its weight: about 70
 	// bytes per event while a key holds at most 64 (Redis's compact
-	// listpack encoding), about 235 beyond. A key therefore costs memory
+	// listpack encoding), about 275 beyond; an idle key lasts up to 1.5
+	// windows after its last admission. A key therefore costs memory
 	// proportional to the calls it admitted in a window (at most limit),
 	// and a decision costs O(log N) on the server for N events held,
 	// whatever the weight.

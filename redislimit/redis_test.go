@@ -212,7 +212,7 @@ func TestProcessesShareOneWindow(t *testing.T) {
 
 // TestSameInstantEventsAllCount checks that events admitted in one
 // microsecond are each kept, never overwriting each other, and that the
-// log's key expires one window after its newest event.
+// log's key is set to expire 1.5 windows ahead.
 func TestSameInstantEventsAllCount(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -234,8 +234,8 @@ func TestSameInstantEventsAllCount(t *testing.T) {
 		t.Fatalf("call over the limit: %+v", d)
 	}
 	ttl := client.PTTL(context.Background(), key).Val()
-	if ttl <= 0 || ttl > time.Minute {
-		t.Fatalf("PTTL of the log = %v, want in (0, 1m]", ttl)
+	if ttl <= time.Minute || ttl > 90*time.Second {
+		t.Fatalf("PTTL of the log = %v, want in (1m, 1m30s]", ttl)
 	}
 }
 
@@ -545,5 +545,42 @@ func TestRefillAfterIsDraftT(t *testing.T) {
 	want := keyrate.Decision{Allowed: true, Limit: 5, RefillAfter: 20 * time.Second, ResetAfter: time.Minute}
 	if d != want {
 		t.Fatalf("fifth request at +40s: %+v, want %+v", d, want)
+	}
+}
+
+// TestLogExpiry checks when an admission sets the log's expiry: to 1.5
+// windows ahead when the key would otherwise expire within a window of the
+// admission, and not otherwise (once per half window for a busy key). The
+// test shortens the key's TTL to 2s by hand between admissions, which
+// shows whether the next admission set it again.
+func TestLogExpiry(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 100, 10*time.Second, redislimit.WithClock(clock))
+	key := l.StoreKey("e")
+	for _, step := range []struct {
+		at      time.Duration
+		refresh bool
+	}{
+		{0, true},                // a new key: expires at +15s
+		{4 * time.Second, false}, // +15s is a window after +4s and more
+		{5 * time.Second, false}, // exactly a window after
+		{5*time.Second + time.Millisecond, true},
+		{9 * time.Second, false}, // expires at +20.001s now
+		{30 * time.Second, true},
+	} {
+		clock.Set(start.Add(step.at))
+		if d := mustTake(t, l, "e", 1); !d.Allowed {
+			t.Fatalf("at +%v: %+v", step.at, d)
+		}
+		ttl := client.PTTL(ctx, key).Val()
+		if refreshed := ttl > 10*time.Second; refreshed != step.refresh || ttl > 15*time.Second {
+			t.Fatalf("admission at +%v: PTTL %v; want a refresh to 15s: %v", step.at, ttl, step.refresh)
+		}
+		if err := client.PExpire(ctx, key, 2*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
