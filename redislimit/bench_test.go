@@ -27,13 +27,15 @@ var benchKeys = func() []string {
 // one hot key (which, past its limit, takes the refusal path), and reports
 // round trips per decision, counted by a go-redis hook. The clients have
 // ContextTimeoutEnabled set, as recommended; the Goroutine cases use a
-// client without it, to show what enforcing the budget in Take costs.
+// client without it, to show what enforcing the budget in Take costs, and
+// the DenyCache cases refuse the hot key locally once Redis has.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Shared(b)
 	type bench struct {
 		alg            redislimit.Algorithm
 		parallel, hot  bool
 		ctxTimeoutsOff bool
+		deny           bool
 	}
 	var cases []bench
 	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
@@ -44,6 +46,8 @@ func BenchmarkTake(b *testing.B) {
 		}
 	}
 	cases = append(cases,
+		bench{alg: redislimit.SlidingLog, hot: true, deny: true},
+		bench{alg: redislimit.SlidingLog, parallel: true, hot: true, deny: true},
 		bench{alg: redislimit.SlidingLog, ctxTimeoutsOff: true},
 		bench{alg: redislimit.SlidingLog, parallel: true, ctxTimeoutsOff: true})
 	for _, c := range cases {
@@ -51,6 +55,9 @@ func BenchmarkTake(b *testing.B) {
 			"/" + map[bool]string{false: "ManyKeys", true: "HotKey"}[c.hot]
 		if c.ctxTimeoutsOff {
 			name += "/Goroutine"
+		}
+		if c.deny {
+			name += "/DenyCache"
 		}
 		b.Run(name, func(b *testing.B) {
 			client := srv.Client(b)
@@ -64,7 +71,11 @@ func BenchmarkTake(b *testing.B) {
 			}
 			var rt redistest.RoundTrips
 			client.AddHook(&rt)
-			l, err := redislimit.New(client, 100, time.Minute, redislimit.WithAlgorithm(c.alg))
+			opts := []redislimit.Option{redislimit.WithAlgorithm(c.alg)}
+			if c.deny {
+				opts = append(opts, redislimit.WithDenyCache(1000))
+			}
+			l, err := redislimit.New(client, 100, time.Minute, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -50,3 +50,35 @@ func ExampleWithAlgorithm() {
 	ok, err := limiter.Allow(context.Background(), "tenant-7")
 	fmt.Println(ok, err)
 }
+
+// A Redis Cluster takes the same limiter: each key's state sits in one
+// slot, and keys spread over the slots.
+func Example_cluster() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+	})
+	defer client.Close()
+	limiter, err := redislimit.New(client, 100, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := limiter.TakeContext(context.Background(), "api-key-123", 1)
+	fmt.Println(d.Allowed, err)
+}
+
+// With a deny cache, a client hammering a key past its limit is refused
+// locally, without a round trip, until Redis could admit it again.
+func ExampleWithDenyCache() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	limiter, err := redislimit.New(client, 10, time.Second, redislimit.WithDenyCache(10_000))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 20 {
+		d, err := limiter.TakeContext(context.Background(), "tenant-7", 1)
+		if err == nil && !d.Allowed {
+			fmt.Printf("429, t=%v\n", d.RefillAfter.Round(time.Second))
+		}
+	}
+}

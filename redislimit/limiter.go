@@ -5,25 +5,46 @@
 // two replicas a client gets through twice. A redislimit.Limiter answers the
 // same question with the same Decision, but decides in Redis, atomically, in
 // one round trip per call: one Lua script, called by its SHA and sent in
-// full only when the server does not have it cached.
+// full only when the server does not have it cached. It works with a single
+// server (redis.NewClient) or a Redis Cluster (redis.NewClusterClient) of
+// github.com/redis/go-redis/v9.
 //
 // The default algorithm is the exact sliding log of the core package (at
-// most limit events per key in any window-length span); FixedWindow trades
-// exactness at window boundaries for O(1) memory per key. Either way the
-// decision reads the Redis server's clock, never the callers', so replicas
-// whose clocks disagree still share one exact window.
+// most limit events per key in any window-length span), at O(log N) per
+// decision whatever the weight; FixedWindow trades exactness at window
+// boundaries for O(1) memory per key. Either way the decision reads the
+// Redis server's clock, never the callers', so replicas whose clocks
+// disagree still share one exact window. Decision.RefillAfter is the time
+// until the oldest event in the window leaves, the IETF RateLimit header's
+// t; RetryAfter is when the refused request itself would fit.
+//
+// WithDenyCache refuses a key that Redis has just refused locally, with no
+// round trip, for as long as Redis's refusal must stand; it never admits,
+// so the limit stays exact across replicas.
 //
 // Every call has a time budget (WithTimeout, 250ms by default) on top of
-// the caller's context. A stopped, paused or unreachable Redis makes Take
-// return an error within that budget instead of hanging the request; the
-// caller decides whether to fail open or closed.
+// the caller's context. A stopped, paused or unreachable Redis makes
+// TakeContext return an error within that budget instead of hanging the
+// request; the caller decides whether to fail open or closed. That is the
+// only budget: a Limiter is a keyrate.Bounded (TimeBudget), so middleware
+// such as httplimit calls it directly, with no goroutine and no budget of
+// its own.
+//
+// Keys of any length can be limited. A key over 128 bytes is stored under
+// its SHA-256 digest (the rule of the middleware's bounded identities), so
+// no client can make Redis hold a large key and two keys never share a
+// budget short of a SHA-256 collision. Each key's state sits under a hash
+// tag made from a hash of the key, so a Redis Cluster spreads keys over its
+// slots whatever bytes they contain, and errors name a key by that tag,
+// never by the key itself, which is often a credential.
 //
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
-// with it set stops at the budget's deadline by itself, and Take calls it
-// directly. Any other client is called from a goroutine that Take stops
-// waiting for at the deadline: the budget still holds, but each call costs
-// a goroutine hand-off (tens of microseconds on a busy machine), and a call
-// given up on keeps its connection until the client's own ReadTimeout.
+// with it set stops at the budget's deadline by itself, and TakeContext
+// calls it directly. Any other client, a cluster client included, is called
+// from a goroutine that TakeContext stops waiting for at the deadline: the
+// budget still holds, but each call costs a goroutine hand-off (tens of
+// microseconds on a busy machine), and a call given up on keeps its
+// connection until the client's own ReadTimeout.
 package redislimit
 
 import (
@@ -32,19 +53,14 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 
-// MaxKeyLen is the longest key, in bytes, that Take accepts. Longer keys
-// are refused with ErrInvalidKey rather than hashed (two clients must never
-// share a budget because their keys collided) or stored (a client must not
-// be able to make Redis hold arbitrarily large keys).
-const MaxKeyLen = 1024
-
-// ErrInvalidKey is wrapped by the error Take and Allow return for an empty
-// key or one longer than MaxKeyLen. An empty key usually means the caller
-// failed to identify the client; sharing one budget among all such
-// requests would hide that bug.
+// ErrInvalidKey is wrapped by the error TakeContext and Allow return for an
+// empty key. An empty key usually means the caller failed to identify the
+// client; sharing one budget among all such requests would hide that bug.
+// Keys of any other length are limited (see "Keys" in the package doc).
 var ErrInvalidKey = keyrate.ErrInvalidKey
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
@@ -60,7 +76,9 @@ type Limiter struct {
 	suffix  string
 	timeout time.Duration
 	clock   keyrate.Clock
-	direct  bool // the client stops at ctx's deadline by itself
+	direct  bool       // the client stops at ctx's deadline by itself
+	deny    *denyCache // nil without WithDenyCache
+	base    time.Time  // the origin of local instants, on the monotonic clock
 }
 
 // New returns a Limiter that admits at most limit events per key in any
@@ -68,7 +86,7 @@ type Limiter struct {
 // from 1 to math.MaxInt32 and window at least 1ms in whole microseconds
 // (the scripts count in the microseconds of Redis TIME). Invalid arguments
 // or options give an error wrapping keyrate.ErrConfig. New does not contact
-// Redis: an outage shows up in Take's errors, not here.
+// Redis: an outage shows up in TakeContext's errors, not here.
 func New(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis client is nil", keyrate.ErrConfig)
@@ -85,6 +103,12 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 		prefix:  cfg.prefix,
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
+		base:    time.Now(),
+	}
+	if cfg.denyKeys > 0 {
+		// With a clock set by tests, the script and the cache read the same
+		// clock: no rates to allow for.
+		l.deny = newDenyCache(cfg.denyKeys, cfg.clock == nil)
 	}
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
@@ -97,6 +121,12 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 	}
 	return l, nil
 }
+
+// TimeBudget returns the time budget of every call (WithTimeout):
+// TakeContext returns by its end whatever Redis does. It makes a Limiter a
+// keyrate.Bounded, so middleware calls it directly and adds no budget of
+// its own: one budget, in one place.
+func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 
 // Limit returns the most events admitted per key in any window.
 func (l *Limiter) Limit() int { return l.limit }
@@ -111,43 +141,52 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 	return d.Allowed, err
 }
 
-// TakeContext decides a request of weight n for key and records it if admitted,
-// atomically across every client of the same Redis: one script run, one
-// round trip. A refused request records nothing. The rules for n are the
-// core's: 0 is always allowed and records nothing, a negative n or one
-// above the limit is refused with RetryAfter 0 (it can never fit).
+// TakeContext decides a request of weight n for key and records it if
+// admitted, atomically across every client of the same Redis: one script
+// run, one round trip (none for a refusal the deny cache answers). A
+// refused request records nothing. The rules for n are the core's: 0 is
+// always allowed and records nothing, a negative n or one above the limit
+// is refused with RetryAfter 0 (it can never fit).
 //
-// It returns an error wrapping ErrInvalidKey for an empty key or one
-// longer than MaxKeyLen; ctx's error, wrapped, if ctx is done before Redis
-// answers; an error wrapping context.DeadlineExceeded when Redis has not
-// answered within the time budget; and Redis's or the network's error
-// otherwise. ctx's deadline ends the call at once. Its cancellation does
-// too, except with a client Take calls directly (see the package doc),
-// which watches only deadlines: there a cancelled call ends at the budget
-// at the latest. With an error the Decision is not an answer: only its
-// Limit is set. A call that timed out may still have been recorded, once
-// Redis gets to it; that can only make later decisions stricter.
+// Keys of any length are limited; an error never quotes the key (it names
+// it by its hash tag, see the package doc). It returns an error wrapping
+// ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
+// before Redis answers; an error wrapping context.DeadlineExceeded when
+// Redis has not answered within the time budget; and Redis's or the
+// network's error otherwise. ctx's deadline ends the call at once. Its
+// cancellation does too, except with a client TakeContext calls directly
+// (see the package doc), which watches only deadlines: there a cancelled
+// call ends at the budget at the latest. With an error the Decision is not
+// an answer: only its Limit is set. A call that timed out may still have
+// been recorded, once Redis gets to it; that can only make later decisions
+// stricter.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	d := keyrate.Decision{Limit: l.limit}
 	if key == "" {
-		return d, fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	if len(key) > MaxKeyLen {
-		return d, fmt.Errorf("%w: key is %d bytes, want at most %d", ErrInvalidKey, len(key), MaxKeyLen)
+		return d, fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return d, err
+	}
+	id := clientkey.Bound(key)
+	sent := l.localNow()
+	if l.deny != nil {
+		if cached, ok := l.deny.refuse(id, n, sent); ok {
+			cached.Limit = l.limit
+			return cached, nil
+		}
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
-	args := make([]any, 3, 4)
-	args[0], args[1], args[2] = l.limit, l.micros, n
+	t := tag(id)
+	keys := []string{l.storeKey(id, t)}
+	args := make([]any, 4)
+	args[0], args[1], args[2], args[3] = n, "", l.limit, l.micros
 	if l.clock != nil {
-		args = append(args, l.clock.Now().UnixMicro())
+		args[1] = sent / 1000 // the same instant the deny cache counts from
 	}
-	keys := []string{l.prefix + "{" + key + "}" + l.suffix}
 
 	var r result
 	if l.direct {
@@ -169,21 +208,41 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	if r.err != nil {
 		if err := parent.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %q: %w", key, err)
+			return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
 		if err := ctx.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %q: no answer from redis within the %v budget: %w", key, l.timeout, err)
+			return d, fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
 		}
-		return d, fmt.Errorf("redislimit: take %q: %w", key, r.err)
+		return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
 	}
-	if len(r.v) != 4 {
-		return d, fmt.Errorf("redislimit: take %q: script returned %d values, want 4", key, len(r.v))
+	// {allowed, now, then remaining, retryAfter, resetAfter, refillAfter
+	// for each policy}: one policy here.
+	if len(r.v) != 6 {
+		return d, fmt.Errorf("redislimit: take %s: script returned %d values, want 6", keyRef(t), len(r.v))
 	}
 	d.Allowed = r.v[0] == 1
-	d.Remaining = int(r.v[1])
-	d.RetryAfter = time.Duration(r.v[2]) * time.Microsecond
-	d.ResetAfter = time.Duration(r.v[3]) * time.Microsecond
+	d.Remaining = int(r.v[2])
+	d.RetryAfter = time.Duration(r.v[3]) * time.Microsecond
+	d.ResetAfter = time.Duration(r.v[4]) * time.Microsecond
+	d.RefillAfter = time.Duration(r.v[5]) * time.Microsecond
+	if l.deny != nil {
+		if d.Allowed {
+			l.deny.forget(id)
+		} else {
+			l.deny.store(id, n, sent, d)
+		}
+	}
 	return d, nil
+}
+
+// localNow returns the local instant in nanoseconds: on the monotonic
+// clock since the Limiter was made, or, with a clock set by tests, that
+// clock's instant in whole microseconds (the instant the script is given).
+func (l *Limiter) localNow() int64 {
+	if l.clock != nil {
+		return l.clock.Now().UnixMicro() * 1000
+	}
+	return int64(time.Since(l.base))
 }
 
 type result struct {

@@ -17,6 +17,8 @@ type config struct {
 	timeout   time.Duration
 	algorithm Algorithm
 	clock     keyrate.Clock // nil: the Redis server's TIME (tests only set it)
+	denyKeys  int           // 0: no deny cache
+	denySet   bool          // WithDenyCache was given
 }
 
 // Algorithm selects how a Limiter counts. Both run as one Lua script per
@@ -26,12 +28,14 @@ type Algorithm int
 const (
 	// SlidingLog is the default: an exact sliding log, the same rule as the
 	// in-process keyrate.Limiter. At most limit events per key are admitted
-	// in any window-length span. Redis keeps one sorted-set member per
-	// admitted event still in the window: about 30 bytes each while a key
-	// holds at most 128 (Redis's compact listpack encoding), about 120
-	// beyond. A key therefore costs memory proportional to its events, up
-	// to limit, and admitting a weight of n costs O(n log limit) on the
-	// server.
+	// in any window-length span. Redis keeps two sorted-set entries per
+	// admitted event still in the window, whatever its weight: about 70
+	// bytes per event while a key holds at most 64 (Redis's compact
+	// listpack encoding), about 275 beyond; an idle key lasts up to 1.5
+	// windows after its last admission. A key therefore costs memory
+	// proportional to the calls it admitted in a window (at most limit),
+	// and a decision costs O(log N) on the server for N events held,
+	// whatever the weight.
 	SlidingLog Algorithm = iota
 
 	// FixedWindow counts events in windows aligned to multiples of the
@@ -57,6 +61,10 @@ func (a Algorithm) String() string {
 // another.
 const DefaultPrefix = "keyrate:"
 
+// maxPrefixLen bounds the prefix, so that every key the Limiter writes is
+// short: at most the prefix, a 10-byte tag, 128 bytes of key and a suffix.
+const maxPrefixLen = 256
+
 // DefaultTimeout is the per-call time budget a Limiter uses unless
 // WithTimeout sets another.
 const DefaultTimeout = 250 * time.Millisecond
@@ -74,7 +82,7 @@ func WithAlgorithm(a Algorithm) Option {
 // want; give each route, tier or differently configured limiter its own
 // prefix (for example "keyrate:login:") so their budgets stay separate. The
 // prefix must not contain '{' or '}', which would move the hash tag that
-// keeps each key in one Redis Cluster slot.
+// keeps each key in one Redis Cluster slot, and is at most 256 bytes.
 func WithPrefix(p string) Option {
 	return func(cfg *config) { cfg.prefix = p }
 }
@@ -87,6 +95,32 @@ func WithPrefix(p string) Option {
 // round trip turns slow answers into errors. It must be positive.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) { cfg.timeout = d }
+}
+
+// WithDenyCache lets the Limiter refuse, without asking Redis, a request
+// that Redis has just refused and that must still be refused: after Redis
+// refuses a request of weight n for a key, the same request is refused
+// locally, with zero round trips, until the oldest event in the key's
+// window leaves it. Until then no event leaves, whatever other clients and
+// replicas do, so the refusal stands; the local Decision is Redis's,
+// counted down (RetryAfter, RefillAfter and ResetAfter shrink with the time
+// elapsed). The cache never admits, so the limit stays exact across every
+// replica. It pays off against a client that keeps hammering a key past
+// its limit: each such request costs a map lookup instead of a round trip.
+//
+// It holds at most maxKeys keys (about 200 bytes each plus the key, which
+// is at most 128 bytes, see the package doc); when full, the entry that
+// would lapse soonest goes. Elapsed time is measured on the local
+// monotonic clock from when each call was sent, stretched by 0.1% for the
+// clocks' rates, so an entry lapses up to a round trip and 0.1% early,
+// never late; a forward step of the Redis server's clock is the one thing
+// it cannot see (Redis then admits up to the step earlier than the cache
+// does). Default: no cache; maxKeys must be positive.
+func WithDenyCache(maxKeys int) Option {
+	return func(cfg *config) {
+		cfg.denyKeys = maxKeys
+		cfg.denySet = true
+	}
 }
 
 // withClock makes decisions at the clock's instants instead of the Redis
@@ -114,8 +148,10 @@ func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: unknown algorithm %v", keyrate.ErrConfig, cfg.algorithm)
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return config{}, fmt.Errorf("%w: prefix %q contains '{' or '}'", keyrate.ErrConfig, cfg.prefix)
-	case len(cfg.prefix) > MaxKeyLen:
-		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), MaxKeyLen)
+	case len(cfg.prefix) > maxPrefixLen:
+		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), maxPrefixLen)
+	case cfg.denySet && cfg.denyKeys <= 0:
+		return config{}, fmt.Errorf("%w: deny cache of %d keys, want > 0", keyrate.ErrConfig, cfg.denyKeys)
 	case cfg.timeout <= 0:
 		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,8 +21,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The middleware takes a redislimit.Limiter as its backend as it is.
-var _ keyrate.Backend = (*redislimit.Limiter)(nil)
+// The middleware takes a redislimit.Limiter as its backend as it is, and
+// leaves the time budget to it.
+var (
+	_ keyrate.Backend = (*redislimit.Limiter)(nil)
+	_ keyrate.Quota   = (*redislimit.Limiter)(nil)
+	_ keyrate.Bounded = (*redislimit.Limiter)(nil)
+)
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.
 func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window time.Duration, opts ...redislimit.Option) *redislimit.Limiter {
@@ -205,8 +211,8 @@ func TestProcessesShareOneWindow(t *testing.T) {
 }
 
 // TestSameInstantEventsAllCount checks that events admitted in one
-// microsecond are each kept: a weight of n adds n members, and repeated
-// calls at one instant add more, never overwriting each other.
+// microsecond are each kept, never overwriting each other, and that the
+// log's key is set to expire 1.5 windows ahead.
 func TestSameInstantEventsAllCount(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -215,25 +221,64 @@ func TestSameInstantEventsAllCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := prefix + "{k}:sl"
-	for i, n := range []int{1, 1, 3, 1200, 795} { // 1200 exceeds one ZADD batch
+	key := l.StoreKey("k")
+	for i, n := range []int{1, 1, 3, 1200, 795} {
 		if d := mustTake(t, l, "k", n); !d.Allowed {
 			t.Fatalf("call %d: weight %d refused: %+v", i, n, d)
 		}
 	}
-	if got := client.ZCard(context.Background(), key).Val(); got != 2000 {
-		t.Fatalf("ZCARD after 2000 events at one instant = %d, want 2000", got)
+	if got, err := redislimit.EventsStored(context.Background(), client, key); err != nil || got != 5 {
+		t.Fatalf("events stored after 5 calls at one instant = %d, %v; want 5", got, err)
 	}
-	if d := mustTake(t, l, "k", 1); d.Allowed || d.Remaining != 0 {
+	if d := mustTake(t, l, "k", 1); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Minute {
 		t.Fatalf("call over the limit: %+v", d)
 	}
 	ttl := client.PTTL(context.Background(), key).Val()
-	if ttl <= 0 || ttl > time.Minute {
-		t.Fatalf("PTTL of the log = %v, want in (0, 1m]", ttl)
+	if ttl <= time.Minute || ttl > 90*time.Second {
+		t.Fatalf("PTTL of the log = %v, want in (1m, 1m30s]", ttl)
 	}
 }
 
-// TestKeys checks the key layout (prefix, hash tag, algorithm), that
+// TestHugeWeightIsOneEvent checks that a weight costs the server what a
+// weight of one does: Take(k, 1,000,000) under a limit of a million stores
+// one event (two sorted-set entries), not a million members, and the
+// decisions around it stay exact.
+func TestHugeWeightIsOneEvent(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	prefix := uniquePrefix()
+	const limit = 1_000_000
+	l, err := redislimit.New(client, limit, 10*time.Second, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := l.StoreKey("big")
+	want := keyrate.Decision{Allowed: true, Limit: limit, ResetAfter: 10 * time.Second, RefillAfter: 10 * time.Second}
+	if d := mustTake(t, l, "big", limit); d != want {
+		t.Fatalf("Take(%d) on a fresh key = %+v, want %+v", limit, d, want)
+	}
+	if n := client.ZCard(ctx, key).Val(); n != 2 {
+		t.Fatalf("ZCARD after one event of weight %d = %d, want 2", limit, n)
+	}
+	clock.Advance(3 * time.Second)
+	want = keyrate.Decision{Limit: limit, RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second, RefillAfter: 7 * time.Second}
+	if d := mustTake(t, l, "big", 1); d != want {
+		t.Fatalf("Take(1) 3s later = %+v, want %+v", d, want)
+	}
+	clock.Advance(7 * time.Second)
+	for _, n := range []int{limit / 2, limit / 4, limit / 4} {
+		if d := mustTake(t, l, "big", n); !d.Allowed {
+			t.Fatalf("after the window, Take(%d) = %+v", n, d)
+		}
+	}
+	if n := client.ZCard(ctx, key).Val(); n != 6 {
+		t.Fatalf("ZCARD after three more events = %d, want 6 (the first event pruned)", n)
+	}
+}
+
+// TestKeys checks the key layout (prefix, hash tag, key, algorithm), that
 // prefixes keep budgets apart, and that unusual keys are kept apart too.
 func TestKeys(t *testing.T) {
 	ctx := context.Background()
@@ -249,11 +294,18 @@ func TestKeys(t *testing.T) {
 	}
 	mustTake(t, sl, "user:42", 1)
 	mustTake(t, fw, "user:42", 1)
-	if typ := client.Type(ctx, prefix+"{user:42}:sl").Val(); typ != "zset" {
-		t.Errorf("sliding log key %q has type %q, want zset", prefix+"{user:42}:sl", typ)
+	slKey, fwKey := sl.StoreKey("user:42"), fw.StoreKey("user:42")
+	layout := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `\{[0-9a-f]{8}\}user:42:(sl|fw)$`)
+	for _, k := range []string{slKey, fwKey} {
+		if !layout.MatchString(k) {
+			t.Errorf("Redis key %q, want %s", k, layout)
+		}
 	}
-	if typ := client.Type(ctx, prefix+"{user:42}:fw").Val(); typ != "hash" {
-		t.Errorf("fixed window key %q has type %q, want hash", prefix+"{user:42}:fw", typ)
+	if typ := client.Type(ctx, slKey).Val(); typ != "zset" {
+		t.Errorf("sliding log key %q has type %q, want zset", slKey, typ)
+	}
+	if typ := client.Type(ctx, fwKey).Val(); typ != "hash" {
+		t.Errorf("fixed window key %q has type %q, want hash", fwKey, typ)
 	}
 
 	other, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(uniquePrefix()))
@@ -264,7 +316,7 @@ func TestKeys(t *testing.T) {
 		t.Errorf("a limiter with another prefix shared the budget: %+v", d)
 	}
 
-	keys := []string{"a}b", "{a}", "}", "{", "a b", "ключ", "\x00\xff", strings.Repeat("k", redislimit.MaxKeyLen)}
+	keys := []string{"a}b", "{a}", "}", "{", "a b", "ключ", "\x00\xff", strings.Repeat("k", 128)}
 	for _, k := range keys {
 		if d := mustTake(t, sl, k, 1); !d.Allowed {
 			t.Errorf("first call for key %q refused: %+v", k, d)
@@ -284,14 +336,12 @@ func TestBadInput(t *testing.T) {
 	l := newLimiter(t, client, 3, time.Hour)
 	ctx := context.Background()
 
-	for _, key := range []string{"", strings.Repeat("x", redislimit.MaxKeyLen+1), strings.Repeat("x", 1<<20)} {
-		d, err := l.TakeContext(ctx, key, 1)
-		if !errors.Is(err, redislimit.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
-			t.Errorf("Take(key of %d bytes) = %+v, %v; want ErrInvalidKey", len(key), d, err)
-		}
-		if ok, err := l.Allow(ctx, key); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
-			t.Errorf("Allow(key of %d bytes) = %v, %v; want false, ErrInvalidKey", len(key), ok, err)
-		}
+	d, err := l.TakeContext(ctx, "", 1)
+	if !errors.Is(err, redislimit.ErrInvalidKey) || !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
+		t.Errorf("Take(\"\") = %+v, %v; want ErrInvalidKey", d, err)
+	}
+	if ok, err := l.Allow(ctx, ""); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
+		t.Errorf("Allow(\"\") = %v, %v; want false, ErrInvalidKey", ok, err)
 	}
 
 	// Weights, with the server's clock: the core's rules.
@@ -335,7 +385,7 @@ func TestNewErrors(t *testing.T) {
 		{"fractional microseconds", client, 1, time.Second + time.Nanosecond, nil},
 		{"prefix with {", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("a{")}},
 		{"prefix with }", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix("}")}},
-		{"huge prefix", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix(strings.Repeat("p", redislimit.MaxKeyLen+1))}},
+		{"huge prefix", client, 1, time.Second, []redislimit.Option{redislimit.WithPrefix(strings.Repeat("p", 257))}},
 		{"zero timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(0)}},
 		{"negative timeout", client, 1, time.Second, []redislimit.Option{redislimit.WithTimeout(-time.Second)}},
 		{"unknown algorithm", client, 1, time.Second, []redislimit.Option{redislimit.WithAlgorithm(7)}},
@@ -426,6 +476,9 @@ func TestFixedWindow(t *testing.T) {
 	for i, st := range steps {
 		clock.Set(start.Add(st.at))
 		st.want.Limit = 10
+		// A window's events all leave when it ends: the first quota comes
+		// back when the whole of it does.
+		st.want.RefillAfter = st.want.ResetAfter
 		if got := mustTake(t, l, "fw", st.n); got != st.want {
 			t.Errorf("step %d: at +%v Take(%d)\n got %+v\nwant %+v", i, st.at, st.n, got, st.want)
 		}
@@ -473,5 +526,61 @@ func TestClockSteppedBackAfterPrune(t *testing.T) {
 	clock.Set(start.Add(9 * time.Second)) // back: (−1s, 9s] holds both events
 	if d := mustTake(t, l, "p", 1); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("at +9s after a step back: got %+v, want refused with RetryAfter 1s", d)
+	}
+}
+
+// TestRefillAfterIsDraftT checks the IETF draft's meaning of t on Redis:
+// at 5 per 60s with one request every 10s, the fifth is admitted with no
+// quota left, more coming in 20s (when the first leaves), not in 60s.
+func TestRefillAfterIsDraftT(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 5, time.Minute, redislimit.WithClock(clock))
+	var d keyrate.Decision
+	for range 5 {
+		d = mustTake(t, l, "draft", 1)
+		clock.Advance(10 * time.Second)
+	}
+	want := keyrate.Decision{Allowed: true, Limit: 5, RefillAfter: 20 * time.Second, ResetAfter: time.Minute}
+	if d != want {
+		t.Fatalf("fifth request at +40s: %+v, want %+v", d, want)
+	}
+}
+
+// TestLogExpiry checks when an admission sets the log's expiry: to 1.5
+// windows ahead when the key would otherwise expire within a window of the
+// admission, and not otherwise (once per half window for a busy key). The
+// test shortens the key's TTL to 2s by hand between admissions, which
+// shows whether the next admission set it again.
+func TestLogExpiry(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 100, 10*time.Second, redislimit.WithClock(clock))
+	key := l.StoreKey("e")
+	for _, step := range []struct {
+		at      time.Duration
+		refresh bool
+	}{
+		{0, true},                // a new key: expires at +15s
+		{4 * time.Second, false}, // +15s is a window after +4s and more
+		{5 * time.Second, false}, // exactly a window after
+		{5*time.Second + time.Millisecond, true},
+		{9 * time.Second, false}, // expires at +20.001s now
+		{30 * time.Second, true},
+	} {
+		clock.Set(start.Add(step.at))
+		if d := mustTake(t, l, "e", 1); !d.Allowed {
+			t.Fatalf("at +%v: %+v", step.at, d)
+		}
+		ttl := client.PTTL(ctx, key).Val()
+		if refreshed := ttl > 10*time.Second; refreshed != step.refresh || ttl > 15*time.Second {
+			t.Fatalf("admission at +%v: PTTL %v; want a refresh to 15s: %v", step.at, ttl, step.refresh)
+		}
+		if err := client.PExpire(ctx, key, 2*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,15 +1,24 @@
 package redislimit
 
-import "github.com/redis/go-redis/v9"
-
-// Both scripts take KEYS[1], the key's state, and ARGV limit, window (in
-// microseconds), weight n and, optionally, the instant to decide at in
-// microseconds since the Unix epoch. Without that instant they read the
-// server's TIME, so that every client shares one clock. Each returns
-// {allowed (0 or 1), remaining, retryAfter, resetAfter}, durations in
-// microseconds, with the same rules as the in-process limiter: n == 0 is
-// allowed and records nothing; n < 0 or n > limit is refused with
-// retryAfter 0; a refusal records nothing.
+// Both scripts speak one protocol, built for several policies (limits over
+// windows of different lengths) kept under one key, decided together:
+//
+//	KEYS[1]  the key's state
+//	ARGV[1]  the weight n
+//	ARGV[2]  the instant to decide at, in microseconds since the Unix epoch,
+//	         or "" to read the server's TIME (so that every client shares
+//	         one clock; only tests pass an instant)
+//	ARGV[3:] limit, window pairs, one per policy, windows in microseconds
+//
+// Each returns {allowed (0 or 1), now, then per policy: remaining,
+// retryAfter, resetAfter, refillAfter}, durations in microseconds and now
+// the instant the decision was taken at (the server's, clamped as below).
+// The rules are the in-process limiter's: n == 0 is allowed and records
+// nothing; n < 0, or n above any policy's limit, is refused with every
+// retryAfter 0 (it can never fit); a refusal records nothing; a request is
+// admitted only when it fits every policy, and then counts against all.
+// Each policy's retryAfter is 0 when it has room for n, else how long until
+// it has; a request fits once the longest of them has passed.
 //
 // redis.replicate_commands lets a script that read TIME write afterwards on
 // servers before 5.0, where scripts were replicated verbatim; from 5.0 on it
@@ -17,102 +26,25 @@ import "github.com/redis/go-redis/v9"
 // the function working).
 
 // prologue reads the arguments both scripts share, and the instant to
-// decide at.
+// decide at. It leaves P policies in limits and windows, the longest window
+// in wmax (its policy's index in longest) and the lowest limit in lmin.
 const prologue = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local now = tonumber(ARGV[4] or '')
+local n = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local P = (#ARGV - 2) / 2
+local limits, windows = {}, {}
+local wmax, longest, lmin = 0, 1, math.huge
+for i = 1, P do
+  limits[i] = tonumber(ARGV[1 + 2 * i])
+  windows[i] = tonumber(ARGV[2 + 2 * i])
+  if windows[i] > wmax then wmax, longest = windows[i], i end
+  if limits[i] < lmin then lmin = limits[i] end
+end
+local function num(x) return string.format('%.0f', x) end
 `
-
-// slidingLogSource keeps, per key, a sorted set with one member per admitted
-// event scored by its instant. Members are a per-key sequence number in
-// fixed-width hex, so two events in the same microsecond stay distinct and
-// the lexicographically greatest member among equal scores is the newest:
-// ZRANGE -1 -1 returns both the newest instant and the last sequence number.
-// A server clock that steps back is clamped to the newest event, which can
-// only make the decision stricter. Events are pruned only once they have
-// left the newest event's window, not the window at now: a call at a later
-// instant must not delete events that a call after a backwards step still
-// has to count. Those few stale members are skipped by counting from now.
-const slidingLogSource = prologue + `
-local seq, newest = 0, 0
-local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if top[1] then
-  seq = tonumber(top[1], 16) or 0
-  newest = tonumber(top[2])
-  if now < newest then now = newest end
-end
-local from = '(' .. string.format('%.0f', now - window)
-if top[1] then redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', newest - window)) end
-local held = redis.call('ZCOUNT', key, from, '+inf')
-local remaining = limit - held
-if n > 0 and n <= limit and held + n <= limit then
-  local score = string.format('%.0f', now)
-  local i = 1
-  while i <= n do
-    local last = math.min(i + 499, n)
-    local args = {}
-    for j = i, last do
-      args[#args + 1] = score
-      args[#args + 1] = string.format('%016x', seq + j)
-    end
-    redis.call('ZADD', key, unpack(args))
-    i = last + 1
-  end
-  redis.call('PEXPIRE', key, math.ceil(window / 1000))
-  return {1, remaining - n, 0, window}
-end
-local retry, reset = 0, 0
-if n > 0 and n <= limit then
-  local k = held + n - limit - 1
-  local blocking = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
-  retry = tonumber(blocking[2]) + window - now
-end
-if held > 0 then reset = newest + window - now end
-if n == 0 then return {1, remaining, 0, reset} end
-return {0, remaining, retry, reset}
-`
-
-// fixedWindowSource keeps, per key, a hash {w: window number, n: count}.
-// Windows are aligned to multiples of the window length since the Unix
-// epoch. The count starts over when the window number changes; the key
-// expires with its window (expiry set only when the window starts). A clock
-// that steps back stays in the newest window seen.
-const fixedWindowSource = prologue + `
-local idx = math.floor(now / window)
-local count = 0
-local cur = redis.call('HMGET', key, 'w', 'n')
-local w = tonumber(cur[1])
-if w then
-  if w > idx then idx = w end
-  if w == idx then count = tonumber(cur[2]) or 0 end
-end
-local left = (idx + 1) * window - now
-local remaining = limit - count
-if n > 0 and n <= limit and count + n <= limit then
-  if count == 0 then
-    redis.call('HSET', key, 'w', string.format('%.0f', idx), 'n', n)
-    redis.call('PEXPIRE', key, math.ceil(left / 1000))
-  else
-    redis.call('HINCRBY', key, 'n', n)
-  end
-  return {1, remaining - n, 0, left}
-end
-local retry, reset = 0, 0
-if n > 0 and n <= limit then retry = left end
-if count > 0 then reset = left end
-if n == 0 then return {1, remaining, 0, reset} end
-return {0, remaining, retry, reset}
-`
-
-var (
-	slidingLogScript  = redis.NewScript(slidingLogSource)
-	fixedWindowScript = redis.NewScript(fixedWindowSource)
-)

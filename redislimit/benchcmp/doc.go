@@ -4,5 +4,14 @@
 // its own so that those libraries never enter redislimit's go.mod; it has no
 // code to import, only tests:
 //
-//	go test -run '^$' -bench . -count 5 ./redislimit/benchcmp
+//	go test -run '^$' -bench . -count 5 ./redislimit/benchcmp | tee results.txt
+//	benchstat -col /lib results.txt
+//
+// One run gives the three comparisons redislimit's README reports: the
+// sliding log's time per admitted decision against redis_rate's (workload
+// Admitted), a hot key's decisions per second with the deny cache against
+// redis_rate's (HotKey, lib keyrate-SlidingLog-DenyCache), and round trips
+// per decision (the roundtrips/op metric). admitted/op shows what share of
+// each workload's calls were admitted. Every library talks to the same
+// redis-server, started by the tests on a free loopback port.
 package benchcmp

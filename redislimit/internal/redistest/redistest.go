@@ -1,10 +1,12 @@
 // Package redistest starts and stops real redis-server processes for tests
-// and benchmarks, on free loopback ports in temporary directories, and
+// and benchmarks, on free loopback ports in temporary directories: single
+// servers, and three-master Redis Clusters joined with redis-cli. It also
 // counts the round trips a go-redis client makes.
 //
-// When redis-server is not on PATH, tests that need it skip with a message
-// saying how to install it, and fail instead when KEYRATE_INTEGRATION=1 is
-// set, so that CI can never pass by skipping them.
+// When redis-server (or, for a Cluster, redis-cli) is not on PATH, tests
+// that need it skip with a message saying how to install it, and fail
+// instead when KEYRATE_INTEGRATION=1 is set, so that CI can never pass by
+// skipping them.
 package redistest
 
 import (
@@ -51,13 +53,18 @@ type Server struct {
 // command-line options such as "--appendonly", "yes") turn it on, and waits
 // until it answers PING.
 func Start(dir string, extra ...string) (*Server, error) {
+	return startOn(dir, freePort, extra...)
+}
+
+// startOn is Start with the port picked by pick.
+func startOn(dir string, pick func() (int, error), extra ...string) (*Server, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(InstallHint)
 	}
 	var lastErr error
 	for range 5 { // a free port can be taken before redis binds it; try another
-		port, err := freePort()
+		port, err := pick()
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,121 @@
+package redislimit_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/backendtest"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCluster runs the limiter on a real Redis Cluster of three masters,
+// through a redis.ClusterClient: the shared behavioural suite, the server's
+// clock, replicas sharing a key, the deny cache, and keys built to pile
+// onto one slot landing on every master.
+func TestCluster(t *testing.T) {
+	cluster := redistest.StartClusterT(t)
+	client := cluster.Client(t)
+	ctx := context.Background()
+
+	t.Run("BackendSuite", func(t *testing.T) {
+		backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
+			l, err := redislimit.New(client, limit, window,
+				redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		})
+	})
+
+	t.Run("ServerTime", func(t *testing.T) {
+		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+			l := newLimiter(t, client, 3, time.Hour, redislimit.WithAlgorithm(alg))
+			for i := range 5 {
+				if d := mustTake(t, l, "user", 1); d.Allowed != (i < 3) {
+					t.Fatalf("%v, call %d: %+v; want 3 admitted", alg, i, d)
+				}
+			}
+		}
+	})
+
+	t.Run("SharedKey", func(t *testing.T) {
+		// Four limiters on four cluster clients, 100 calls at once on one
+		// key with a limit of 50, half of them with a deny cache.
+		const limit = 50
+		prefix := uniquePrefix()
+		var admitted, failed atomic.Int64
+		var wg sync.WaitGroup
+		ready := make(chan struct{})
+		for i := range 4 {
+			opts := []redislimit.Option{redislimit.WithPrefix(prefix), redislimit.WithTimeout(5 * time.Second)}
+			if i%2 == 0 {
+				opts = append(opts, redislimit.WithDenyCache(10))
+			}
+			l, err := redislimit.New(cluster.Client(t), limit, time.Hour, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 25 {
+				wg.Go(func() {
+					<-ready
+					d, err := l.TakeContext(ctx, "shared", 1)
+					if err != nil {
+						failed.Add(1)
+					} else if d.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+		}
+		close(ready)
+		wg.Wait()
+		if failed.Load() != 0 || admitted.Load() != limit {
+			t.Fatalf("100 calls on four cluster clients: admitted %d with %d errors, want exactly %d", admitted.Load(), failed.Load(), limit)
+		}
+	})
+
+	t.Run("Slots", func(t *testing.T) {
+		l := newLimiter(t, client, 1, time.Hour)
+		perNode := map[string]int{}
+		var mu sync.Mutex
+		const keys = 300
+		for i := range keys {
+			key := fmt.Sprintf("a}%d", i)
+			mustTake(t, l, key, 1)
+			if i < 20 {
+				slot, err := client.ClusterKeySlot(ctx, l.StoreKey(key)).Result()
+				if err != nil || int(slot) != keySlot(l.StoreKey(key)) {
+					t.Fatalf("CLUSTER KEYSLOT %q = %d, %v; the tests compute %d", l.StoreKey(key), slot, err, keySlot(l.StoreKey(key)))
+				}
+			}
+		}
+		err := client.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			n, err := node.DBSize(ctx).Result()
+			mu.Lock()
+			perNode[node.Options().Addr] = int(n)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(perNode) != 3 {
+			t.Fatalf("masters: %v, want 3", perNode)
+		}
+		for addr, n := range perNode {
+			// A master holds a third of the slots: about 100 of the 300 keys
+			// plus other subtests' keys, never none.
+			if n < keys/6 {
+				t.Errorf("master %s holds %d keys after %d keys \"a}<n>\" (per master: %v), want them spread", addr, n, keys, perNode)
+			}
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// countedLimiter returns a Limiter on its own client, whose round trips rt
+// counts.
+func countedLimiter(t *testing.T, srv *redistest.Server, prefix string, limit int, window time.Duration, opts ...redislimit.Option) (*redislimit.Limiter, *redistest.RoundTrips) {
+	t.Helper()
+	client := srv.Client(t)
+	rt := new(redistest.RoundTrips)
+	client.AddHook(rt)
+	l, err := redislimit.New(client, limit, window, append([]redislimit.Option{redislimit.WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustTake(t, l, "warm-up", 0) // connects and loads the script, recording nothing
+	return l, rt
+}
+
+// TestDenyCache walks a key past its limit with the deny cache on, under
+// a manual clock: after Redis's refusal the same request is refused with
+// no round trip, with exactly the Decision Redis gives at that instant (a
+// twin limiter without the cache asks Redis each time to compare), until
+// the oldest event leaves, when Redis is asked again and admits.
+func TestDenyCache(t *testing.T) {
+	srv := redistest.Shared(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	prefix := uniquePrefix()
+	const limit, window = 3, 10 * time.Second
+	l, rt := countedLimiter(t, srv, prefix, limit, window, redislimit.WithDenyCache(100), redislimit.WithClock(clock))
+	twin, _ := countedLimiter(t, srv, prefix, limit, window, redislimit.WithClock(clock))
+
+	take := func(n int, wantTrips int64) keyrate.Decision {
+		t.Helper()
+		before := rt.Load()
+		d := mustTake(t, l, "hot", n)
+		if got := rt.Load() - before; got != wantTrips {
+			t.Fatalf("at +%v Take(%d) = %+v took %d round trips, want %d", clock.Now().Sub(start), n, d, got, wantTrips)
+		}
+		return d
+	}
+	sameAsRedis := func(d keyrate.Decision, n int) {
+		t.Helper()
+		if want := mustTake(t, twin, "hot", n); d != want {
+			t.Fatalf("at +%v: cached %+v\nRedis says %+v", clock.Now().Sub(start), d, want)
+		}
+	}
+
+	take(1, 1) // +0s
+	clock.Advance(time.Second)
+	take(1, 1) // +1s
+	clock.Advance(time.Second)
+	take(1, 1) // +2s: full until the event at +0s leaves at +10s
+	clock.Advance(time.Second)
+	first := take(1, 1)
+	if first.Allowed || first.RetryAfter != 7*time.Second {
+		t.Fatalf("over the limit at +3s: %+v, want refused for 7s", first)
+	}
+	for range 100 {
+		if d := take(1, 0); d != first {
+			t.Fatalf("cached refusal at the same instant: %+v, want %+v", d, first)
+		}
+	}
+	for _, at := range []time.Duration{4 * time.Second, 9500 * time.Millisecond, 10*time.Second - time.Microsecond} {
+		clock.Set(start.Add(at))
+		d := take(1, 0)
+		if d.Allowed || d.RetryAfter != 10*time.Second-at {
+			t.Fatalf("cached refusal at +%v: %+v, want RetryAfter %v", at, d, 10*time.Second-at)
+		}
+		sameAsRedis(d, 1)
+	}
+	take(2, 1) // another weight: Redis decides, and the cache now holds weight 2
+	take(2, 0)
+	take(1, 1)
+
+	clock.Set(start.Add(10 * time.Second))
+	if d := take(1, 1); !d.Allowed {
+		t.Fatalf("at +10s, when the oldest event has left: %+v, want admitted by Redis", d)
+	}
+	if d := take(1, 1); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("at +10s, full again: %+v, want refused for 1s", d)
+	}
+	take(1, 0)
+}
+
+// TestDenyCacheServerTime runs the cache on the production path, where
+// Redis decides on its own TIME: once Redis refuses, further refusals cost
+// no round trip, and their RetryAfter counts down from Redis's, never up.
+func TestDenyCacheServerTime(t *testing.T) {
+	srv := redistest.Shared(t)
+	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Hour, redislimit.WithDenyCache(10))
+	mustTake(t, l, "k", 1)
+	mustTake(t, l, "k", 1)
+	first := mustTake(t, l, "k", 1)
+	if first.Allowed || first.RetryAfter <= 0 {
+		t.Fatalf("over the limit: %+v", first)
+	}
+	before := rt.Load()
+	prev := first
+	for i := range 50 {
+		d := mustTake(t, l, "k", 1)
+		if d.Allowed || d.RetryAfter > prev.RetryAfter || d.RetryAfter < first.RetryAfter-time.Minute ||
+			d.RefillAfter != d.RetryAfter || d.Remaining != 0 || d.Limit != 2 {
+			t.Fatalf("cached refusal %d: %+v after %+v", i, d, prev)
+		}
+		prev = d
+	}
+	if got := rt.Load() - before; got != 0 {
+		t.Fatalf("50 refusals after Redis's took %d round trips, want 0", got)
+	}
+	if d := mustTake(t, l, "other", 1); !d.Allowed || rt.Load()-before != 1 {
+		t.Fatalf("another key: %+v after %d round trips, want admitted by Redis in 1", d, rt.Load()-before)
+	}
+}
+
+// TestDenyCacheReplicas runs two limiters with deny caches, each on its
+// own client, as two replicas sharing one Redis, under concurrent load
+// over several windows: each window admits exactly the limit, and the
+// caches took refusals off Redis.
+func TestDenyCacheReplicas(t *testing.T) {
+	srv := redistest.Shared(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	prefix := uniquePrefix()
+	const limit, window, windows, workers, calls = 7, 10 * time.Second, 5, 8, 40
+	var replicas []*redislimit.Limiter
+	var trips []*redistest.RoundTrips
+	for range 2 {
+		l, rt := countedLimiter(t, srv, prefix, limit, window,
+			redislimit.WithDenyCache(16), redislimit.WithClock(clock), redislimit.WithTimeout(5*time.Second))
+		replicas, trips = append(replicas, l), append(trips, rt)
+	}
+	for w := range windows {
+		var admitted, failed atomic.Int64
+		var wg sync.WaitGroup
+		ready := make(chan struct{})
+		for i := range workers {
+			l := replicas[i%2]
+			wg.Go(func() {
+				<-ready
+				for range calls {
+					d, err := l.TakeContext(context.Background(), "shared", 1)
+					if err != nil {
+						failed.Add(1)
+					} else if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		close(ready)
+		wg.Wait()
+		if failed.Load() != 0 || admitted.Load() != limit {
+			t.Fatalf("window %d: %d calls on two replicas admitted %d with %d errors, want exactly %d",
+				w, workers*calls, admitted.Load(), failed.Load(), limit)
+		}
+		clock.Advance(window)
+	}
+	if total := trips[0].Load() + trips[1].Load(); total >= windows*workers*calls {
+		t.Fatalf("%d calls took %d round trips: the deny caches refused nothing", windows*workers*calls, total)
+	}
+}
+
+func TestDenyCacheConfig(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	for _, n := range []int{0, -1} {
+		if _, err := redislimit.New(client, 1, time.Second, redislimit.WithDenyCache(n)); !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("WithDenyCache(%d): %v, want keyrate.ErrConfig", n, err)
+		}
+	}
+}
