@@ -147,8 +147,9 @@ func TestPathCheck(t *testing.T) {
 		{Deny, 10, 0, 1000, true},
 		{Deny, 11, 0, 1000, false},
 		{Admit, 1000, 0, 1000, true},
-		{Admit, 989, 0, 1000, false},
+		{Admit, 999, 0, 1000, false}, // one refusal: a key went past its budget
 		{Admit, 990, 10, 1000, true}, // errors are not refusals
+		{Admit, 989, 10, 1000, false},
 	} {
 		if err := c.p.Check(c.admits, c.errs, c.n); (err == nil) != c.ok {
 			t.Errorf("%s.Check(%d, %d, %d) = %v, want ok=%v", c.p, c.admits, c.errs, c.n, err, c.ok)

@@ -3,6 +3,7 @@ module github.com/keyrate/keyrate/benchmarks
 go 1.26.0
 
 require (
+	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/go-chi/httprate v0.16.1
 	github.com/keyrate/keyrate v0.0.0
 	github.com/sethvargo/go-limiter v0.7.1
@@ -12,6 +13,7 @@ require (
 )
 
 require (
+	github.com/go-pkgz/expirable-cache/v3 v3.0.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/pkg/errors v0.9.1 // indirect

@@ -10,25 +10,28 @@ import (
 // bytes ("tenant-0000000042"). Keys are formatted once, before any timing.
 func Key(i int) string { return fmt.Sprintf("tenant-%010d", i) }
 
-// Keys returns n distinct keys, Key(0) to Key(n-1). The slices are built once
-// per size and shared: callers must not modify them.
-func Keys(n int) []string {
+// Keys returns n distinct keys, Key(0) to Key(n-1). Callers share the
+// slices and must not modify them.
+func Keys(n int) []string { return KeyRange(0, n) }
+
+// KeyRange returns the keys Key(from) to Key(to-1). Every key is formatted
+// once, the first time any caller asks for it, and kept for the life of the
+// process (the admit workloads ask for fresh keys as they go). Callers share
+// the slices and must not modify them.
+func KeyRange(from, to int) []string {
 	keysMu.Lock()
 	defer keysMu.Unlock()
-	if k, ok := keysBySize[n]; ok {
-		return k
+	for len(allKeys) < to {
+		allKeys = append(allKeys, Key(len(allKeys)))
 	}
-	k := make([]string, n)
-	for i := range k {
-		k[i] = Key(i)
-	}
-	keysBySize[n] = k
-	return k
+	// The capacity ends at to, so no caller's append can reach keys that
+	// another caller holds.
+	return allKeys[from:to:to]
 }
 
 var (
-	keysMu     sync.Mutex
-	keysBySize = map[int][]string{}
+	keysMu  sync.Mutex
+	allKeys []string
 )
 
 // ZipfParams fix the realistic key stream: ZipfKeys distinct keys, drawn with
@@ -43,25 +46,37 @@ const (
 // same every run: the generator is seeded with constants) and the distinct
 // keys it draws from.
 func ZipfStream() (stream, distinct []string) {
-	zipfOnce.Do(func() {
-		keys := Keys(ZipfKeys)
-		z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), ZipfS, 1, ZipfKeys-1)
-		zipfStream = make([]string, ZipfLen)
-		seen := make([]bool, ZipfKeys)
-		for i := range zipfStream {
-			j := z.Uint64()
-			zipfStream[i] = keys[j]
-			if !seen[j] {
-				seen[j] = true
-				zipfDistinct = append(zipfDistinct, keys[j])
-			}
-		}
-	})
+	zipfOnce.Do(makeZipf)
 	return zipfStream, zipfDistinct
+}
+
+// zipfClients returns the same stream as client numbers: stream[i] is
+// Key(clients[i]).
+func zipfClients() []int32 {
+	zipfOnce.Do(makeZipf)
+	return zipfIndex
+}
+
+func makeZipf() {
+	keys := Keys(ZipfKeys)
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), ZipfS, 1, ZipfKeys-1)
+	zipfIndex = make([]int32, ZipfLen)
+	zipfStream = make([]string, ZipfLen)
+	seen := make([]bool, ZipfKeys)
+	for i := range zipfStream {
+		j := z.Uint64()
+		zipfIndex[i] = int32(j)
+		zipfStream[i] = keys[j]
+		if !seen[j] {
+			seen[j] = true
+			zipfDistinct = append(zipfDistinct, keys[j])
+		}
+	}
 }
 
 var (
 	zipfOnce     sync.Once
+	zipfIndex    []int32
 	zipfStream   []string
 	zipfDistinct []string
 )

@@ -1,7 +1,8 @@
 // Package benchmarks measures keyrate side by side with other per-key rate
 // limiters for Go: throughput on the same workloads, memory per tracked key,
 // accuracy at window boundaries and under overload, and the latency callers
-// see while idle keys are swept.
+// see while idle keys are swept; and keyrate's httplimit side by side with
+// other net/http rate limiting middleware (HTTPPeers).
 //
 // Every limiter sits behind one small adapter (Limiter) configured to the
 // same budget, so each workload runs the same code against each of them. It

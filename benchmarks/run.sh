@@ -21,11 +21,11 @@ flags=(-run '^$' -benchmem -count "$COUNT" -benchtime "$BENCHTIME")
 echo "== throughput: every limiter, every workload, -cpu $CPU -count $COUNT ($(date +%T))"
 go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkAllow$' -timeout 60m . | tee "$RAW/allow.txt"
 
+echo "== HTTP middleware, -cpu $CPU -count $COUNT ($(date +%T))"
+go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkHTTP$' -timeout 30m . | tee "$RAW/http.txt"
+
 echo "== floor ($(date +%T))"
 go test "${flags[@]}" -cpu 1 -bench '^BenchmarkFloor$' . | tee "$RAW/floor.txt"
-
-echo "== key map comparison in the root package ($(date +%T))"
-(cd .. && go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkShardCmp$' -timeout 30m .) | tee "$RAW/shardcmp.txt"
 
 echo "== accuracy, memory, latency ($(date +%T))"
 go run ./cmd/tables | tee "$RAW/tables.md"
@@ -33,25 +33,24 @@ go run ./cmd/tables | tee "$RAW/tables.md"
 echo "== benchstat ($(date +%T))"
 $BENCHSTAT -col /lib "$RAW/allow.txt" > "$RAW/allow.benchstat.txt"
 $BENCHSTAT -col /lib -format csv "$RAW/allow.txt" > "$RAW/allow.csv" 2>/dev/null
+$BENCHSTAT -col /lib "$RAW/http.txt" > "$RAW/http.benchstat.txt"
+$BENCHSTAT -col /lib -format csv "$RAW/http.txt" > "$RAW/http.csv" 2>/dev/null
 $BENCHSTAT -format csv "$RAW/floor.txt" > "$RAW/floor.csv" 2>/dev/null
-$BENCHSTAT -col /map "$RAW/shardcmp.txt" > "$RAW/shardcmp.benchstat.txt"
-$BENCHSTAT -col /map -format csv "$RAW/shardcmp.txt" > "$RAW/shardcmp.csv" 2>/dev/null
 
-go run ./cmd/results -allow "$RAW/allow.csv" -floor "$RAW/floor.csv" \
-  -shardcmp "$RAW/shardcmp.csv" -shardcmp-text "$RAW/shardcmp.benchstat.txt" \
+go run ./cmd/results -allow "$RAW/allow.csv" -http "$RAW/http.csv" -floor "$RAW/floor.csv" \
   -tables "$RAW/tables.md" -count "$COUNT" \
   -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
   > RESULTS.md
 echo "== wrote benchmarks/RESULTS.md ($(date +%T))"
 
-# Copy RESULTS.md's throughput section, one heading level down, between
-# README.md's markers.
+# Copy RESULTS.md's throughput and HTTP tables (each section up to its
+# first subsection), one heading level down, between README.md's markers.
 awk '
   /<!-- results:begin -->/ {
     print
     while ((getline line < "RESULTS.md") > 0) {
-      if (line ~ /^## Throughput/) on = 1
-      else if (on && line ~ /^### /) break
+      if (line ~ /^## (Throughput|HTTP)/) on = 1
+      else if (line ~ /^##/) on = 0
       if (on) print (line ~ /^#/ ? "#" line : line)
     }
     skip = 1
@@ -60,4 +59,4 @@ awk '
   /<!-- results:end -->/ { skip = 0 }
   !skip
 ' README.md > README.md.new && mv README.md.new README.md
-echo "== copied the throughput table into benchmarks/README.md"
+echo "== copied the throughput and HTTP tables into benchmarks/README.md"

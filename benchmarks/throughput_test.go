@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -38,9 +39,9 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-func newForBench(b *testing.B, p Peer, path Path) Limiter {
+func newForBench(b *testing.B, p Peer) Limiter {
 	b.Helper()
-	l, err := p.New(path.Config())
+	l, err := p.New(Budget())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,8 +62,16 @@ func report(b *testing.B, l Limiter, path Path, admits, errs, n int) {
 	}
 }
 
-// serialLoop calls Allow for keys[0], keys[1], ... in a cycle, one goroutine.
-func serialLoop(b *testing.B, l Limiter, path Path, keys []string) {
+func errorsOf(l Limiter) int {
+	if ec, ok := l.(ErrorCounter); ok {
+		return int(ec.Errors())
+	}
+	return 0
+}
+
+// cycleLoop calls Allow for keys[0], keys[1], ... in a cycle, one goroutine:
+// the deny path of the serial workloads, on keys spent beforehand.
+func cycleLoop(b *testing.B, l Limiter, path Path, keys []string) {
 	b.ReportAllocs()
 	errBase := errorsOf(l)
 	admits, i := 0, 0
@@ -77,50 +86,77 @@ func serialLoop(b *testing.B, l Limiter, path Path, keys []string) {
 	report(b, l, path, admits, errorsOf(l)-errBase, b.N)
 }
 
-func errorsOf(l Limiter) int {
-	if ec, ok := l.(ErrorCounter); ok {
-		return int(ec.Errors())
+// streamLoop calls Allow on every key of every chunk s hands out, in order,
+// one goroutine: the admit path of the serial workloads. The timer stops
+// while s prepares its next chunk (once per 100,000 calls or more).
+func streamLoop(b *testing.B, l Limiter, s keyStream) {
+	b.ReportAllocs()
+	keys := s.next()
+	errs, errBase := 0, errorsOf(l)
+	admits, i := 0, 0
+	for b.Loop() {
+		if i == len(keys) {
+			b.StopTimer()
+			errs += errorsOf(l) - errBase
+			keys, i = s.next(), 0
+			errBase = errorsOf(l)
+			b.StartTimer()
+		}
+		if l.Allow(keys[i]) {
+			admits++
+		}
+		i++
 	}
-	return 0
+	report(b, l, Admit, admits, errs+errorsOf(l)-errBase, b.N)
 }
 
 func benchSerialHot(b *testing.B, p Peer, path Path) {
-	l := newForBench(b, p, path)
+	l := newForBench(b, p)
+	if path == Admit {
+		streamLoop(b, l, newHotStream(l))
+		return
+	}
 	keys := Keys(1)
 	path.Prepare(l, keys)
-	serialLoop(b, l, path, keys)
+	cycleLoop(b, l, path, keys)
 }
 
 func benchSerial1M(b *testing.B, p Peer, path Path) {
-	l := newForBench(b, p, path)
+	l := newForBench(b, p)
+	if path == Admit {
+		streamLoop(b, l, newCycleStream(l, keys1M))
+		return
+	}
 	keys := Keys(keys1M)
 	path.Prepare(l, keys)
-	serialLoop(b, l, path, keys)
+	cycleLoop(b, l, path, keys)
 }
 
 func benchZipf(b *testing.B, p Peer, path Path) {
-	l := newForBench(b, p, path)
+	l := newForBench(b, p)
+	if path == Admit {
+		streamLoop(b, l, newZipfKeyStream(l))
+		return
+	}
 	stream, distinct := ZipfStream()
 	path.Prepare(l, distinct)
-	serialLoop(b, l, path, stream)
+	cycleLoop(b, l, path, stream)
 }
 
-// parallelLoop runs RunParallel with goroutine g cycling over parts[g], a
-// slice built before the timer starts.
-func parallelLoop(b *testing.B, l Limiter, path Path, parts [][]string) {
+// parallelLoop runs RunParallel: each goroutine takes a part of the pool and
+// calls its keys in a cycle; after passes cycles it takes the next part.
+func parallelLoop(b *testing.B, l Limiter, path Path, keys []string, size, passes int) {
+	pool := newPartPool(len(keys), size)
 	b.ReportAllocs()
-	var next, admits atomic.Int64
+	var admits atomic.Int64
 	errBase := errorsOf(l)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		keys := parts[int(next.Add(1)-1)%len(parts)]
-		local, i := int64(0), 0
+		c := pool.cursor(passes)
+		local := int64(0)
 		for pb.Next() {
-			if l.Allow(keys[i]) {
+			if l.Allow(keys[c.next()]) {
 				local++
-			}
-			if i++; i == len(keys) {
-				i = 0
 			}
 		}
 		admits.Add(local)
@@ -129,23 +165,50 @@ func parallelLoop(b *testing.B, l Limiter, path Path, parts [][]string) {
 	report(b, l, path, int(admits.Load()), errorsOf(l)-errBase, b.N)
 }
 
-// benchParallel10k splits 10k distinct keys evenly between the goroutines
-// (one per P), so each walks its own keys and none formats a key in the loop.
+// benchParallel10k gives each goroutine (one per P) its own 10,000/P of the
+// keys, built beforehand so that none formats a key in the loop. On the
+// admit path a goroutine moves to a fresh part after PerKey passes over its
+// own: 10,000 keys in use at a time.
 func benchParallel10k(b *testing.B, p Peer, path Path) {
-	l := newForBench(b, p, path)
-	keys := Keys(keys10k)
-	path.Prepare(l, keys)
-	n := runtime.GOMAXPROCS(0)
-	parts := make([][]string, n)
-	for g := range parts {
-		parts[g] = keys[g*len(keys)/n : (g+1)*len(keys)/n]
+	l := newForBench(b, p)
+	procs := runtime.GOMAXPROCS(0)
+	size := keys10k / procs
+	parts, passes := procs, math.MaxInt
+	if path == Admit {
+		parts, passes = partsNeeded(b.N, size, procs), PerKey
 	}
-	parallelLoop(b, l, path, parts)
+	keys := Keys(parts * size)
+	path.Prepare(l, keys)
+	parallelLoop(b, l, path, keys, size, passes)
 }
 
+// benchParallelHot runs every goroutine on one key: on the deny path one
+// spent key, on the admit path the relay's current key.
 func benchParallelHot(b *testing.B, p Peer, path Path) {
-	l := newForBench(b, p, path)
-	keys := Keys(1)
-	path.Prepare(l, keys)
-	parallelLoop(b, l, path, [][]string{keys})
+	l := newForBench(b, p)
+	if path == Deny {
+		keys := Keys(1)
+		path.Prepare(l, keys)
+		parallelLoop(b, l, path, keys, 1, math.MaxInt)
+		return
+	}
+	relay := newHotRelay(l, b.N, runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	var admits atomic.Int64
+	errBase := errorsOf(l)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := relayCursor{r: relay}
+		local := int64(0)
+		for pb.Next() {
+			at, key := c.key()
+			if l.Allow(key) {
+				local++
+			}
+			c.called(at)
+		}
+		admits.Add(local)
+	})
+	b.StopTimer()
+	report(b, l, path, int(admits.Load()), errorsOf(l)-errBase, b.N)
 }

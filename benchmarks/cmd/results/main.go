@@ -2,11 +2,11 @@
 // RESULTS.md: the medians of every limiter side by side with each peer's
 // ratio to keyrate, the lead of each of keyrate's configurations (columns
 // named keyrate or keyrate-*) over the fastest of the peers, scaling across
-// -cpu, the floor, and the key map comparison. benchmarks/run.sh runs it; the
-// accuracy, memory and latency tables come from cmd/tables and are appended
-// as they are.
+// -cpu, the HTTP middleware beside each other, and the floor.
+// benchmarks/run.sh runs it; the accuracy, memory and latency tables come
+// from cmd/tables and are appended as they are.
 //
-//	go run ./cmd/results -allow allow.csv -floor floor.csv -shardcmp shardcmp.csv -tables tables.md -cmd "..."
+//	go run ./cmd/results -allow allow.csv -http http.csv -floor floor.csv -tables tables.md -cmd "..."
 package main
 
 import (
@@ -113,7 +113,7 @@ func splitName(name string) (work, path, cpu string) {
 			switch k {
 			case "work":
 				work = v
-			case "path", "map":
+			case "path":
 				path = v
 			}
 		}
@@ -131,9 +131,8 @@ func ns(sec float64) string {
 
 func main() {
 	allow := flag.String("allow", "", "benchstat -format csv -col /lib output of BenchmarkAllow")
+	httpCSV := flag.String("http", "", "benchstat -format csv -col /lib output of BenchmarkHTTP")
 	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor")
-	shard := flag.String("shardcmp", "", "benchstat -format csv -col /map output of BenchmarkShardCmp")
-	shardText := flag.String("shardcmp-text", "", "benchstat text output of BenchmarkShardCmp, quoted as is")
 	tablesMD := flag.String("tables", "", "markdown from cmd/tables, appended as is")
 	command := flag.String("cmd", "benchmarks/run.sh", "the command that produced the numbers")
 	count := flag.Int("count", 5, "runs per benchmark (go test -count)")
@@ -142,13 +141,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "results: -allow is required")
 		os.Exit(2)
 	}
-	if err := write(os.Stdout, *allow, *floor, *shard, *shardText, *tablesMD, *command, *count); err != nil {
+	in := inputs{allow: *allow, http: *httpCSV, floor: *floor, tables: *tablesMD, command: *command, count: *count}
+	if err := write(os.Stdout, in); err != nil {
 		fmt.Fprintln(os.Stderr, "results:", err)
 		os.Exit(1)
 	}
 }
 
-func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, command string, count int) error {
+// inputs names the files write reads (each but allow may be empty, and its
+// section is then left out) and what the header says of the run.
+type inputs struct {
+	allow, http, floor, tables string
+	command                    string
+	count                      int
+}
+
+func write(w io.Writer, in inputs) error {
+	allowCSV, floorCSV, tablesMD, command, count := in.allow, in.floor, in.tables, in.command, in.count
 	at, err := parse(allowCSV)
 	if err != nil {
 		return err
@@ -252,13 +261,13 @@ func write(w io.Writer, allowCSV, floorCSV, shardCSV, shardText, tablesMD, comma
 		fmt.Fprintln(w)
 	}
 
-	if floorCSV != "" {
-		if err := writeFloor(w, floorCSV, sec); err != nil {
+	if in.http != "" {
+		if err := writeHTTP(w, in.http); err != nil {
 			return err
 		}
 	}
-	if shardCSV != "" {
-		if err := writeShard(w, shardCSV, shardText); err != nil {
+	if floorCSV != "" {
+		if err := writeFloor(w, floorCSV, sec); err != nil {
 			return err
 		}
 	}
@@ -377,45 +386,5 @@ func writeFloor(w io.Writer, floorCSV string, allow *table) error {
 		}
 	}
 	fmt.Fprintln(w)
-	return nil
-}
-
-func writeShard(w io.Writer, shardCSV, shardText string) error {
-	st, err := parse(shardCSV)
-	if err != nil {
-		return err
-	}
-	t := st["sec/op"]
-	if t == nil || len(t.cols) < 2 {
-		return fmt.Errorf("%s: no sec/op table with two maps", shardCSV)
-	}
-	base := t.cols[0]
-	fmt.Fprintf(w, "## Key map: keyrate's own map against xsync.MapOf and a hand-sharded map\n\n")
-	fmt.Fprintf(w, "`shardcmp_test.go` in the root package: the same eventLog.decide behind keyrate's keyMap (%s),\n", base)
-	fmt.Fprintf(w, "behind xsync.MapOf with a mutex per log (xsync), and behind 256 padded shards of mutex + map\n")
-	fmt.Fprintf(w, "deciding under the shard lock (sharded). In brackets: the map's time over %s's (above 1: %s is faster).\n\n", base, base)
-	fmt.Fprintf(w, "| workload | cpu |")
-	for _, c := range t.cols {
-		fmt.Fprintf(w, " %s ns |", c)
-	}
-	fmt.Fprintf(w, "\n|---|---:|%s\n", strings.Repeat("---:|", len(t.cols)))
-	for _, row := range t.rows {
-		work, _, cpu := splitName(row)
-		a := t.val[row][base]
-		fmt.Fprintf(w, "| %s | %s | %s |", work, cpu, ns(a))
-		for _, c := range t.cols[1:] {
-			v := t.val[row][c]
-			fmt.Fprintf(w, " %s (%.2f, %s) |", ns(v), v/a, t.vs[row][c])
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintln(w)
-	if shardText != "" {
-		b, err := os.ReadFile(shardText)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "<details><summary>benchstat output</summary>\n\n```\n%s```\n\n</details>\n\n", b)
-	}
 	return nil
 }

@@ -24,7 +24,7 @@ func TestLeadIsOverPeersOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := write(&out, path, "", "", "", "", "test", 5); err != nil {
+	if err := write(&out, inputs{allow: path, command: "test", count: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -51,7 +51,74 @@ func TestKeyrateMustBeTheFirstColumn(t *testing.T) {
 	if err := os.WriteFile(path, []byte(csv), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(&strings.Builder{}, path, "", "", "", "", "test", 5); err == nil {
+	if err := write(&strings.Builder{}, inputs{allow: path, command: "test", count: 5}); err == nil {
 		t.Fatal("accepted a table whose first column is not keyrate")
+	}
+}
+
+// A benchstat CSV in the shape of `benchstat -col /lib -format csv` over
+// BenchmarkHTTP: httplimit, then two peers.
+const httpCSV = `goos: linux
+,httplimit,,httprate,,,,tollbooth,,,
+,sec/op,CI,sec/op,CI,vs base,P,sec/op,CI,vs base,P
+HTTP/path=deny,1e-06,∞,2e-06,∞,+100%,p=0.008 n=5,1.5e-06,∞,+50%,p=0.008 n=5
+HTTP/path=admit-2,8e-07,∞,6e-07,∞,-25%,p=0.008 n=5,1.6e-06,∞,+100%,p=0.008 n=5
+geomean,1e-06,,1e-06,,,,1e-06,,,
+
+,httplimit,,httprate,,,,tollbooth,,,
+,B/op,CI,B/op,CI,vs base,P,B/op,CI,vs base,P
+HTTP/path=deny,368,∞,216,∞,~,p=0.3 n=5,644,∞,~,p=0.3 n=5
+HTTP/path=admit-2,115,∞,152,∞,~,p=0.3 n=5,586,∞,~,p=0.3 n=5
+geomean,1,,1,,,,1,,,
+
+,httplimit,,httprate,,,,tollbooth,,,
+,allocs/op,CI,allocs/op,CI,vs base,P,allocs/op,CI,vs base,P
+HTTP/path=deny,10,∞,13,∞,~,p=0.3 n=5,25,∞,~,p=0.3 n=5
+HTTP/path=admit-2,2,∞,9,∞,~,p=0.3 n=5,23,∞,~,p=0.3 n=5
+geomean,1,,1,,,,1,,,
+`
+
+func TestHTTPSection(t *testing.T) {
+	dir := t.TempDir()
+	allow, httpPath := filepath.Join(dir, "allow.csv"), filepath.Join(dir, "http.csv")
+	for p, s := range map[string]string{allow: allowCSV, httpPath: httpCSV} {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := write(&out, inputs{allow: allow, http: httpPath, command: "test", count: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"## HTTP middleware: ns per request",
+		"| path | cpu | httplimit | httprate | tollbooth | fastest peer | lead |",
+		// The fastest peer is tollbooth on one row and httprate on the other.
+		"| deny | 1 | **1000** | 2000 (2.00) | 1500 (1.50) | tollbooth | 1.50 |",
+		"| admit | 2 | **800** | 600 (0.75) | 1600 (2.00) | httprate | 0.75 ✗ |",
+		"httplimit not faster than every peer: admit/cpu=2 (0.75x vs httprate).",
+		"| deny | 1 | 10 (368) ✗ | 13 (216) | 25 (644) |",
+		"| admit | 2 | 2 (115) | 9 (152) | 23 (586) |",
+		"httplimit above 2 allocations per request: deny/cpu=1 (10).",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q; got:\n%s", want, got)
+		}
+	}
+	// The section follows the throughput tables.
+	if i, j := strings.Index(got, "### Scaling"), strings.Index(got, "## HTTP"); i < 0 || j < i {
+		t.Errorf("HTTP section at %d, throughput's scaling table at %d", j, i)
+	}
+}
+
+func TestHTTPSectionNeedsHTTPLimitFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "http.csv")
+	csv := strings.ReplaceAll(httpCSV, ",httplimit,,httprate,", ",httprate,,httplimit,")
+	if err := os.WriteFile(path, []byte(csv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeHTTP(&strings.Builder{}, path); err == nil {
+		t.Fatal("accepted a table whose first column is not httplimit")
 	}
 }
