@@ -11,11 +11,18 @@
 //
 // A refused call fails with codes.ResourceExhausted and a
 // google.rpc.RetryInfo detail whose delay is exactly how long until the call
-// would fit. Every decided call carries the IETF RateLimit fields as
-// response header metadata, with the same values as httplimit's HTTP fields:
+// would fit every policy. Every decided call carries the IETF RateLimit
+// fields as response header metadata, with the same values as httplimit's
+// HTTP fields, the method in place of the route:
 //
 //	ratelimit-policy: "/pkg.Service/Method";q=20;w=60
 //	ratelimit: "/pkg.Service/Method";r=19;t=3
+//
+// A backend with several policies per key (keyrate.NewPolicies) gets a
+// member for each, named after the method and the policy:
+//
+//	ratelimit-policy: "/pkg.Service/Method:second";q=10;w=1, "/pkg.Service/Method:day";q=1000;w=86400
+//	ratelimit: "/pkg.Service/Method:second";r=9;t=1, "/pkg.Service/Method:day";r=990;t=51840
 //
 // When the backend fails or outlives its time budget (250ms by default), the
 // call is either served (FailOpen, the default) or fails with

@@ -7,9 +7,21 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
+var (
+	perSecond = keyrate.Policy{Name: "second", Limit: 10, Window: time.Second}
+	perDay    = keyrate.Policy{Name: "day", Limit: 1000, Window: 24 * time.Hour}
+)
+
 func TestFields(t *testing.T) {
 	const m = "/pkg.S/M"
-	known := &backend{limit: 2, window: time.Minute}
+	type part = keyrate.PolicyDecision
+	s := time.Second
+	quota := func(limit int, window time.Duration) *backend {
+		p := []keyrate.Policy{{Limit: limit, Window: window}}
+		return &backend{policies: p, parts: []part{{Policy: p[0]}}, window: window}
+	}
+	known := quota(2, time.Minute)
+	two := &backend{policies: []keyrate.Policy{perSecond, perDay}, parts: []part{{Policy: perSecond}, {Policy: perDay}}, window: time.Second}
 	for _, tc := range []struct {
 		name           string
 		b              *backend
@@ -28,34 +40,52 @@ func TestFields(t *testing.T) {
 		{"remaining below zero reads 0", known,
 			keyrate.Decision{Limit: 2, Remaining: -3, RetryAfter: time.Second},
 			`"/pkg.S/M";q=2;w=60`, `"/pkg.S/M";r=0;t=1`},
-		{"window not whole seconds: no w", &backend{limit: 5, window: 1500 * time.Millisecond},
+		{"window not whole seconds: no w", quota(5, 1500*time.Millisecond),
 			keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, RefillAfter: 1500 * time.Millisecond},
 			`"/pkg.S/M";q=5`, `"/pkg.S/M";r=4;t=2`},
-		{"no quota: the decision's limit, no w", &backend{},
+		{"no quota: the decision's limit, no w; nothing held, no t", &backend{},
 			keyrate.Decision{Allowed: true, Limit: 7, Remaining: 6},
-			`"/pkg.S/M";q=7`, `"/pkg.S/M";r=6;t=0`},
+			`"/pkg.S/M";q=7`, `"/pkg.S/M";r=6`},
 		{"no limit known at all: no policy", &backend{},
 			keyrate.Decision{Allowed: true},
-			``, `"/pkg.S/M";r=0;t=0`},
+			``, `"/pkg.S/M";r=0`},
+		{"two policies, admitted", two,
+			keyrate.Combine(
+				part{Policy: perSecond, Allowed: true, Remaining: 9, RefillAfter: s, ResetAfter: s},
+				part{Policy: perDay, Allowed: true, Remaining: 990, RefillAfter: 51840 * s, ResetAfter: 86000 * s}),
+			`"/pkg.S/M:second";q=10;w=1, "/pkg.S/M:day";q=1000;w=86400`, `"/pkg.S/M:second";r=9;t=1, "/pkg.S/M:day";r=990;t=51840`},
+		{"two policies, refused by the long one: its t is the retry", two,
+			keyrate.Combine(
+				part{Policy: perSecond, Allowed: true, Remaining: 4, RefillAfter: 200 * time.Millisecond, ResetAfter: s},
+				part{Policy: perDay, Remaining: 1, RetryAfter: 5*time.Hour + time.Millisecond, RefillAfter: time.Hour, ResetAfter: 86000 * s}),
+			`"/pkg.S/M:second";q=10;w=1, "/pkg.S/M:day";q=1000;w=86400`, `"/pkg.S/M:second";r=4;t=1, "/pkg.S/M:day";r=1;t=18001`},
+		{"a tier's policies, not the backend's", two,
+			keyrate.Combine(part{Policy: keyrate.Policy{Name: "pro", Limit: 100, Window: time.Minute}, Allowed: true, Remaining: 99, RefillAfter: time.Minute}),
+			`"/pkg.S/M:pro";q=100;w=60`, `"/pkg.S/M:pro";r=99;t=60`},
 	} {
-		md := newRoute(m, tc.b).fields(tc.d)
-		if got := md.Get(mdPolicy); tc.policy == "" && len(got) != 0 || tc.policy != "" && (len(got) != 1 || got[0] != tc.policy) {
-			t.Errorf("%s: ratelimit-policy %q, want %q", tc.name, got, tc.policy)
-		}
-		if got := md.Get(mdRateLimit); len(got) != 1 || got[0] != tc.fields {
-			t.Errorf("%s: ratelimit %q, want %q", tc.name, got, tc.fields)
+		for _, kept := range []bool{true, false} {
+			md := newRoute(m, tc.b, kept).fields(&tc.d)
+			if got := md.Get(mdPolicy); tc.policy == "" && len(got) != 0 || tc.policy != "" && (len(got) != 1 || got[0] != tc.policy) {
+				t.Errorf("%s (kept %v): ratelimit-policy %q, want %q", tc.name, kept, got, tc.policy)
+			}
+			if got := md.Get(mdRateLimit); len(got) != 1 || got[0] != tc.fields {
+				t.Errorf("%s (kept %v): ratelimit %q, want %q", tc.name, kept, got, tc.fields)
+			}
 		}
 	}
 }
 
-func TestSfString(t *testing.T) {
+// Method names come from clients behind grpc.UnknownServiceHandler: bytes
+// a structured-field string cannot hold are written as '?'.
+func TestMethodNameInFields(t *testing.T) {
 	for in, want := range map[string]string{
-		"/pkg.S/M":      `"/pkg.S/M"`,
-		`/a"b\c/M`:      `"/a\"b\\c/M"`,
-		"/a\x00b/\xffM": `"/a?b/?M"`,
+		"/pkg.S/M":      `"/pkg.S/M";r=0`,
+		`/a"b\c/M`:      `"/a\"b\\c/M";r=0`,
+		"/a\x00b/\xffM": `"/a?b/?M";r=0`,
 	} {
-		if got := sfString(in); got != want {
-			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
+		d := keyrate.Decision{Allowed: true}
+		if got := newRoute(in, &backend{}, false).fields(&d).Get(mdRateLimit); len(got) != 1 || got[0] != want {
+			t.Errorf("method %q: ratelimit %q, want %s", in, got, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/internal/ratelimitfield"
 )
 
 // ErrBudgetExceeded is reported to OnError and the Observer when a backend
@@ -26,29 +27,31 @@ type Limiter struct {
 	config                     // mdKey in lower case
 }
 
-// backend is one store and what it says about its quota.
+// backend is one store and what it says about its policies.
 type backend struct {
-	caller *call.Caller
-	limit  int           // from keyrate.Quota; 0 when unknown
-	window time.Duration // from keyrate.Quota; 0 when unknown
+	caller   *call.Caller
+	policies []keyrate.Policy         // its Policies or keyrate.Quota; nil when unknown
+	parts    []keyrate.PolicyDecision // policies, as parts to write them from
+	window   time.Duration            // of a decision that gives none; 0 when unknown
 }
 
-// route is one method's budget: its backend and the names its fields use.
+// route is one method's budget: its backend and its ratelimit-policy.
 type route struct {
 	*backend
 	method string
 	prefix string // method + "\x00"
-	name   string // method as a structured-field string, quoted
-	policy string // the ratelimit-policy value; "" when the limit is unknown
+	policy string // the ratelimit-policy value for the backend's policies; see newRoute
 }
 
 // New returns a Limiter that asks b about every call of every method not
 // given its own backend with WithMethod. Each method has its own budget in
-// b: the full method name prefixes the key. The quota written in
-// ratelimit-policy comes from the backend's keyrate.Quota methods
-// (*keyrate.Limiter and the Redis backend have them); a backend without them
-// gets the limit of each Decision and no window. A nil backend or an invalid
-// option gives an error wrapping keyrate.ErrConfig.
+// b: the full method name prefixes the key. The ratelimit-policy and
+// ratelimit metadata list every policy of each Decision. Without one (a call
+// served while the store is unavailable), ratelimit-policy lists the
+// backend's own policies: those its Policies method lists, when it has one
+// (func (b) Policies() []keyrate.Policy, as *keyrate.Limiter and the Redis
+// backend have), else its keyrate.Quota, else none. A nil backend or an
+// invalid option gives an error wrapping keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	c := config{budget: 250 * time.Millisecond}
 	for _, o := range opts {
@@ -83,26 +86,39 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		if !validMethod(method) {
 			return nil, fmt.Errorf("%w: grpclimit: %q is not a full method name (/pkg.Service/Method, printable ASCII)", keyrate.ErrConfig, method)
 		}
-		l.methods[method] = newRoute(method, newBackend(mb, c.budget))
+		l.methods[method] = newRoute(method, newBackend(mb, c.budget), true)
 	}
 	l.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	return l, nil
 }
 
 func newBackend(b keyrate.Backend, budget time.Duration) *backend {
-	nb := &backend{caller: call.New(b, budget)}
-	if q, ok := b.(keyrate.Quota); ok {
-		nb.limit, nb.window = q.Limit(), q.Window()
+	nb := &backend{caller: call.New(b, budget), policies: ratelimitfield.BackendPolicies(b)}
+	if len(nb.policies) > 0 {
+		nb.parts = ratelimitfield.PolicyParts(nb.policies)
+		nb.window = nb.policies[0].Window
 	}
 	return nb
 }
 
-func newRoute(method string, b *backend) *route {
-	r := &route{backend: b, method: method, prefix: method + "\x00", name: sfString(method)}
-	if b.limit > 0 {
-		r.policy = policyValue(r.name, b.limit, b.window)
+// newRoute returns method's route on b. A kept route (WithMethod's) writes
+// the ratelimit-policy value of b's policies once, here, for all its calls;
+// one built for a single call writes it only if that call needs it.
+func newRoute(method string, b *backend, kept bool) *route {
+	r := &route{backend: b, method: method, prefix: method + "\x00"}
+	if kept {
+		r.policy = r.defaultPolicy()
 	}
 	return r
+}
+
+// defaultPolicy returns the ratelimit-policy value for the backend's own
+// policies; "" when it reports none.
+func (r *route) defaultPolicy() string {
+	if r.policy != "" {
+		return r.policy
+	}
+	return string(ratelimitfield.AppendPolicies(nil, r.method, r.parts, ""))
 }
 
 // routeFor returns method's route. A method without its own backend gets
@@ -112,7 +128,7 @@ func (l *Limiter) routeFor(method string) *route {
 	if r, ok := l.methods[method]; ok {
 		return r
 	}
-	return newRoute(method, l.fallback)
+	return newRoute(method, l.fallback, false)
 }
 
 // decide asks the backend about a call of method and returns the header
@@ -150,7 +166,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if l.observer != nil {
 		l.observer.ObserveDecision(method, d, ev.Shadow, ev.Duration)
 	}
-	md := r.fields(d)
+	md := r.fields(&d)
 	if d.Allowed || l.shadow {
 		return md, nil
 	}

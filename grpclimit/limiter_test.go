@@ -125,9 +125,9 @@ func TestStreamDecidedOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// countingBackend hides the Limiter's Quota: the limit comes from the
-	// Decision, and the window is unknown, so w is left out.
-	if got, want := first(h, "ratelimit-policy"), `"`+watch+`";q=1`; got != want {
+	// countingBackend hides the Limiter's Quota and Policies: the policy,
+	// window included, comes from the Decision.
+	if got, want := first(h, "ratelimit-policy"), `"`+watch+`";q=1;w=60`; got != want {
 		t.Errorf("stream ratelimit-policy %q, want %q", got, want)
 	}
 	if got := counted.calls.Load(); got != 1 {

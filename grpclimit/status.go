@@ -37,8 +37,9 @@ func (l *Limiter) failed(r *route, err error) (metadata.MD, error) {
 		return nil, status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
 	case l.failure == FailClosed:
 		return nil, status.Error(codes.Unavailable, "keyrate: the rate limiter is unavailable; try again shortly")
-	case r.policy != "":
-		return metadata.MD{mdPolicy: {r.policy}}, nil
+	}
+	if p := r.defaultPolicy(); p != "" {
+		return metadata.MD{mdPolicy: {p}}, nil
 	}
 	return nil, nil
 }

@@ -41,3 +41,39 @@ func TestAdmitAllocations(t *testing.T) {
 		t.Fatalf("fields RateLimit-Policy %q, RateLimit %q", p, r)
 	}
 }
+
+// Under two policies, an admitted request costs as much: both policies'
+// members fit the one block of fields.
+func TestAdmitAllocationsTwoPolicies(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	b := combined{
+		policies: []keyrate.Policy{perSecond, perDay},
+		parts: []keyrate.PolicyDecision{
+			{Policy: perSecond, Allowed: true, Remaining: 9, RefillAfter: time.Second, ResetAfter: time.Second},
+			{Policy: perDay, Allowed: true, Remaining: 999, RefillAfter: 24 * time.Hour, ResetAfter: 24 * time.Hour},
+		},
+	}
+	m, err := httplimit.New(b, httplimit.WithRoute("search"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(bare)
+	rs := requests(64)
+	w := &discard{h: make(http.Header)}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		clear(w.h)
+		h.ServeHTTP(w, rs[i%len(rs)])
+		i++
+	})
+	t.Logf("%.1f allocations per admitted request under two policies", allocs)
+	if allocs > 2 {
+		t.Errorf("%.1f allocations per admitted request under two policies, want at most 2", allocs)
+	}
+	if p, r := w.h.Get("RateLimit-Policy"), w.h.Get("RateLimit"); p != `"search:second";q=10;w=1, "search:day";q=1000;w=86400` ||
+		r != `"search:second";r=9;t=1, "search:day";r=999;t=86400` {
+		t.Fatalf("fields RateLimit-Policy %q, RateLimit %q", p, r)
+	}
+}

@@ -85,6 +85,9 @@ func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) ht
 //   - local-refused: every request refused, 429 with a problem body.
 //   - blocking: the free backend without the NonBlocking mark, for the cost
 //     of the budget's goroutine and timer a networked backend pays.
+//   - overhead-1-policy, overhead-2-policies: a free backend answering
+//     Decisions made by keyrate.Combine of one and of two policies, for
+//     what listing every policy in the fields costs.
 func BenchmarkMiddleware(b *testing.B) {
 	rs := requests(1024)
 	b.Run("bare", func(b *testing.B) { serve(b, bare, rs) })
@@ -116,4 +119,12 @@ func BenchmarkMiddleware(b *testing.B) {
 		serve(b, h, rs)
 	})
 	b.Run("blocking", func(b *testing.B) { serve(b, mustNew(b, blockingAllowAll{}), rs) })
+	second := keyrate.PolicyDecision{Policy: perSecond, Allowed: true, Remaining: 9, RefillAfter: time.Second, ResetAfter: time.Second}
+	day := keyrate.PolicyDecision{Policy: perDay, Allowed: true, Remaining: 999, RefillAfter: 24 * time.Hour, ResetAfter: 24 * time.Hour}
+	b.Run("overhead-1-policy", func(b *testing.B) {
+		serve(b, mustNew(b, combined{policies: []keyrate.Policy{perSecond}, parts: []keyrate.PolicyDecision{second}}), rs)
+	})
+	b.Run("overhead-2-policies", func(b *testing.B) {
+		serve(b, mustNew(b, combined{policies: []keyrate.Policy{perSecond, perDay}, parts: []keyrate.PolicyDecision{second, day}}), rs)
+	})
 }

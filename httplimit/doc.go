@@ -16,16 +16,23 @@
 // where r is what remains and t the seconds until more quota comes back:
 // when the oldest request in the window leaves it, since a sliding window
 // returns quota one request at a time. A window that is not a whole number
-// of seconds is left out of w rather than rounded. Both fields are lists,
-// and nested middlewares (a per-route budget inside a global one) each add
-// their own member. With weighted requests (WithCost) q and r count cost
-// units; WithQuotaUnit names the unit (qu) when the draft has one for it.
-// See DraftHeaders; older fields are optional (LegacyHeaders, XHeaders).
+// of seconds is left out of w rather than rounded. A backend with several
+// policies per key (keyrate.NewPolicies: 10 a second and 1,000 a day) gets
+// a member for each, named after the route and the policy:
+//
+//	RateLimit-Policy: "search:second";q=10;w=1, "search:day";q=1000;w=86400
+//	RateLimit: "search:second";r=9;t=1, "search:day";r=990;t=51840
+//
+// Both fields are lists, and nested middlewares (a per-route budget inside
+// a global one) each add their own members. With weighted requests
+// (WithCost) q and r count cost units; WithQuotaUnit names the unit (qu)
+// when the draft has one for it. See DraftHeaders; older fields, which hold
+// the binding policy alone, are optional (LegacyHeaders, XHeaders).
 //
 // A refusal is a 429 with Retry-After in whole seconds, rounded up and
-// never 0, equal to t, and an RFC 9457 application/problem+json body of
-// the draft's quota-exceeded type naming the violated policy (see
-// DefaultLimitedHandler).
+// never 0: when the request fits every policy, the refusing policy's t. Its
+// RFC 9457 application/problem+json body, of the draft's quota-exceeded
+// type, names every violated policy (see DefaultLimitedHandler).
 //
 // When the store is unavailable (the backend fails, or outlives its time
 // budget), the middleware either serves the request (FailOpen, the default)

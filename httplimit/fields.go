@@ -3,6 +3,8 @@ package httplimit
 import (
 	"net/http"
 	"unsafe"
+
+	"github.com/keyrate/keyrate"
 )
 
 // fields holds the values of the fields one middleware writes on one
@@ -14,22 +16,53 @@ type fields struct {
 	buf  []byte   // field values, appended one after another
 }
 
-// fieldBlock is the memory of fields for the default DraftHeaders with a
-// route name of common length, in one allocation.
-type fieldBlock struct {
-	vals [2]string
-	buf  [64]byte
-}
+// Room for one policy's members, past the route's and the policy's names:
+// the quotes and separators, and numbers of up to 10 digits (a limit fits
+// in 10; a t of 10 is over 300 years).
+const (
+	usageBytes  = len(`"",:;r=;t=`) + 2*10
+	policyBytes = len(`"",:;q=;qu="";w=`) + 2*10
+	legacyBytes = 6 * 20 // six more numbers, LegacyHeaders and XHeaders
+)
 
-// newFields returns room for this middleware's fields: one fieldBlock when
-// it fits, else one array and one buffer of the sizes the header set needs.
-// Room that runs out only costs an allocation more.
-func (m *Middleware) newFields() fields {
-	if m.headers == DraftHeaders && len(m.name)+len(m.unit) <= 24 {
-		b := new(fieldBlock)
-		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+// fieldBlock and wideBlock are the memory of fields for the default
+// DraftHeaders in one allocation: fieldBlock for one policy with a route
+// name of common length, wideBlock for a few.
+type (
+	fieldBlock struct {
+		vals [2]string
+		buf  [64]byte
 	}
-	return fields{vals: make([]string, 0, 8), buf: make([]byte, 0, 2*len(m.name)+len(m.unit)+180)}
+	wideBlock struct {
+		vals [2]string
+		buf  [224]byte
+	}
+)
+
+// newFields returns room for this middleware's fields about parts, with
+// their RateLimit-Policy members when policy is set: one block when it
+// fits, else one array and one buffer of the sizes the header set needs.
+// Room that runs out only costs an allocation more.
+func (m *Middleware) newFields(parts []keyrate.PolicyDecision, policy bool) fields {
+	n := 0
+	for i := range parts {
+		names := len(m.route) + len(parts[i].Name)
+		n += names + usageBytes
+		if policy {
+			n += names + len(m.unit) + policyBytes
+		}
+	}
+	if m.headers == DraftHeaders {
+		switch {
+		case n <= len(fieldBlock{}.buf):
+			b := new(fieldBlock)
+			return fields{vals: b.vals[:0], buf: b.buf[:0]}
+		case n <= len(wideBlock{}.buf):
+			b := new(wideBlock)
+			return fields{vals: b.vals[:0], buf: b.buf[:0]}
+		}
+	}
+	return fields{vals: make([]string, 0, 8), buf: make([]byte, 0, n+legacyBytes)}
 }
 
 // value returns b, the field buffer with one more value appended, as that

@@ -8,6 +8,7 @@ import (
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/call"
 	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/internal/ratelimitfield"
 )
 
 // errEmptyIdentity is reported for a request whose KeyFunc returned "":
@@ -69,18 +70,26 @@ type Middleware struct {
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
 
-	policy    string // RateLimit-Policy member, "" until a decision gives the limit
-	name      string // the policy's name as a structured-field string, quoted
-	unit      string // qu as a structured-field string, or ""
-	windowSec int64  // w, or 0 to leave it out
+	// The backend's own policies (see New), and their RateLimit-Policy
+	// value, written once: sent without a decision, and with every decision
+	// under them.
+	policies []keyrate.Policy // nil when unknown
+	policy   string           // "" when unknown
+	fallback time.Duration    // the window of a decision that gives none
 }
 
-// New returns a Middleware that asks b about every request. The quota
-// written in RateLimit-Policy comes from b's keyrate.Quota methods
-// (*keyrate.Limiter and the Redis backend have them) or from WithWindow.
-// How b is called depends on what it says of itself: see WithTimeBudget. An
-// invalid option, a nil b, an unknown window, or WithTimeBudget for a
+// New returns a Middleware that asks b about every request. How b is
+// called depends on what it says of itself: see WithTimeBudget. An invalid
+// option, a nil b, an unknown window, or WithTimeBudget for a
 // keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
+//
+// The RateLimit fields list the policies of each Decision (see
+// DraftHeaders). The policies advertised without one (RateLimit-Policy on a
+// request served while the store is unavailable) are b's own: those its
+// Policies method lists, when it has one, as *keyrate.Limiter and the
+// Redis backend do (func (b) Policies() []keyrate.Policy; with tiers, the
+// default tier's); else its keyrate.Quota; else none, and WithWindow must
+// give the window for decisions that do not carry one.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -91,35 +100,22 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
-	limit, window := 0, c.window
-	if p, ok := b.(keyrate.Quota); ok {
-		limit = p.Limit()
-		if window == 0 {
-			window = p.Window()
-		}
-	}
+	policies := ratelimitfield.BackendPolicies(b)
 	switch {
-	case window <= 0:
-		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, window)
+	case c.window < 0 || c.window == 0 && len(policies) == 0:
+		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, c.window)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
 		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
 	case c.failure != FailOpen && c.failure != FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
-	}
-	if len(c.route) > maxRoute {
+	case len(c.route) > maxRoute:
 		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
-	}
-	name, err := sfString("route", policyName(c.route))
-	if err != nil {
-		return nil, err
-	}
-	unit := ""
-	if c.unit != "" {
-		if unit, err = sfString("quota unit", c.unit); err != nil {
-			return nil, err
-		}
+	case !ratelimitfield.Printable(c.route):
+		return nil, fmt.Errorf("%w: httplimit: route %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.route)
+	case !ratelimitfield.Printable(c.unit):
+		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
 	}
 	var ip *ipConfig
 	if c.key == nil {
@@ -130,19 +126,19 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		c.limited = DefaultLimitedHandler
 	}
 	m := &Middleware{
-		backend:   call.New(b, c.budget),
-		ip:        ip,
-		config:    c,
-		name:      name,
-		unit:      unit,
-		windowSec: wholeSeconds(window),
+		backend:  call.New(b, c.budget),
+		ip:       ip,
+		config:   c,
+		policies: policies,
+		fallback: c.window,
+	}
+	if len(policies) > 0 {
+		m.fallback = policies[0].Window
+		m.policy = string(ratelimitfield.AppendPolicies(nil, c.route, ratelimitfield.PolicyParts(policies), c.unit))
 	}
 	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
-	}
-	if limit > 0 {
-		m.policy = m.policyMember(limit)
 	}
 	return m, nil
 }
@@ -189,7 +185,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Decision = d
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, d)
+	m.setHeaders(h, &d)
 	m.report(m.onDecision, ev)
 	if d.Allowed {
 		next.ServeHTTP(w, r)
@@ -201,7 +197,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if d.RetryAfter > 0 {
-		setRetryAfter(h, ceilSeconds(d.RetryAfter))
+		setRetryAfter(h, ratelimitfield.CeilSeconds(d.RetryAfter))
 	}
 	m.limited(w, r, ev)
 }

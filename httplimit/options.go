@@ -60,32 +60,40 @@ type HeaderSet uint8
 const (
 	// DraftHeaders are the fields of the IETF draft
 	// draft-ietf-httpapi-ratelimit-headers (the default), as of its
-	// revisions -10 and -11:
+	// revisions -10 and -11, with a member for every policy of the
+	// Decision, in the backend's order:
 	//
-	//	RateLimit-Policy: "name";q=LIMIT;w=WINDOW_SECONDS
-	//	RateLimit: "name";r=REMAINING;t=SECONDS
+	//	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
+	//	RateLimit: "second";r=9;t=1, "day";r=990;t=51840
 	//
-	// The name is the route's (WithRoute), or "default". q is the limit; w
-	// is the window, left out when it is not a whole number of seconds (w
-	// cannot say 500ms, and a rounded w would advertise a limit the
-	// middleware does not enforce); qu is added by WithQuotaUnit. r is what
-	// remains after this request. t is the seconds, rounded up, until more
-	// quota comes back: when the oldest request in the window leaves it
-	// (a sliding window gives quota back one request at a time; limit 5
-	// per 60s with a request every 10s, the fifth response says r=0;t=20),
-	// or on a refusal when this request would fit, equal to Retry-After.
-	// t is left out when nothing is held, so nothing is to come back.
+	// A policy's name is its keyrate.Policy.Name after the route's (WithRoute)
+	// and a colon: "search:day". An unnamed policy (New's single one) takes
+	// the route's name alone, a named one under no route its own name alone,
+	// and one with neither is "default". A route's members thus stay apart
+	// from those of a global middleware around it whose policies have the same
+	// names ("second" and "search:second"). q is the limit; w is the window,
+	// left out when it is not a whole number of seconds (w cannot say 500ms,
+	// and a rounded w would advertise a limit the middleware does not
+	// enforce); qu is added by WithQuotaUnit. r is what remains after this
+	// request. t is the seconds, rounded up, until more of the policy's quota
+	// comes back: when the oldest request in its window leaves it (a sliding
+	// window gives quota back one request at a time; limit 5 per 60s with a
+	// request every 10s, the fifth response says r=0;t=20), or, for a policy
+	// that refused the request, when the request would fit it. The binding
+	// policy's t on a refusal is Retry-After, when the request fits every
+	// policy. t is left out when nothing is held, so nothing is to come back.
 	//
-	// Both fields are lists: each middleware adds its member beside those of
-	// any other on the same response (a per-route budget inside a global
-	// one gives two), never replacing them. Give nested middlewares
+	// Both fields are lists: each middleware adds its members beside those
+	// of any other on the same response (a per-route budget inside a
+	// global one gives both), never replacing them. Give nested middlewares
 	// different route names, so that their members can be told apart. No
 	// partition key (pk) is sent: it would disclose or hash the client's
 	// identity, and a client knows who it is.
 	DraftHeaders HeaderSet = 1 << iota
 	// LegacyHeaders are the older draft's RateLimit-Limit,
 	// RateLimit-Remaining and RateLimit-Reset (t, or 0). Each holds one
-	// policy: of nested middlewares, the one with the least remaining.
+	// policy: the Decision's binding one (keyrate.Decision), and of nested
+	// middlewares the one with the least remaining.
 	LegacyHeaders
 	// XHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset, the last as a Unix time in seconds (now + t), as
@@ -96,10 +104,10 @@ const (
 
 // WithRoute names the limited route. The name prefixes every key sent to
 // the backend (name + "\x00" + identity), so routes that share a backend
-// keep separate budgets, and it names the policy in the RateLimit fields.
-// Default: "" (keys are the identity alone; the fields say "default"). Give
-// every route its own name when routes share a backend. At most 256 bytes
-// of printable ASCII.
+// keep separate budgets, and it names the policies in the RateLimit fields
+// (see DraftHeaders). Default: "" (keys are the identity alone; the fields
+// name the policies alone, or "default"). Give every route its own name
+// when routes share a backend. At most 256 bytes of printable ASCII.
 func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 
 // WithKeyFunc sets how a request is mapped to the identity it is limited
@@ -142,10 +150,12 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 // RateLimit fields and consume nothing. Default: none.
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
-// WithWindow sets the window reported in RateLimit-Policy, for a backend that
-// does not implement keyrate.Quota (a BackendFunc). Default: the backend's
-// Window. A window that is not a whole number of seconds is enforced as it
-// is but not advertised (see DraftHeaders).
+// WithWindow sets the window reported in RateLimit-Policy for a backend
+// that reports none: a BackendFunc whose decisions leave Decision.Window 0.
+// A backend's own windows win: those of each Decision, of its Policies
+// method or of its keyrate.Quota (see New). Default: none; New then needs
+// one from the backend. A window that is not a whole number of seconds is
+// enforced as it is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
 // WithTimeBudget bounds each call to a backend that may block. A call that

@@ -1,17 +1,19 @@
 // Package promlimit exports what keyrate's middleware decides as Prometheus
 // metrics, on a registry of the caller's choosing:
 //
-//	keyrate_requests_total{route, result}       counter; result: allowed, limited, shadow_limited, error
-//	keyrate_backend_duration_seconds{route}     histogram of the backend's decision time
-//	keyrate_backend_errors_total{route, kind}   counter; kind: timeout, unavailable, invalid
-//	keyrate_keys{route}                         gauge of keys an in-process Limiter tracks
+//	keyrate_requests_total{route, result}            counter; result: allowed, limited, shadow_limited, error
+//	keyrate_backend_duration_seconds{route}          histogram of the backend's decision time
+//	keyrate_backend_errors_total{route, kind}        counter; kind: timeout, unavailable, invalid
+//	keyrate_policy_violations_total{route, policy}   counter; a refusal once for each policy that refused it
+//	keyrate_keys{route}                              gauge of keys an in-process Limiter tracks
 //
 // Metrics are fed by httplimit's hooks (Metrics.HTTP returns them as
 // options) and by grpclimit, whose Observer interface *Metrics satisfies
 // (pass it to grpclimit.WithObserver). promlimit does not import grpclimit,
 // so an HTTP-only program does not build gRPC.
 //
-// Label values are route names and fixed words, never anything about a
-// client: the series a program exports are bounded by its routes, whatever
-// its clients send.
+// Label values are route names, policy names (from the backend's
+// configuration, at most 32 per route) and fixed words, never anything
+// about a client: the series a program exports are bounded by its routes
+// and policies, whatever its clients send.
 package promlimit

@@ -13,10 +13,11 @@ import (
 // Metrics holds keyrate's collectors, registered on one registry. Create it
 // with New, once per registry; it is safe for concurrent use.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
-	keys     *keysCollector
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	errors     *prometheus.CounterVec
+	violations *prometheus.CounterVec
+	keys       *keysCollector
 
 	// observed maps the routes ObserveDecision and ObserveError were told
 	// of to their series; see maxObservedRoutes.
@@ -73,10 +74,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyrate_backend_errors_total",
 			Help: "Backend calls that gave no decision, by route and kind: timeout (the time budget or a deadline ran out), unavailable (the store failed) or invalid (the request could not be placed).",
 		}, []string{"route", "kind"}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyrate_policy_violations_total",
+			Help: "Refused requests by each policy that refused them, by route and policy (its configured name, empty for an unnamed one): a request several policies refused counts once for each. Shadowed refusals count too.",
+		}, []string{"route", "policy"}),
 		keys: newKeysCollector(),
 	}
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors, m.keys} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors, m.violations, m.keys} {
 		if err := reg.Register(c); err != nil {
 			for _, r := range done {
 				reg.Unregister(r)

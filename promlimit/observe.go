@@ -19,7 +19,7 @@ const otherRoute = "(other)"
 
 // ObserveDecision counts a request of route that the backend decided in
 // took: allowed, limited, or shadow_limited when shadow says a refusal was
-// served anyway. With ObserveError it makes *Metrics a grpclimit.Observer;
+// served anyway; and, for a refusal, each policy of d that refused it. With ObserveError it makes *Metrics a grpclimit.Observer;
 // middleware of your own can call it too.
 func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
 	m.observedRoute(route).decided(d, shadow, took)

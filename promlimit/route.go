@@ -17,6 +17,7 @@ type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
 	timeout, unavailable, invalid            prometheus.Counter
 	duration                                 prometheus.Observer
+	policies                                 *policyCounters
 }
 
 // route returns name's series, creating them at 0: a rate over a series
@@ -31,6 +32,7 @@ func (m *Metrics) route(name string) *route {
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
 		duration:      m.duration.WithLabelValues(name),
+		policies:      &policyCounters{vec: m.violations, route: name},
 	}
 }
 
@@ -43,6 +45,7 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 	default:
 		r.limited.Inc()
 	}
+	r.policies.observe(&d)
 	r.duration.Observe(took.Seconds())
 }
 

@@ -1,0 +1,35 @@
+package ratelimitfield
+
+import "github.com/keyrate/keyrate"
+
+// policyLister is what a backend that can list its policies has, as
+// *keyrate.Limiter and the Redis backend do (with tiers, the default
+// tier's). It is optional, as keyrate.Quota is: found by a type assertion.
+type policyLister interface {
+	Policies() []keyrate.Policy
+}
+
+// BackendPolicies returns the policies b says it enforces, to advertise
+// when there is no Decision at hand: its Policies, else its keyrate.Quota
+// as one unnamed policy; nil when it says nothing.
+func BackendPolicies(b keyrate.Backend) []keyrate.Policy {
+	if l, ok := b.(policyLister); ok {
+		if ps := l.Policies(); len(ps) > 0 {
+			return ps
+		}
+	}
+	if q, ok := b.(keyrate.Quota); ok {
+		return []keyrate.Policy{{Limit: q.Limit(), Window: q.Window()}}
+	}
+	return nil
+}
+
+// PolicyParts returns policies as the parts of a Decision that carries
+// nothing but them, for AppendPolicies.
+func PolicyParts(policies []keyrate.Policy) []keyrate.PolicyDecision {
+	parts := make([]keyrate.PolicyDecision, len(policies))
+	for i, p := range policies {
+		parts[i].Policy = p
+	}
+	return parts
+}

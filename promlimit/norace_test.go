@@ -1,0 +1,5 @@
+//go:build !race
+
+package promlimit_test
+
+const raceEnabled = false
