@@ -21,8 +21,8 @@
 // A backend with several policies per key (keyrate.NewPolicies) gets a
 // member for each, named after the method and the policy:
 //
-//	ratelimit-policy: "/pkg.Service/Method:second";q=10;w=1, "/pkg.Service/Method:day";q=1000;w=86400
-//	ratelimit: "/pkg.Service/Method:second";r=9;t=1, "/pkg.Service/Method:day";r=990;t=51840
+//	ratelimit-policy: "second";q=10;w=1, "day";q=1000;w=86400
+//	ratelimit: "second";r=9;t=1, "day";r=990;t=51840
 //
 // When the backend fails or outlives its time budget (250ms by default), the
 // call is either served (FailOpen, the default) or fails with

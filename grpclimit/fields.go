@@ -15,11 +15,11 @@ const (
 )
 
 // fields returns the header metadata for d, with a member for each of its
-// policies, named after the method and the policy as httplimit names them
-// after the route and the policy:
+// policies, named as httplimit names them: by the policy's Name, or the
+// method for an unnamed policy:
 //
-//	ratelimit-policy: "/pkg.S/M:second";q=10;w=1, "/pkg.S/M:day";q=1000;w=86400
-//	ratelimit: "/pkg.S/M:second";r=9;t=1, "/pkg.S/M:day";r=990;t=51840
+//	ratelimit-policy: "second";q=10;w=1, "day";q=1000;w=86400
+//	ratelimit: "second";r=9;t=1, "day";r=990;t=51840
 //
 // t is, for a policy that refused the call and that waiting can cure, the
 // whole seconds until the call would fit it, rounded up (for the binding

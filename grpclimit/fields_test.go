@@ -53,15 +53,15 @@ func TestFields(t *testing.T) {
 			keyrate.Combine(
 				part{Policy: perSecond, Allowed: true, Remaining: 9, RefillAfter: s, ResetAfter: s},
 				part{Policy: perDay, Allowed: true, Remaining: 990, RefillAfter: 51840 * s, ResetAfter: 86000 * s}),
-			`"/pkg.S/M:second";q=10;w=1, "/pkg.S/M:day";q=1000;w=86400`, `"/pkg.S/M:second";r=9;t=1, "/pkg.S/M:day";r=990;t=51840`},
+			`"second";q=10;w=1, "day";q=1000;w=86400`, `"second";r=9;t=1, "day";r=990;t=51840`},
 		{"two policies, refused by the long one: its t is the retry", two,
 			keyrate.Combine(
 				part{Policy: perSecond, Allowed: true, Remaining: 4, RefillAfter: 200 * time.Millisecond, ResetAfter: s},
 				part{Policy: perDay, Remaining: 1, RetryAfter: 5*time.Hour + time.Millisecond, RefillAfter: time.Hour, ResetAfter: 86000 * s}),
-			`"/pkg.S/M:second";q=10;w=1, "/pkg.S/M:day";q=1000;w=86400`, `"/pkg.S/M:second";r=4;t=1, "/pkg.S/M:day";r=1;t=18001`},
+			`"second";q=10;w=1, "day";q=1000;w=86400`, `"second";r=4;t=1, "day";r=1;t=18001`},
 		{"a tier's policies, not the backend's", two,
 			keyrate.Combine(part{Policy: keyrate.Policy{Name: "pro", Limit: 100, Window: time.Minute}, Allowed: true, Remaining: 99, RefillAfter: time.Minute}),
-			`"/pkg.S/M:pro";q=100;w=60`, `"/pkg.S/M:pro";r=99;t=60`},
+			`"pro";q=100;w=60`, `"pro";r=99;t=60`},
 	} {
 		for _, kept := range []bool{true, false} {
 			md := newRoute(m, tc.b, kept).fields(&tc.d)

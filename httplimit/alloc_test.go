@@ -72,8 +72,8 @@ func TestAdmitAllocationsTwoPolicies(t *testing.T) {
 	if allocs > 2 {
 		t.Errorf("%.1f allocations per admitted request under two policies, want at most 2", allocs)
 	}
-	if p, r := w.h.Get("RateLimit-Policy"), w.h.Get("RateLimit"); p != `"search:second";q=10;w=1, "search:day";q=1000;w=86400` ||
-		r != `"search:second";r=9;t=1, "search:day";r=999;t=86400` {
+	if p, r := w.h.Get("RateLimit-Policy"), w.h.Get("RateLimit"); p != `"second";q=10;w=1, "day";q=1000;w=86400` ||
+		r != `"second";r=9;t=1, "day";r=999;t=86400` {
 		t.Fatalf("fields RateLimit-Policy %q, RateLimit %q", p, r)
 	}
 }

@@ -18,13 +18,14 @@
 // returns quota one request at a time. A window that is not a whole number
 // of seconds is left out of w rather than rounded. A backend with several
 // policies per key (keyrate.NewPolicies: 10 a second and 1,000 a day) gets
-// a member for each, named after the route and the policy:
+// a member for each, named by the policy's Name:
 //
-//	RateLimit-Policy: "search:second";q=10;w=1, "search:day";q=1000;w=86400
-//	RateLimit: "search:second";r=9;t=1, "search:day";r=990;t=51840
+//	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
+//	RateLimit: "second";r=9;t=1, "day";r=990;t=51840
 //
 // Both fields are lists, and nested middlewares (a per-route budget inside
-// a global one) each add their own members. With weighted requests
+// a global one) each add their own members: give their policies distinct
+// names. With weighted requests
 // (WithCost) q and r count cost units; WithQuotaUnit names the unit (qu)
 // when the draft has one for it. See DraftHeaders; older fields, which hold
 // the binding policy alone, are optional (LegacyHeaders, XHeaders).

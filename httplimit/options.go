@@ -66,12 +66,11 @@ const (
 	//	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
 	//	RateLimit: "second";r=9;t=1, "day";r=990;t=51840
 	//
-	// A policy's name is its keyrate.Policy.Name after the route's (WithRoute)
-	// and a colon: "search:day". An unnamed policy (New's single one) takes
-	// the route's name alone, a named one under no route its own name alone,
-	// and one with neither is "default". A route's members thus stay apart
-	// from those of a global middleware around it whose policies have the same
-	// names ("second" and "search:second"). q is the limit; w is the window,
+	// A policy's name is its keyrate.Policy.Name, as it is; an unnamed
+	// policy (New's single one) takes the route's name (WithRoute), and one
+	// with neither is "default". Middlewares nested on one handler each
+	// append their members, so give their policies distinct names (a global
+	// "second" and a per-route "search-second"). q is the limit; w is the window,
 	// left out when it is not a whole number of seconds (w cannot say 500ms,
 	// and a rounded w would advertise a limit the middleware does not
 	// enforce); qu is added by WithQuotaUnit. r is what remains after this

@@ -63,8 +63,8 @@ func TestEveryPolicyInTheFields(t *testing.T) {
 				{Policy: perSecond, Remaining: 0, RetryAfter: 300 * time.Millisecond, RefillAfter: 300 * time.Millisecond, ResetAfter: 900 * time.Millisecond},
 				{Policy: perDay, Remaining: 0, RetryAfter: 2 * time.Hour, RefillAfter: time.Hour, ResetAfter: 86000 * s},
 			},
-			code: 429, policy: `"api:second";q=10;w=1, "api:day";q=1000;w=86400`, rateLimit: `"api:second";r=0;t=1, "api:day";r=0;t=7200`,
-			retry: "7200", violated: []string{"api:second", "api:day"}, legacy: [3]string{"1000", "0", "7200"}},
+			code: 429, policy: `"second";q=10;w=1, "day";q=1000;w=86400`, rateLimit: `"second";r=0;t=1, "day";r=0;t=7200`,
+			retry: "7200", violated: []string{"second", "day"}, legacy: [3]string{"1000", "0", "7200"}},
 		{name: "can never fit the short one: 413, no Retry-After, t the refill",
 			parts: []part{
 				{Policy: perSecond, Remaining: 3, RefillAfter: 400 * time.Millisecond, ResetAfter: 900 * time.Millisecond},
@@ -98,7 +98,7 @@ func TestEveryPolicyInTheFields(t *testing.T) {
 				{Policy: keyrate.Policy{Limit: 3, Window: time.Second}, Allowed: true, Remaining: 2, RefillAfter: s, ResetAfter: s},
 				{Policy: keyrate.Policy{Name: "hour", Limit: 50, Window: time.Hour}, Allowed: true, Remaining: 40, RefillAfter: 1800 * s, ResetAfter: time.Hour},
 			},
-			code: 200, policy: `"search";q=3;w=1, "search:hour";q=50;w=3600`, rateLimit: `"search";r=2;t=1, "search:hour";r=40;t=1800`,
+			code: 200, policy: `"search";q=3;w=1, "hour";q=50;w=3600`, rateLimit: `"search";r=2;t=1, "hour";r=40;t=1800`,
 			legacy: [3]string{"3", "2", "1"}},
 		{name: "a tier's policies, not the backend's default ones",
 			parts: []part{
@@ -152,10 +152,7 @@ func TestFailOpenAdvertisesEveryPolicy(t *testing.T) {
 	down := unavailable{perSecond, perDay}
 	for _, route := range []string{"", "search"} {
 		rec := get(newHandler(t, down, httplimit.WithRoute(route)), "/")
-		want := `"second";q=10;w=1, "day";q=1000;w=86400`
-		if route != "" {
-			want = `"search:second";q=10;w=1, "search:day";q=1000;w=86400`
-		}
+		want := `"second";q=10;w=1, "day";q=1000;w=86400` // named policies keep their names under a route
 		if rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != want || rec.Header().Get("RateLimit") != "" {
 			t.Errorf("route %q: %d RateLimit-Policy %q RateLimit %q, want 200 %q and no RateLimit", route, rec.Code,
 				rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"), want)
@@ -164,12 +161,12 @@ func TestFailOpenAdvertisesEveryPolicy(t *testing.T) {
 }
 
 // A per-route budget inside a global one, both with a per-second and a
-// per-day policy of the same names: the route's members carry its name, so
-// that all four stay apart, and each middleware adds its own line.
+// per-day policy, named apart: all four members stay apart, and each
+// middleware adds its own line.
 func TestNestedMiddlewaresWithPolicies(t *testing.T) {
 	clock := keyrate.NewManualClock(t0)
 	global := newModel(clock, perSecond, perDay)
-	search := newModel(clock, keyrate.Policy{Name: "second", Limit: 2, Window: time.Second}, keyrate.Policy{Name: "day", Limit: 100, Window: 24 * time.Hour})
+	search := newModel(clock, keyrate.Policy{Name: "search-second", Limit: 2, Window: time.Second}, keyrate.Policy{Name: "search-day", Limit: 100, Window: 24 * time.Hour})
 	outer, err := httplimit.New(global)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +176,7 @@ func TestNestedMiddlewaresWithPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := outer.Handler(inner.Handler(okHandler))
-	wantPolicy := []string{`"second";q=10;w=1, "day";q=1000;w=86400`, `"search:second";q=2;w=1, "search:day";q=100;w=86400`}
+	wantPolicy := []string{`"second";q=10;w=1, "day";q=1000;w=86400`, `"search-second";q=2;w=1, "search-day";q=100;w=86400`}
 	steps := []struct {
 		advance   time.Duration
 		code      int
@@ -187,12 +184,12 @@ func TestNestedMiddlewaresWithPolicies(t *testing.T) {
 		retry     string
 		violated  []string
 	}{
-		{0, 200, []string{`"second";r=9;t=1, "day";r=999;t=86400`, `"search:second";r=1;t=1, "search:day";r=99;t=86400`}, "", nil},
-		{0, 200, []string{`"second";r=8;t=1, "day";r=998;t=86400`, `"search:second";r=0;t=1, "search:day";r=98;t=86400`}, "", nil},
+		{0, 200, []string{`"second";r=9;t=1, "day";r=999;t=86400`, `"search-second";r=1;t=1, "search-day";r=99;t=86400`}, "", nil},
+		{0, 200, []string{`"second";r=8;t=1, "day";r=998;t=86400`, `"search-second";r=0;t=1, "search-day";r=98;t=86400`}, "", nil},
 		// The global budget admits and records it; the route's refuses it,
 		// recording nothing against either of its policies.
-		{0, 429, []string{`"second";r=7;t=1, "day";r=997;t=86400`, `"search:second";r=0;t=1, "search:day";r=98;t=86400`}, "1", []string{"search:second"}},
-		{time.Second, 200, []string{`"second";r=9;t=1, "day";r=996;t=86399`, `"search:second";r=1;t=1, "search:day";r=97;t=86399`}, "", nil},
+		{0, 429, []string{`"second";r=7;t=1, "day";r=997;t=86400`, `"search-second";r=0;t=1, "search-day";r=98;t=86400`}, "1", []string{"search-second"}},
+		{time.Second, 200, []string{`"second";r=9;t=1, "day";r=996;t=86399`, `"search-second";r=1;t=1, "search-day";r=97;t=86399`}, "", nil},
 	}
 	for i, s := range steps {
 		clock.Advance(s.advance)

@@ -9,11 +9,6 @@ package ratelimitfield
 // no name either.
 const Default = "default"
 
-// Separator joins a route and a policy's name: "search:second". Naming the
-// policy after both keeps the members of nested middlewares apart (a global
-// "second" beside a route's), as long as their routes differ.
-const Separator = ':'
-
 // Printable reports whether s is printable ASCII, all that a
 // structured-field string can hold.
 func Printable(s string) bool {
@@ -37,19 +32,17 @@ func AppendString(b []byte, s string) []byte {
 
 // AppendName appends the name of the policy named policy (a Policy.Name,
 // "" for an unnamed one) under route (a middleware's route or a gRPC
-// method, "" for none), quoted: route:policy when both are set, whichever
-// is set otherwise, and Default when neither is.
+// method, "" for none), quoted: the policy's own name when it has one (the
+// name the user chose for headers and metrics, as it is), else the route,
+// else Default. Policies listed in one response by nested middlewares need
+// distinct names.
 func AppendName(b []byte, route, policy string) []byte {
 	b = append(b, '"')
 	switch {
-	case route != "" && policy != "":
-		b = appendEscaped(b, route)
-		b = append(b, Separator)
+	case policy != "":
 		b = appendEscaped(b, policy)
 	case route != "":
 		b = appendEscaped(b, route)
-	case policy != "":
-		b = appendEscaped(b, policy)
 	default:
 		b = append(b, Default...)
 	}

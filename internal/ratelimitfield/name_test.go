@@ -7,10 +7,12 @@ func TestAppendName(t *testing.T) {
 		{"", "", `"default"`},
 		{"search", "", `"search"`},
 		{"", "day", `"day"`},
-		{"search", "day", `"search:day"`},
-		{"/pkg.S/M", "burst", `"/pkg.S/M:burst"`},
-		{`a"b`, `c\d`, `"a\"b:c\\d"`},
-		{"r\x00", "\xffp", `"r?:?p"`},
+		{"search", "day", `"day"`},
+		{"/pkg.S/M", "burst", `"burst"`},
+		{`a"b`, "", `"a\"b"`},
+		{`a"b`, `c\d`, `"c\\d"`},
+		{"r\x00", "\xffp", `"?p"`},
+		{"r\x00", "", `"r?"`},
 	} {
 		if got := string(AppendName([]byte("x"), c.route, c.policy)); got != "x"+c.want {
 			t.Errorf("AppendName(%q, %q) = %s, want %s", c.route, c.policy, got[1:], c.want)

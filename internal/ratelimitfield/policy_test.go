@@ -26,7 +26,7 @@ func TestAppendPolicies(t *testing.T) {
 			`"burst";q=10, "default";q=20`},
 		{"unknown window: no w", "r", []keyrate.PolicyDecision{part("", 7, 0)}, "", `"r";q=7`},
 		{"unknown limits are left out", "r", []keyrate.PolicyDecision{part("a", 0, time.Second), part("b", 3, time.Second), part("c", 0, time.Second)}, "",
-			`"r:b";q=3;w=1`},
+			`"b";q=3;w=1`},
 		{"no limit known at all", "r", []keyrate.PolicyDecision{part("a", 0, time.Second)}, "", ``},
 	} {
 		if got := string(AppendPolicies([]byte("x"), c.route, c.parts, c.unit)); got != "x"+c.want {

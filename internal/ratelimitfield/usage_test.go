@@ -38,7 +38,7 @@ func TestAppendUsages(t *testing.T) {
 		{Policy: keyrate.Policy{Name: "empty", Limit: 5, Window: time.Hour}, Allowed: true, Remaining: 5},
 		{Policy: keyrate.Policy{Name: "over", Limit: 5, Window: time.Hour}, Allowed: true, Remaining: -2, RefillAfter: time.Hour},
 	}
-	want := `"api:second";r=0;t=1, "api:day";r=990;t=51840, "api:empty";r=5, "api:over";r=0;t=3600`
+	want := `"second";r=0;t=1, "day";r=990;t=51840, "empty";r=5, "over";r=0;t=3600`
 	if got := string(AppendUsages(nil, "api", parts)); got != want {
 		t.Errorf("AppendUsages = %s\nwant %s", got, want)
 	}
