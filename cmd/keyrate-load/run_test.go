@@ -11,9 +11,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 )
 
 // pipeListener connects clients to an http.Server through net.Pipe, so a
@@ -71,22 +68,34 @@ func serve(t *testing.T, h http.Handler) http.RoundTripper {
 	return tr
 }
 
-// limited is the demo's setup: an exact limiter behind the middleware,
-// identity by X-API-Key.
-func limited(t *testing.T, limit int, window time.Duration) http.Handler {
-	l, err := keyrate.New(limit, window)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	mw, err := httplimit.New(l, httplimit.WithRoute("search"),
-		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	}))
+// slidingLog admits at most limit requests per X-API-Key within any window,
+// exactly: it keeps the instants it admitted and refuses a request while
+// limit of them lie in (now-window, now], as keyrate does. Like keyrate's
+// middleware it announces its policy in RateLimit-Policy, so runs can read
+// the limit from it. The module stays free of the core, whose release it
+// would otherwise have to follow.
+func slidingLog(limit int, window time.Duration) http.Handler {
+	var mu sync.Mutex
+	admitted := map[string][]time.Time{}
+	policy := fmt.Sprintf(`"search";q=%d;w=%d`, limit, window/time.Second)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit-Policy", policy)
+		key, now := r.Header.Get("X-API-Key"), time.Now()
+		mu.Lock()
+		log := admitted[key]
+		for len(log) > 0 && !log[0].After(now.Add(-window)) {
+			log = log[1:]
+		}
+		ok := len(log) < limit
+		if ok {
+			log = append(log, now)
+		}
+		admitted[key] = log
+		mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
 }
 
 func runLoad(t *testing.T, transport http.RoundTripper, args ...string) (int, string) {
@@ -101,7 +110,7 @@ func runLoad(t *testing.T, transport http.RoundTripper, args ...string) (int, st
 
 func TestRunHoldsExactlyTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := serve(t, limited(t, 5, 10*time.Second))
+		tr := serve(t, slidingLog(5, 10*time.Second))
 		code, out := runLoad(t, tr, "-url", "http://127.0.0.1/api/search", "-rate", "200", "-duration", "30s", "-key-count", "5")
 		t.Log("\n" + out)
 		if code != exitOK {
