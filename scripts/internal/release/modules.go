@@ -20,7 +20,7 @@ import (
 // and are never released (tagged or fetched by users).
 var Tooling = []string{"scripts"}
 
-// Module is one released module of the repository.
+// Module is one module of the repository.
 type Module struct {
 	Dir  string // slash-separated, relative to the repository root; "." for the root
 	Path string // module path
@@ -43,6 +43,29 @@ func (m Module) Tag(version string) string {
 // module's path must be the root's path followed by its directory, or no
 // tag could ever name it.
 func Discover(root string) ([]Module, error) {
+	mods, err := find(root, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(mods) == 0 || mods[0].Dir != "." {
+		return nil, fmt.Errorf("%s: no go.mod at the repository root", root)
+	}
+	for _, m := range mods[1:] {
+		if want := mods[0].Path + "/" + m.Dir; m.Path != want {
+			return nil, fmt.Errorf("%s/go.mod: module %s, want %s: the go command finds a sub-module's tags by its directory", m.Dir, m.Path, want)
+		}
+	}
+	return mods, nil
+}
+
+// All finds every module under root, the released ones and the Tooling
+// ones: all that the repository's tests run in. The root module comes
+// first, then the others by directory.
+func All(root string) ([]Module, error) {
+	return find(root, true)
+}
+
+func find(root string, tooling bool) ([]Module, error) {
 	var mods []Module
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -56,7 +79,7 @@ func Discover(root string) ([]Module, error) {
 		if d.IsDir() {
 			name := d.Name()
 			if rel != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") ||
-				name == "testdata" || name == "vendor" || slices.Contains(Tooling, rel)) {
+				name == "testdata" || name == "vendor" || !tooling && slices.Contains(Tooling, rel)) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -83,6 +106,8 @@ func Discover(root string) ([]Module, error) {
 	}
 	slices.SortFunc(mods, func(a, b Module) int {
 		switch {
+		case a.Dir == b.Dir:
+			return 0
 		case a.Dir == ".":
 			return -1
 		case b.Dir == ".":
@@ -90,13 +115,5 @@ func Discover(root string) ([]Module, error) {
 		}
 		return strings.Compare(a.Dir, b.Dir)
 	})
-	if len(mods) == 0 || mods[0].Dir != "." {
-		return nil, fmt.Errorf("%s: no go.mod at the repository root", root)
-	}
-	for _, m := range mods[1:] {
-		if want := mods[0].Path + "/" + m.Dir; m.Path != want {
-			return nil, fmt.Errorf("%s/go.mod: module %s, want %s: the go command finds a sub-module's tags by its directory", m.Dir, m.Path, want)
-		}
-	}
 	return mods, nil
 }

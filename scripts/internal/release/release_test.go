@@ -188,3 +188,13 @@ func TestRel(t *testing.T) {
 		}
 	}
 }
+
+func TestAllAddsTooling(t *testing.T) {
+	mods, err := All(writeTree(t, wired()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dirs(mods), []string{".", "cmd/load", "scripts", "store", "store/bench"}; !slices.Equal(got, want) {
+		t.Errorf("All found %q, want %q", got, want)
+	}
+}
