@@ -7,7 +7,7 @@
 // The check serves every module at the version they require each other at,
 // from a file-based module proxy made of the working tree, and from an
 // empty module outside the repository gets the core and redislimit, builds
-// a program that uses both, builds every package of every module and
+// a program that uses both, loads every package of every module and
 // installs each command with go install pkg@version (see RELEASING.md).
 package main
 

@@ -57,9 +57,9 @@ const consumerWant = "true true false\n"
 // proxy made of root's working tree (in work/proxy), and from an empty
 // module outside the repository (work/consumer), with GOWORK=off and
 // GOFLAGS=-mod=mod: gets the core and redislimit, then builds and runs a
-// program that uses both; gets every other module and builds all their
-// packages; installs each command (a main package under a cmd directory)
-// with go install pkg@version. Third-party modules come from the local
+// program that uses both; gets every other module and loads all their
+// packages with their dependencies; installs each command (a main package
+// under a cmd directory) with go install pkg@version. Third-party modules come from the local
 // module cache first, then from the configured GOPROXY; checksums are not
 // looked up, since the released versions exist only in the local proxy.
 // Every go command and its output go to log. work should be empty and
@@ -117,7 +117,10 @@ func CheckInstall(ctx context.Context, root, work string, log io.Writer) (Instal
 	if _, err := g.run(consumer, get...); err != nil {
 		return in, err
 	}
-	if _, err := g.run(consumer, "build", core+"/..."); err != nil {
+	// Loading every package resolves every import the way a consumer's
+	// go command would; building them all would compile the benchmarks'
+	// peer libraries a second time for nothing the loading does not show.
+	if _, err := g.run(consumer, "list", "-deps", core+"/..."); err != nil {
 		return in, err
 	}
 
