@@ -41,7 +41,11 @@ func TestBuildProxyLaysOutModulesAsTheGoCommandReadsThem(t *testing.T) {
 			root := writeTree(t, files)
 			if vcs {
 				if _, err := exec.LookPath("git"); err != nil {
-					t.Skip("git not found; install it with: apt-get install -y git")
+					const hint = "git not found; install it with: apt-get install -y git"
+					if os.Getenv("KEYRATE_INTEGRATION") == "1" {
+						t.Fatal(hint + " (required: KEYRATE_INTEGRATION=1)")
+					}
+					t.Skip(hint)
 				}
 				if out, err := exec.Command("git", "-C", root, "init", "-q").CombinedOutput(); err != nil {
 					t.Fatalf("git init: %v\n%s", err, out)
