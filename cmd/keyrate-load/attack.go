@@ -79,7 +79,7 @@ type hit struct {
 
 func (h hit) span() Span { return Span{h.sent, h.sent.Add(h.latency)} }
 
-// run is what an attack produced.
+// outcome is what an attack produced.
 type outcome struct {
 	hits    []hit
 	metrics *vegeta.Metrics

@@ -10,8 +10,9 @@
 // Modules run two at a time on a machine with two cores or more, so that
 // one module's downloads, links and waits overlap another's compiling. The
 // root module goes first; a module waits for the modules it requires and,
-// when it is built the same way, for the root (see waits), so that no two
-// go commands compile the same dependencies at the same time.
+// when it is built the same way, for the root (see waits), so that the
+// standard library and those modules are built once, not by two go
+// commands at the same time.
 package main
 
 import (
