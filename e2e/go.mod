@@ -8,7 +8,3 @@ require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
-
-// The test builds the demo from this checkout; any import of the core
-// resolves here too.
-replace github.com/keyrate/keyrate => ..

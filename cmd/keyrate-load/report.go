@@ -28,30 +28,39 @@ func (t *tally) add(code int) {
 	}
 }
 
-// identityReport is one identity's share of a run.
+// identityReport is one identity's share of a run, over every URL.
 type identityReport struct {
 	name string
 	tally
-	most int       // most admitted within one window (see MostWithin)
-	from time.Time // where that window starts
+	noReply int       // requests that got no reply at all
+	most    int       // most admitted within one window (see MostWithin)
+	from    time.Time // where that window starts
 }
+
+// checked reports whether any reply said what the limit did: 2xx or 429.
+func (id identityReport) checked() bool { return id.admitted+id.rejected > 0 }
 
 // report is what a run found, ready to print.
 type report struct {
 	plan
-	start      time.Time
-	seconds    []tally
-	total      tally
-	identities []identityReport
-	unknown    int  // requests with no reply, so no identity
-	fromPolicy bool // limit and window came from RateLimit-Policy
-	metrics    *vegeta.Metrics
+	start       time.Time
+	elapsed     time.Duration // how long requests were really sent for
+	interrupted bool
+	seconds     []tally
+	total       tally
+	byURL       []tally // in the order of plan.targets
+	identities  []identityReport
+	unknown     int  // requests sent before any identity was known
+	fromPolicy  bool // limit and window came from RateLimit-Policy
+	metrics     *vegeta.Metrics
 }
 
-// analyse sorts the hits into seconds and identities and finds, for each
-// identity, the most requests admitted within one window.
-func analyse(p plan, hits []hit, m *vegeta.Metrics) report {
-	r := report{plan: p, metrics: m}
+// analyse sorts the hits into seconds, URLs and identities and finds, for
+// each identity, the most requests admitted within one window.
+func analyse(p plan, o outcome) report {
+	hits := o.hits
+	r := report{plan: p, metrics: o.metrics, elapsed: o.elapsed, interrupted: o.interrupted}
+	r.byURL = make([]tally, len(p.targets))
 	names := p.keys
 	if len(names) == 0 {
 		names = []string{"(no " + p.header + ": the client address)"}
@@ -90,11 +99,17 @@ func analyse(p plan, hits []hit, m *vegeta.Metrics) report {
 		}
 		r.seconds[sec].add(h.code)
 		r.total.add(h.code)
+		if i := slices.Index(p.targets, h.target); i >= 0 {
+			r.byURL[i].add(h.code)
+		}
 		if h.identity < 0 {
 			r.unknown++
 			continue
 		}
 		r.identities[h.identity].add(h.code)
+		if h.code == 0 {
+			r.identities[h.identity].noReply++
+		}
 		if h.code >= 200 && h.code < 300 {
 			admitted[h.identity] = append(admitted[h.identity], h.span())
 		}
@@ -121,6 +136,21 @@ func (r report) excess() bool {
 	return false
 }
 
+// verdict is the checkable line for one identity.
+func (r report) identityVerdict(id identityReport) string {
+	switch {
+	case id.noReply == id.sent:
+		return fmt.Sprintf("no reply to any of its %d requests: not checked", id.sent)
+	case !id.checked():
+		return fmt.Sprintf("no 2xx or 429 reply to any of its %d requests: not checked", id.sent)
+	}
+	return r.verdict(id.most, r.rateOf(id.sent))
+}
+
+// rateOf is the rate, in requests per second, that sent requests make over
+// the time the run really took.
+func (r report) rateOf(sent int) float64 { return float64(sent) / r.elapsed.Seconds() }
+
 // verdict is the checkable line for one identity, or for all of them.
 func (r report) verdict(most int, rate float64) string {
 	switch {
@@ -142,7 +172,18 @@ func (r report) write(w io.Writer) {
 		}
 		who = fmt.Sprintf("%d identities in %s, %s", len(r.keys), r.header, order)
 	}
-	fmt.Fprintf(w, "keyrate-load: %s %s at %d requests/s for %s, %s\n\n", r.method, r.target, r.rate, r.duration, who)
+	what := r.targets[0]
+	if len(r.targets) > 1 {
+		what = fmt.Sprintf("%d URLs", len(r.targets))
+	}
+	fmt.Fprintf(w, "keyrate-load: %s %s at %d requests/s for %s, %s\n", r.method, what, r.rate, r.duration, who)
+	if len(r.targets) > 1 {
+		fmt.Fprintf(w, "  %s\n", strings.Join(r.targets, "\n  "))
+	}
+	if r.interrupted {
+		fmt.Fprintf(w, "INTERRUPTED after %s of %s: %d requests sent, %s requests/s\n", round(r.elapsed), r.duration, r.total.sent, perSecond(r.rateOf(r.total.sent)))
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "second\tsent\tadmitted\trejected\tother\t")
@@ -151,6 +192,15 @@ func (r report) write(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\n", r.total.sent, r.total.admitted, r.total.rejected, r.total.other)
 	tw.Flush()
+	if len(r.targets) > 1 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "url\tsent\tadmitted\trejected\tother")
+		for i, t := range r.byURL {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", r.targets[i], t.sent, t.admitted, t.rejected, t.other)
+		}
+		tw.Flush()
+	}
 
 	if m := r.metrics; m != nil && m.Requests > 0 {
 		l := m.Latencies
@@ -172,7 +222,7 @@ func (r report) write(w io.Writer) {
 		}
 	}
 	if r.unknown > 0 {
-		fmt.Fprintf(w, "%d requests got no reply and are counted in the totals only\n", r.unknown)
+		fmt.Fprintf(w, "%d requests failed before they were sent and are counted in the totals only\n", r.unknown)
 	}
 
 	fmt.Fprintln(w)
@@ -191,6 +241,10 @@ func (r report) write(w io.Writer) {
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "identity\tsent\tadmitted\trejected\tother"
+	noReply := slices.ContainsFunc(r.identities, func(id identityReport) bool { return id.noReply > 0 })
+	if noReply {
+		header += "\tno reply"
+	}
 	if r.window > 0 {
 		header += "\tmost in any " + seconds(r.window)
 		if r.limit > 0 {
@@ -200,10 +254,13 @@ func (r report) write(w io.Writer) {
 	fmt.Fprintln(tw, header)
 	for _, id := range r.identities {
 		line := fmt.Sprintf("%s\t%d\t%d\t%d\t%d", id.name, id.sent, id.admitted, id.rejected, id.other)
+		if noReply {
+			line += fmt.Sprintf("\t%d", id.noReply)
+		}
 		if r.window > 0 {
 			line += fmt.Sprintf("\t%d", id.most)
 			if r.limit > 0 {
-				line += "\t" + r.verdict(id.most, float64(id.sent)/r.duration.Seconds())
+				line += "\t" + r.identityVerdict(id)
 			}
 		}
 		fmt.Fprintln(tw, line)
@@ -211,21 +268,32 @@ func (r report) write(w io.Writer) {
 	tw.Flush()
 
 	if r.window > 0 && r.limit > 0 && r.total.sent > 0 {
-		most, over := 0, 0
+		most, over, unchecked := 0, 0, 0
 		for _, id := range r.identities {
 			most = max(most, id.most)
-			if id.most > r.limit {
+			switch {
+			case id.most > r.limit:
 				over++
+			case !id.checked():
+				unchecked++
 			}
 		}
-		all := fmt.Sprintf("all %d identities", len(r.identities))
-		if len(r.identities) == 1 {
-			all = "the identity"
+		n := len(r.identities)
+		verdict := r.verdict(most, r.rateOf(r.total.sent))
+		if r.interrupted {
+			verdict += fmt.Sprintf(", interrupted after %s of %s", round(r.elapsed), r.duration)
 		}
-		if over > 0 {
-			fmt.Fprintf(w, "\n%d of %d identities: %s\n", over, len(r.identities), r.verdict(most, float64(r.rate)))
-		} else {
-			fmt.Fprintf(w, "\n%s: %s\n", all, r.verdict(most, float64(r.rate)))
+		switch {
+		case over > 0:
+			fmt.Fprintf(w, "\n%d of %d identities: %s\n", over, n, verdict)
+		case unchecked == n:
+			fmt.Fprintf(w, "\nnot checked: no identity got a 2xx or 429 reply\n")
+		case unchecked > 0:
+			fmt.Fprintf(w, "\n%d of %d identities: %s; %d not checked (no 2xx or 429 reply)\n", n-unchecked, n, verdict, unchecked)
+		case n == 1:
+			fmt.Fprintf(w, "\nthe identity: %s\n", verdict)
+		default:
+			fmt.Fprintf(w, "\nall %d identities: %s\n", n, verdict)
 		}
 	}
 }

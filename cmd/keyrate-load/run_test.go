@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,9 +12,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 )
 
 // pipeListener connects clients to an http.Server through net.Pipe, so a
@@ -71,22 +69,34 @@ func serve(t *testing.T, h http.Handler) http.RoundTripper {
 	return tr
 }
 
-// limited is the demo's setup: an exact limiter behind the middleware,
-// identity by X-API-Key.
-func limited(t *testing.T, limit int, window time.Duration) http.Handler {
-	l, err := keyrate.New(limit, window)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	mw, err := httplimit.New(l, httplimit.WithRoute("search"),
-		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	}))
+// slidingLog admits at most limit requests per X-API-Key within any window,
+// exactly: it keeps the instants it admitted and refuses a request while
+// limit of them lie in (now-window, now], as keyrate does. Like keyrate's
+// middleware it announces its policy in RateLimit-Policy, so runs can read
+// the limit from it. The module stays free of the core, whose release it
+// would otherwise have to follow.
+func slidingLog(limit int, window time.Duration) http.Handler {
+	var mu sync.Mutex
+	admitted := map[string][]time.Time{}
+	policy := fmt.Sprintf(`"search";q=%d;w=%d`, limit, window/time.Second)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit-Policy", policy)
+		key, now := r.Header.Get("X-API-Key"), time.Now()
+		mu.Lock()
+		log := admitted[key]
+		for len(log) > 0 && !log[0].After(now.Add(-window)) {
+			log = log[1:]
+		}
+		ok := len(log) < limit
+		if ok {
+			log = append(log, now)
+		}
+		admitted[key] = log
+		mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
 }
 
 func runLoad(t *testing.T, transport http.RoundTripper, args ...string) (int, string) {
@@ -101,7 +111,7 @@ func runLoad(t *testing.T, transport http.RoundTripper, args ...string) (int, st
 
 func TestRunHoldsExactlyTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := serve(t, limited(t, 5, 10*time.Second))
+		tr := serve(t, slidingLog(5, 10*time.Second))
 		code, out := runLoad(t, tr, "-url", "http://127.0.0.1/api/search", "-rate", "200", "-duration", "30s", "-key-count", "5")
 		t.Log("\n" + out)
 		if code != exitOK {
@@ -208,8 +218,153 @@ func TestRunWithoutReplies(t *testing.T) {
 		if code != exitFailed {
 			t.Errorf("exit status %d, want %d\n%s", code, exitFailed, out)
 		}
-		if !strings.Contains(out, "6 requests got no reply") {
-			t.Errorf("output does not count the requests without a reply:\n%s", out)
+		// Vegeta sends at 200 ms, 400 ms, ... 1.2 s.
+		for _, want := range []string{
+			"identity                            sent  admitted  rejected  other  no reply",
+			"(no X-API-Key: the client address)  6     0         0         6      6",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+}
+
+// TestIdentityWithoutAnyReply: an identity whose every request failed is
+// reported as such, not as sent 0 or as held.
+func TestIdentityWithoutAnyReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, slidingLog(5, 10*time.Second))
+		partial := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Header.Get("X-API-Key") == "down" {
+				return nil, errors.New("dial tcp 127.0.0.1:80: connect: connection refused")
+			}
+			return tr.RoundTrip(r)
+		})
+		code, out := runLoad(t, partial, "-url", "http://127.0.0.1/x", "-rate", "10", "-duration", "2s", "-keys", "up,down")
+		t.Log("\n" + out)
+		if code != exitOK {
+			t.Errorf("exit status %d, want %d", code, exitOK)
+		}
+		// 21 requests, 100 ms apart, in turn: up gets 11, down 10.
+		for _, want := range []string{
+			"up        11    5         6         0      0         5                 held exactly 5 per 10 s under 5.5 requests/s",
+			"down      10    0         0         10     10        0                 no reply to any of its 10 requests: not checked",
+			"1 of 2 identities: held exactly 5 per 10 s under 10.5 requests/s; 1 not checked (no 2xx or 429 reply)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+	})
+}
+
+// TestProgressLineEachSecond: while a run goes, a line each second on
+// standard error with the replies of that second.
+func TestProgressLineEachSecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, slidingLog(2, 10*time.Second))
+		var out, errs bytes.Buffer
+		// At 3 requests/s vegeta sends at 333 ms, 667 ms, 1 s less 1 ns, ...,
+		// 3.33 s: never on a whole second, so each line's count is exact.
+		code := run(t.Context(), []string{"-url", "http://127.0.0.1/x", "-rate", "3", "-duration", "3s", "-keys", "a"}, &out, &errs, tr)
+		if code != exitOK {
+			t.Errorf("exit status %d, want %d", code, exitOK)
+		}
+		want := "keyrate-load: replies each second (Ctrl-C stops the run and reports what it got)\n" +
+			"    at  replies  admitted  rejected  other   so far\n" +
+			"    1s        3         2         1      0        3\n" +
+			"    2s        3         0         3      0        6\n" +
+			"    3s        3         0         3      0        9\n" +
+			"   end        1         0         1      0       10\n"
+		if errs.String() != want {
+			t.Errorf("standard error\n%s\nwant\n%s", errs.String(), want)
+		}
+	})
+}
+
+// TestInterruptReportsTheRealRun: Ctrl-C after 3 s of a 30 s run at 50/s
+// reports 3 s, 150 requests and the rates they were really sent at, marks
+// the report interrupted and exits with its own status.
+func TestInterruptReportsTheRealRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := serve(t, slidingLog(20, time.Minute))
+		ctx, interrupt := context.WithCancel(t.Context())
+		var out, errs bytes.Buffer
+		code := make(chan int)
+		go func() {
+			code <- run(ctx, []string{"-url", "http://127.0.0.1/api/search", "-rate", "50", "-duration", "30s", "-key-count", "5"}, &out, &errs, tr)
+		}()
+		// Requests go at 20 ms, 40 ms, ... 3 s; the next would be 3.02 s.
+		time.Sleep(3*time.Second + time.Millisecond)
+		interrupt()
+		if got := <-code; got != exitInterrupted {
+			t.Errorf("exit status %d, want %d", got, exitInterrupted)
+		}
+		t.Log("\n" + out.String())
+		for _, want := range []string{
+			"INTERRUPTED after 3s of 30s: 150 requests sent, 50 requests/s\n",
+			"load-1    30    20        10        0      20                held exactly 20 per 60 s under 10 requests/s\n",
+			"all 5 identities: held exactly 20 per 60 s under 50 requests/s, interrupted after 3s of 30s\n",
+		} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+		if !strings.Contains(errs.String(), "keyrate-load: interrupted after 3s;") {
+			t.Errorf("standard error does not say the run was interrupted:\n%s", errs.String())
+		}
+	})
+}
+
+// replicas serves each handler at its own host, a.test, b.test, ...: the
+// same service behind several URLs.
+func replicas(t *testing.T, handlers ...http.Handler) http.RoundTripper {
+	byHost := map[string]http.RoundTripper{}
+	for i, h := range handlers {
+		byHost[string(rune('a'+i))+".test"] = serve(t, h)
+	}
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return byHost[r.URL.Host].RoundTrip(r)
+	})
+}
+
+// TestSeveralURLs spreads the load over two replicas: sharing one limit
+// (as demo replicas sharing one Redis do) each identity is held exactly
+// across both; each with its own limit, each identity gets twice its limit
+// and the run reports the excess.
+func TestSeveralURLs(t *testing.T) {
+	args := []string{"-url", "http://a.test/x", "-url", "http://b.test/x", "-rate", "40", "-duration", "5s", "-key-count", "2"}
+	synctest.Test(t, func(t *testing.T) {
+		shared := slidingLog(10, time.Minute)
+		code, out := runLoad(t, replicas(t, shared, shared), args...)
+		t.Log("\n" + out)
+		if code != exitOK {
+			t.Errorf("shared limit: exit status %d, want %d", code, exitOK)
+		}
+		// 201 requests: load-1 gets 101, load-2 100; each identity's
+		// requests alternate between the URLs, and its first 10 are
+		// admitted, 5 on each.
+		for _, want := range []string{
+			"keyrate-load: GET 2 URLs at 40 requests/s for 5s, 2 identities in X-API-Key, in turn\n  http://a.test/x\n  http://b.test/x\n",
+			"url              sent  admitted  rejected  other\nhttp://a.test/x  101   10        91        0\nhttp://b.test/x  100   10        90        0\n",
+			"load-1    101   10        91        0      10                held exactly 10 per 60 s",
+			"load-2    100   10        90        0      10                held exactly 10 per 60 s",
+			"all 2 identities: held exactly 10 per 60 s under 40.2 requests/s",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("shared limit: output lacks %q", want)
+			}
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		code, out := runLoad(t, replicas(t, slidingLog(10, time.Minute), slidingLog(10, time.Minute)), args...)
+		t.Log("\n" + out)
+		if code != exitExcess {
+			t.Errorf("a limit each: exit status %d, want %d", code, exitExcess)
+		}
+		if want := "2 of 2 identities: EXCESS: 20 admitted within 60 s, 10 over the limit of 10"; !strings.Contains(out, want) {
+			t.Errorf("a limit each: output lacks %q", want)
 		}
 	})
 }
@@ -269,6 +424,7 @@ func TestFlagErrors(t *testing.T) {
 		"empty key":            {"-url", "http://127.0.0.1/", "-keys", "a,,b"},
 		"unknown pick":         {"-url", "http://127.0.0.1/", "-pick", "fair"},
 		"stray argument":       {"-url", "http://127.0.0.1/", "extra"},
+		"bad second url":       {"-url", "http://127.0.0.1/", "-url", "127.0.0.1:8081"},
 		"unknown flag":         {"-url", "http://127.0.0.1/", "-bogus"},
 		"empty header w/ keys": {"-url", "http://127.0.0.1/", "-keys", "a", "-header", ""},
 	}
