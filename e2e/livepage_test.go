@@ -320,11 +320,13 @@ func startDemo(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("no go command to build the demo with: %v", err)
 	}
+	// The demo is a module of its own: build it in its directory, which
+	// works in the workspace and with GOWORK=off alike (the test runner's).
 	bin := filepath.Join(t.TempDir(), "keyrate-demo")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/keyrate-demo")
-	build.Dir = root
+	build := exec.Command(goTool, "build", "-o", bin, ".")
+	build.Dir = filepath.Join(root, "cmd", "keyrate-demo")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/keyrate-demo: %v\n%s", err, out)
+		t.Fatalf("go build in cmd/keyrate-demo: %v\n%s", err, out)
 	}
 
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")

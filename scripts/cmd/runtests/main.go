@@ -34,7 +34,7 @@ import (
 
 // noRace lists the modules tested without -race, and why.
 var noRace = map[string]string{
-	"e2e": "it only drives Chromium; the demo it drives is raced in the root module",
+	"e2e": "it only drives Chromium; the demo it drives is raced in its own module, cmd/keyrate-demo",
 }
 
 func main() {

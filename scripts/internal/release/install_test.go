@@ -9,8 +9,9 @@ import (
 
 // TestInstallFromProxy is the release as a user meets it: every module of
 // this repository, served at its release version by a module proxy, installs
-// into a module outside the repository with none of the local wiring, and
-// keyrate-load installs with go install pkg@version.
+// into a module outside the repository with none of the local wiring;
+// keyrate-load installs with go install pkg@version, and keyrate-demo is
+// listed as a command to run from a clone.
 func TestInstallFromProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every module as a consumer would; skipped with -short")
@@ -28,6 +29,13 @@ func TestInstallFromProxy(t *testing.T) {
 	for _, want := range []string{"github.com/keyrate/keyrate/cmd/keyrate-load"} {
 		if !slices.Contains(in.Commands, want) {
 			t.Errorf("%s did not install with go install pkg@%s:\n%s", want, in.Version, log.String())
+		}
+	}
+	// The demo's module requires its siblings through replace directives,
+	// which go install pkg@version refuses: it runs from a clone.
+	for _, want := range []string{"github.com/keyrate/keyrate/cmd/keyrate-demo"} {
+		if !slices.Contains(in.FromClone, want) {
+			t.Errorf("%s is not listed as a command to run from a clone (from a clone: %q; installed: %q)", want, in.FromClone, in.Commands)
 		}
 	}
 }
