@@ -1,9 +1,21 @@
 module github.com/keyrate/keyrate/cmd/keyrate-demo
 
-go 1.26
+go 1.26.0
 
-require github.com/keyrate/keyrate v0.1.0
+require (
+	github.com/keyrate/keyrate v0.1.0
+	github.com/keyrate/keyrate/redislimit v0.1.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
 
-require github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
 
-replace github.com/keyrate/keyrate => ../../
+replace (
+	github.com/keyrate/keyrate => ../../
+	github.com/keyrate/keyrate/redislimit => ../../redislimit
+)

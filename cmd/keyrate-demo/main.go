@@ -1,7 +1,7 @@
 // Command keyrate-demo is a small API behind the keyrate middleware, to try
 // rate limiting with curl:
 //
-//	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0]
+//	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
 //
 // GET /api/status allows 3 requests per 60 s, GET /api/search 20 per 60 s and
 // GET /api/burst 10 per 10 s, each its own budget per client. The last is the
@@ -11,6 +11,10 @@
 // -trusted-proxies). Every decision is logged in one line, and streamed to
 // the page at / that draws it live beside what a fixed window would have
 // done (see internal/live).
+//
+// Budgets live in the process by default. With -redis they live in that
+// Redis server (keys under "keyrate-demo:"), so that several demo processes
+// using it share them: replicas behind one budget per client.
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -39,11 +43,21 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
+	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, config{TrustedProxies: *hops}, os.Stdout); err != nil {
+	cfg := config{TrustedProxies: *hops}
+	if *redisAddr != "" {
+		c, err := dialRedis(ctx, *redisAddr)
+		if err != nil {
+			log.Fatalf("keyrate-demo: %v", err)
+		}
+		defer c.Close()
+		cfg.Redis, cfg.RedisAddr = c, *redisAddr
+	}
+	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
 		log.Fatalf("keyrate-demo: %v", err)
 	}
 }
@@ -74,7 +88,7 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
 		return err
 	}
 	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg.TrustedProxies))
+	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg))
 
 	srv := newHTTPServer(withLive(h, hub), hub, cfg.Timeouts)
 	served := make(chan error, 1)
@@ -136,8 +150,13 @@ func newHTTPServer(h http.Handler, hub *live.Hub, t timeouts) *http.Server {
 	return srv
 }
 
-func hints(base string, hops int) string {
+func hints(base string, cfg config) string {
 	var b strings.Builder
+	if cfg.Redis != nil {
+		fmt.Fprintf(&b, "\nBudgets live in Redis at %s, under %q: every demo process using it shares them.\n", cfg.RedisAddr, redisPrefix)
+	} else {
+		b.WriteString("\nBudgets live in this process (-redis host:port shares them between processes).\n")
+	}
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
@@ -150,7 +169,7 @@ func hints(base string, hops int) string {
   curl -i '%[1]s/api/search?q=limits'
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
 `, base, keyHeader)
-	if hops > 0 {
+	if hops := cfg.TrustedProxies; hops > 0 {
 		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)
 	}
 	b.WriteString("\n")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/redis/go-redis/v9"
 )
 
 // route is one limited route of the demo: what to request and its budget.
@@ -33,7 +34,8 @@ var routes = []route{
 // keyHeader carries a client's API key; without it the client is its IP address.
 const keyHeader = "X-API-Key"
 
-// maxKeys bounds each limiter against floods of made-up API keys.
+// maxKeys bounds each in-process limiter against floods of made-up API
+// keys. A Redis limiter's keys expire in Redis once idle for a window.
 const maxKeys = 100_000
 
 // decision is one decided request, as every subscriber sees it.
@@ -53,14 +55,22 @@ type config struct {
 	// the response is written. The log is its first subscriber; fan out
 	// from here to add others.
 	OnDecision func(decision)
-	// Clock is the limiters' clock; nil is the system clock.
+	// Clock is the in-process limiters' clock; nil is the system clock.
+	// Redis limiters read the Redis server's clock.
 	Clock keyrate.Clock
+	// Redis, when set, keeps every budget in the Redis server it reaches,
+	// so that every demo process using it shares them. nil: each budget
+	// lives in this process. The caller closes it after the server stops.
+	Redis redis.UniversalClient
+	// RedisAddr is Redis's address, for the start-up hints.
+	RedisAddr string
 	// Timeouts are the server's; zero fields get defaultTimeouts'.
 	Timeouts timeouts
 }
 
 // newServer assembles the demo: a mux with each route behind its own
-// limiter. close releases the limiters once the server has stopped. "/" is
+// limiter, in process or in cfg.Redis. close releases the in-process
+// limiters once the server has stopped. "/" is
 // left unrouted (404) for a front page.
 func newServer(cfg config) (h http.Handler, close func(), err error) {
 	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
@@ -83,18 +93,17 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			l.Close()
 		}
 	}
+	budgets := store{redis: cfg.Redis, clock: cfg.Clock}
 	for _, rt := range routes {
-		opts := []keyrate.Option{keyrate.WithMaxKeys(maxKeys)}
-		if cfg.Clock != nil {
-			opts = append(opts, keyrate.WithClock(cfg.Clock))
-		}
-		l, err := keyrate.New(rt.Limit, rt.Window, opts...)
+		b, local, err := budgets.backend(rt)
 		if err != nil {
 			close()
 			return nil, nil, err
 		}
-		limiters = append(limiters, l)
-		m, err := httplimit.New(l,
+		if local != nil {
+			limiters = append(limiters, local)
+		}
+		m, err := httplimit.New(b,
 			httplimit.WithRoute(rt.Name),
 			httplimit.WithKeyFunc(identity),
 			httplimit.WithOnDecision(hook),

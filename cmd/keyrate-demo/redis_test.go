@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startRedis runs a redis-server on a free loopback port for the test and
+// returns a client of it, as dialRedis makes one. Without redis-server the
+// test skips with an install hint, and fails under KEYRATE_INTEGRATION=1.
+func startRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		const hint = "redis-server not found; install it with: apt-get install -y redis-server"
+		if os.Getenv("KEYRATE_INTEGRATION") == "1" {
+			t.Fatal(hint + " (required: KEYRATE_INTEGRATION=1)")
+		}
+		t.Skip(hint)
+	}
+	dir := t.TempDir()
+	var last error
+	for range 5 { // a free port may be taken before redis-server binds it
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		stop := func() {
+			cmd.Process.Kill()
+			<-exited
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		c, err := waitForRedis(addr, exited)
+		if err == nil {
+			t.Cleanup(func() { c.Close(); stop() })
+			return c, addr
+		}
+		stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		last = fmt.Errorf("%w; its log:\n%s", err, log)
+	}
+	t.Fatalf("redis-server did not start: %v", last)
+	return nil, ""
+}
+
+func waitForRedis(addr string, exited <-chan struct{}) (*redis.Client, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := dialRedis(context.Background(), addr)
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on %s exited", addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two demo servers on one Redis share each client's budget: what one
+// admitted counts on the other, route by route, and the keys are the
+// demo's own.
+func TestRedisBudgetsAreShared(t *testing.T) {
+	client, addr := startRedis(t)
+	if got, want := hints("http://127.0.0.1:8080", config{Redis: client, RedisAddr: addr}), "Budgets live in Redis at "+addr; !strings.Contains(got, want) {
+		t.Errorf("start-up hints lack %q:\n%s", want, got)
+	}
+	a, _ := newTestServer(t, config{Redis: client})
+	b, _ := newTestServer(t, config{Redis: client})
+
+	for i, h := range []http.Handler{a, b, a} {
+		if rec := do(h, "/api/status", "X-API-Key", "alice"); rec.Code != 200 {
+			t.Fatalf("request %d of 3: %d", i, rec.Code)
+		}
+	}
+	rec := do(b, "/api/status", "X-API-Key", "alice")
+	if rec.Code != 429 || rec.Header().Get("RateLimit") != `"status";r=0;t=60` {
+		t.Fatalf("fourth request, on the other server: %d %v, want 429 after 3 of 3 on both together", rec.Code, rec.Header())
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "bob"); rec.Code != 200 {
+		t.Fatalf("another client: %d, want its own budget", rec.Code)
+	}
+	if rec := do(b, "/api/burst", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"burst";r=9;t=10` {
+		t.Fatalf("another route: %d %v, want its own budget", rec.Code, rec.Header())
+	}
+
+	keys, err := client.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 {
+		t.Errorf("Redis holds %d keys, want 3 (alice and bob on status, alice on burst): %q", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, redisPrefix) {
+			t.Errorf("key %q lacks the prefix %q", k, redisPrefix)
+		}
+	}
+}
+
+// A wrong -redis address stops the demo at start-up with a clear error.
+func TestDialRedisFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = dialRedis(t.Context(), addr)
+	if err == nil || !strings.Contains(err.Error(), "no Redis at "+addr) {
+		t.Fatalf("dialRedis(%s) = %v, want an error naming the address", addr, err)
+	}
+}
