@@ -12,6 +12,10 @@
 // the page at / that draws it live beside what a fixed window would have
 // done (see internal/live).
 //
+// GET /metrics serves Prometheus metrics (package promlimit): requests by
+// route and result, decision latency, backend errors, refusals per policy,
+// and the keys each in-process limiter tracks.
+//
 // Budgets live in the process by default. With -redis they live in that
 // Redis server (keys under "keyrate-demo:"), so that several demo processes
 // using it share them: replicas behind one budget per client.
@@ -168,7 +172,8 @@ func hints(base string, cfg config) string {
   curl -i -H '%[2]s: alice' %[1]s/api/status
   curl -i '%[1]s/api/search?q=limits'
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
-`, base, keyHeader)
+  curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
+`, base, keyHeader, metricsPath)
 	if hops := cfg.TrustedProxies; hops > 0 {
 		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)
 	}

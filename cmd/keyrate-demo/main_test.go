@@ -87,6 +87,15 @@ func TestDemoBinary(t *testing.T) {
 	if resp := get("/api/burst"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"burst";q=10;w=10` {
 		t.Fatalf("burst: %d %v", resp.StatusCode, resp.Header)
 	}
+	metrics, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	if metrics.StatusCode != 200 || !strings.Contains(string(body), `keyrate_requests_total{result="limited",route="status"} 1`) {
+		t.Fatalf("GET /metrics: %d\n%s", metrics.StatusCode, body)
+	}
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -97,7 +106,7 @@ func TestDemoBinary(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exited with %v", err)
 	}
-	for _, hint := range []string{"/api/status  3 requests per 60s", "/api/search  20 requests per 60s", "/api/burst   10 requests per 10s", "/api/burst; done"} {
+	for _, hint := range []string{"/api/status  3 requests per 60s", "/api/search  20 requests per 60s", "/api/burst   10 requests per 10s", "/api/burst; done", "/metrics | grep"} {
 		if !strings.Contains(out, hint) {
 			t.Errorf("start-up hints lack %q:\n%s", hint, out)
 		}

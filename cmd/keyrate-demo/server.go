@@ -69,24 +69,30 @@ type config struct {
 }
 
 // newServer assembles the demo: a mux with each route behind its own
-// limiter, in process or in cfg.Redis. close releases the in-process
-// limiters once the server has stopped. "/" is
-// left unrouted (404) for a front page.
+// limiter, in process or in cfg.Redis, and the limiters' metrics at
+// /metrics. close releases the in-process limiters once the server has
+// stopped. "/" is left unrouted (404) for a front page.
 func newServer(cfg config) (h http.Handler, close func(), err error) {
 	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
 	if err != nil {
 		return nil, nil, err
 	}
 	identity := httplimit.HeaderKey(keyHeader, ip)
+	stats, err := newMetrics()
+	if err != nil {
+		return nil, nil, err
+	}
 	publish := cfg.OnDecision
 	if publish == nil {
 		publish = func(decision) {}
 	}
 	hook := func(e httplimit.Event) {
+		stats.observe(e)
 		publish(decision{At: time.Now(), Route: e.Route, Key: e.Identity, Decision: e.Decision, Err: e.Err})
 	}
 
 	mux := http.NewServeMux()
+	mux.Handle("GET "+metricsPath, stats.handler)
 	var limiters []*keyrate.Limiter
 	close = func() {
 		for _, l := range limiters {
@@ -102,6 +108,10 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 		}
 		if local != nil {
 			limiters = append(limiters, local)
+			if err := stats.TrackKeys(rt.Name, local); err != nil {
+				close()
+				return nil, nil, err
+			}
 		}
 		m, err := httplimit.New(b,
 			httplimit.WithRoute(rt.Name),

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/promlimit"
+)
+
+// metricsPath serves keyrate's Prometheus metrics, unlimited.
+const metricsPath = "/metrics"
+
+// metrics counts what the limiters decide, on a registry of its own, so
+// that a scrape of the demo shows keyrate's series alone.
+type metrics struct {
+	*promlimit.Metrics
+	handler http.Handler
+}
+
+func newMetrics() (*metrics, error) {
+	reg := prometheus.NewRegistry()
+	m, err := promlimit.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}, nil
+}
+
+// observe counts one event of the middleware's hooks. The demo sets the
+// hooks itself (for its log and its page), which replaces the ones
+// promlimit's HTTP options would set, so it feeds the metrics from its own:
+// every decision from OnDecision (the demo never shadows), every failure
+// from OnError.
+func (m *metrics) observe(e httplimit.Event) {
+	if e.Err != nil {
+		m.ObserveError(e.Route, e.Err, e.Duration)
+		return
+	}
+	m.ObserveDecision(e.Route, e.Decision, e.Shadow, e.Duration)
+}
