@@ -7,7 +7,7 @@ import (
 )
 
 // newLive returns the visualiser for the demo's routes. Its page shows the
-// decisions of every client, keyed as the limiters key them.
+// decisions of every client, each as shownIdentity shows it.
 func newLive() (*live.Hub, error) {
 	rs := make([]live.Route, len(routes))
 	for i, rt := range routes {
@@ -16,7 +16,7 @@ func newLive() (*live.Hub, error) {
 	return live.New(live.Config{
 		Routes:    rs,
 		KeyHeader: keyHeader,
-		KeyPrefix: http.CanonicalHeaderKey(keyHeader) + ":", // as httplimit.HeaderKey writes identities
+		ShowKey:   shownKey,
 	})
 }
 

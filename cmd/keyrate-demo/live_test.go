@@ -48,8 +48,8 @@ func TestLiveViewIsWired(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg struct {
-		KeyHeader, KeyPrefix string
-		Routes               []struct {
+		KeyHeader string
+		Routes    []struct {
 			Name, Method, Path string
 			Limit              int
 			WindowMs           float64
@@ -59,7 +59,7 @@ func TestLiveViewIsWired(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if cfg.KeyHeader != keyHeader || cfg.KeyPrefix != "X-Api-Key:" || len(cfg.Routes) != len(routes) {
+	if cfg.KeyHeader != keyHeader || len(cfg.Routes) != len(routes) {
 		t.Fatalf("config %+v", cfg)
 	}
 	for i, rt := range routes {
@@ -97,7 +97,7 @@ func TestLiveViewIsWired(t *testing.T) {
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			t.Fatal(err)
 		}
-		if ev.Route != "status" || ev.Key != "X-Api-Key:alice" || !ev.Allowed || ev.Limit != 3 || ev.Remaining != 2 {
+		if ev.Route != "status" || ev.Key != "X-Api-Key:2bd806c9" || !ev.Allowed || ev.Limit != 3 || ev.Remaining != 2 {
 			t.Errorf("streamed decision %+v, want alice's first of 3 on status", ev)
 		}
 		return

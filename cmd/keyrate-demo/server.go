@@ -42,7 +42,7 @@ const maxKeys = 100_000
 type decision struct {
 	At       time.Time
 	Route    string // a route's Name
-	Key      string // the client's identity: "X-Api-Key:alice" or "127.0.0.1"
+	Key      string // the client as shownIdentity shows it: "X-Api-Key:2bd806c9" (alice's fingerprint) or "127.0.0.1"
 	Decision keyrate.Decision
 	Err      error // the limiter failed; Decision is zero
 }
@@ -88,7 +88,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	}
 	hook := func(e httplimit.Event) {
 		stats.observe(e)
-		publish(decision{At: time.Now(), Route: e.Route, Key: e.Identity, Decision: e.Decision, Err: e.Err})
+		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err})
 	}
 
 	mux := http.NewServeMux()

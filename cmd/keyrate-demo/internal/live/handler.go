@@ -19,6 +19,7 @@ const (
 	PagePath   = "/"
 	ConfigPath = "/live/config"
 	EventsPath = "/live/events"
+	KeyPath    = "/live/key"
 )
 
 // assets maps the paths of the page's files to their names and types.
@@ -34,8 +35,10 @@ var assets = map[string]struct{ file, contentType string }{
 const contentSecurity = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Handler serves the page and its files at PagePath and under /live/, the
-// route description at ConfigPath and the decision stream at EventsPath.
-// Other paths get 404, other methods than GET and HEAD 405.
+// route description at ConfigPath, the decision stream at EventsPath, and
+// at KeyPath the key decisions are recorded under for the KeyHeader value
+// the request carries. Other paths get 404, other methods than GET and
+// HEAD 405.
 func (h *Hub) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -48,6 +51,8 @@ func (h *Hub) Handler() http.Handler {
 			h.serveEvents(w, r)
 		case ConfigPath:
 			h.serveConfig(w)
+		case KeyPath:
+			h.serveKey(w, r)
 		default:
 			serveAsset(w, r)
 		}
@@ -87,13 +92,12 @@ type routeJSON struct {
 
 type configJSON struct {
 	KeyHeader string      `json:"keyHeader"`
-	KeyPrefix string      `json:"keyPrefix"`
 	Routes    []routeJSON `json:"routes"`
 	Now       float64     `json:"now"`
 }
 
 func describe(cfg Config) configJSON {
-	c := configJSON{KeyHeader: cfg.KeyHeader, KeyPrefix: cfg.KeyPrefix}
+	c := configJSON{KeyHeader: cfg.KeyHeader}
 	for _, r := range cfg.Routes {
 		c.Routes = append(c.Routes, routeJSON{r.Name, r.Method, r.Path, r.Limit, millis(r.Window)})
 	}
@@ -106,6 +110,25 @@ func (h *Hub) serveConfig(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(c)
+}
+
+// keyJSON is KeyPath's answer.
+type keyJSON struct {
+	Key string `json:"key"`
+}
+
+// serveKey answers with the key the request's KeyHeader value is recorded
+// under. The value travels in the header, as with the page's requests to
+// the API, never in the URL, where logs would keep it.
+func (h *Hub) serveKey(w http.ResponseWriter, r *http.Request) {
+	v := r.Header.Get(h.cfg.KeyHeader)
+	if v == "" {
+		http.Error(w, "send the key in the "+h.cfg.KeyHeader+" header", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(keyJSON{h.cfg.ShowKey(v)})
 }
 
 // serveEvents streams decisions as Server-Sent Events until the client goes

@@ -46,11 +46,13 @@ type Config struct {
 	// KeyHeader is the request header that carries a client's identity; the
 	// page sends its chosen key in it. Default: X-API-Key.
 	KeyHeader string
-	// KeyPrefix is what the keys given to Record put before a KeyHeader
-	// value, so the page can pick out the decisions for the key it sends:
-	// "X-Api-Key:" for the identities httplimit.HeaderKey returns. Default:
-	// none, for keys recorded as the header value itself.
-	KeyPrefix string
+	// ShowKey returns the key Record is given for the requests that carry
+	// value in KeyHeader, so that the page can pick out the decisions for
+	// the key it sends: it asks the Hub (at KeyPath) instead of working the
+	// key out itself. Every key Record gets goes to every browser on the
+	// page, so a key that is a credential should be recorded, and shown
+	// here, as a fingerprint. Default: the value itself.
+	ShowKey func(value string) string
 	// Buffer is how many events each subscriber may have queued before
 	// further events are dropped for it. Default: 512. A larger buffer
 	// rides out longer stalls of a browser at 200 bytes or so per event.
@@ -120,6 +122,9 @@ func New(cfg Config) (*Hub, error) {
 	cfg.Routes = routes
 	if cfg.KeyHeader == "" {
 		cfg.KeyHeader = "X-API-Key"
+	}
+	if cfg.ShowKey == nil {
+		cfg.ShowKey = func(v string) string { return v }
 	}
 	if cfg.Buffer <= 0 {
 		cfg.Buffer = 512

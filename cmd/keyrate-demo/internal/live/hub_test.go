@@ -169,7 +169,7 @@ func TestPageLoadsNothingFromElsewhere(t *testing.T) {
 
 func TestConfigDescribesRoutes(t *testing.T) {
 	before := time.Now()
-	resp := get(t, newHub(t, Config{KeyHeader: "X-Client", KeyPrefix: "X-Client:"}).Handler(), http.MethodGet, ConfigPath)
+	resp := get(t, newHub(t, Config{KeyHeader: "X-Client"}).Handler(), http.MethodGet, ConfigPath)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
@@ -181,11 +181,46 @@ func TestConfigDescribesRoutes(t *testing.T) {
 		{Name: "status", Method: "GET", Path: "/api/status", Limit: 3, WindowMs: 60000},
 		{Name: "search", Method: "GET", Path: "/api/search", Limit: 20, WindowMs: 10000},
 	}
-	if got.KeyHeader != "X-Client" || got.KeyPrefix != "X-Client:" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
-		t.Errorf("config = %+v, want key header and prefix X-Client and routes %+v", got, want)
+	if got.KeyHeader != "X-Client" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
+		t.Errorf("config = %+v, want key header X-Client and routes %+v", got, want)
 	}
 	if now := time.UnixMilli(int64(got.Now)); now.Before(before.Truncate(time.Millisecond)) || now.After(time.Now()) {
 		t.Errorf("config now = %v, want between %v and now", now, before)
+	}
+}
+
+// KeyPath answers with ShowKey of the header value, read from the header
+// only, and the value itself by default.
+func TestKeyPathShowsTheRecordedKey(t *testing.T) {
+	show := newHub(t, Config{KeyHeader: "X-Client", ShowKey: func(v string) string { return "client#" + strconv.Itoa(len(v)) }}).Handler()
+	keyOf := func(h http.Handler, hdr, value string) (int, string) {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, KeyPath, nil)
+		if hdr != "" {
+			r.Header.Set(hdr, value)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK {
+			return rec.Code, ""
+		}
+		var got keyJSON
+		if err := json.NewDecoder(rec.Body).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("GET %s: Cache-Control %q, want no-store", KeyPath, rec.Header().Get("Cache-Control"))
+		}
+		return rec.Code, got.Key
+	}
+	if code, key := keyOf(show, "X-Client", "secret"); code != 200 || key != "client#6" {
+		t.Errorf("with ShowKey: %d %q, want 200 client#6", code, key)
+	}
+	if code, _ := keyOf(show, "X-API-Key", "secret"); code != http.StatusBadRequest {
+		t.Errorf("without the key header: %d, want 400", code)
+	}
+	if code, key := keyOf(newHub(t, Config{}).Handler(), "X-API-Key", "alice"); code != 200 || key != "alice" {
+		t.Errorf("by default: %d %q, want 200 alice", code, key)
 	}
 }
 

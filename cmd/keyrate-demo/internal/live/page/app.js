@@ -11,7 +11,8 @@
 
   const state = {
     keyHeader: 'X-API-Key',
-    keyPrefix: '',          // what the server's keys put before a header value
+    shownKeys: new Map(),   // API key typed -> promise of the key its decisions come with
+    ownKey: '',             // the key the decisions for the API key typed come with, once known
     routes: [],
     byName: new Map(),
     offset: 0,              // server clock minus this browser's clock, in ms
@@ -193,14 +194,33 @@
     return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : currentRoute().limit;
   }
 
+  // shownKey resolves to the key the server's decisions for an API key come
+  // with. The server never streams an API key itself, only a fingerprint of
+  // it, and it alone says which: the page asks it once per key, sending the
+  // key in the header its requests use.
+  function shownKey(key) {
+    let p = state.shownKeys.get(key);
+    if (!p) {
+      p = fetch('/live/key', { headers: { [state.keyHeader]: key }, cache: 'no-store' })
+        .then((res) => (res.ok ? res.json() : Promise.reject(new Error('key: HTTP ' + res.status))))
+        .then((body) => body.key);
+      p.catch(() => state.shownKeys.delete(key));
+      state.shownKeys.set(key, p);
+    }
+    return p;
+  }
+
   // fire sends n requests at once and resolves to their status codes (0 for
   // a network error).
-  function fire(n) {
+  async function fire(n) {
     const r = currentRoute();
     const key = $('key').value.trim();
     const headers = {};
-    if (key) headers[state.keyHeader] = key;
-    if (key) { state.watch = state.keyPrefix + key; state.dirty = true; }
+    if (key) {
+      headers[state.keyHeader] = key;
+      state.ownKey = state.watch = await shownKey(key);
+      state.dirty = true;
+    }
     const one = () => fetch(r.path, { method: r.method, headers, cache: 'no-store' })
       .then((res) => res.arrayBuffer().then(() => res.status, () => res.status), () => 0);
     const all = [];
@@ -253,6 +273,8 @@
   async function sendBoundary() {
     const r = currentRoute();
     const n = burstSize();
+    const key = $('key').value.trim();
+    if (key) await shownKey(key); // now, so that neither burst waits for it
     const lead = Math.min(1000, r.windowMs / 10);
     const boundary = Math.ceil((serverNow() + lead + 300) / r.windowMs) * r.windowMs;
     const timer = setInterval(() => {
@@ -564,8 +586,8 @@
     $('burst-size').value = String(r.limit);
     const keys = state.keysByRoute.get(name);
     if (!keys || !keys.has(state.watch)) {
-      const typed = state.keyPrefix + $('key').value.trim();
-      state.watch = keys && keys.has(typed) ? typed : (keys ? [...keys][0] : '');
+      const own = state.ownKey;
+      state.watch = keys && keys.has(own) ? own : (keys ? [...keys][0] : '');
     }
     state.drawnKeysVersion = -1;
     setText('view-title', 'Timeline of ' + r.method + ' ' + r.path);
@@ -580,7 +602,6 @@
     const got = Date.now();
     state.offset = cfg.now - (sent + got) / 2;
     state.keyHeader = cfg.keyHeader;
-    state.keyPrefix = cfg.keyPrefix || '';
     state.routes = cfg.routes;
     const sel = $('route');
     for (const r of cfg.routes) {
@@ -601,6 +622,11 @@
 
     sel.addEventListener('change', () => selectRoute(sel.value));
     $('watch').addEventListener('change', () => { state.watch = $('watch').value; state.dirty = true; });
+    $('key').addEventListener('change', () => {
+      const key = $('key').value.trim();
+      state.ownKey = '';
+      if (key) shownKey(key).then((k) => { if ($('key').value.trim() === key) state.ownKey = k; }, () => {});
+    });
     $('send-one').addEventListener('click', () => busy(sendOne));
     $('send-burst').addEventListener('click', () => busy(sendBurst));
     $('send-boundary').addEventListener('click', () => busy(sendBoundary));
