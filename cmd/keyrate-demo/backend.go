@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/redis/go-redis/v9"
@@ -27,9 +29,13 @@ type store struct {
 // backend returns rt's budget. local is the in-process Limiter behind it,
 // nil for a Redis one, so that its keys can be counted; close releases it.
 func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err error) {
+	if len(rt.Policies) != 1 {
+		return nil, nil, fmt.Errorf("route %s: %d policies; this build limits a route by one", rt.Name, len(rt.Policies))
+	}
+	p := rt.Policies[0]
 	if s.redis != nil {
 		// One prefix per route: each route has its own limit, so its own keys.
-		l, err := redislimit.New(s.redis, rt.Limit, rt.Window,
+		l, err := redislimit.New(s.redis, p.Limit, p.Window,
 			redislimit.WithPrefix(redisPrefix+rt.Name+":"),
 			redislimit.WithDenyCache(denyCacheKeys))
 		return l, nil, err
@@ -38,7 +44,7 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 	if s.clock != nil {
 		opts = append(opts, keyrate.WithClock(s.clock))
 	}
-	l, err := keyrate.New(rt.Limit, rt.Window, opts...)
+	l, err := keyrate.New(p.Limit, p.Window, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

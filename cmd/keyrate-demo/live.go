@@ -11,7 +11,7 @@ import (
 func newLive() (*live.Hub, error) {
 	rs := make([]live.Route, len(routes))
 	for i, rt := range routes {
-		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Limit: rt.Limit, Window: rt.Window}
+		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies}
 	}
 	return live.New(live.Config{
 		Routes:    rs,

@@ -51,8 +51,11 @@ func TestLiveViewIsWired(t *testing.T) {
 		KeyHeader string
 		Routes    []struct {
 			Name, Method, Path string
-			Limit              int
-			WindowMs           float64
+			Policies           []struct {
+				Name     string
+				Limit    int
+				WindowMs float64
+			}
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
@@ -64,8 +67,14 @@ func TestLiveViewIsWired(t *testing.T) {
 	}
 	for i, rt := range routes {
 		got := cfg.Routes[i]
-		if got.Name != rt.Name || got.Method != rt.Method || got.Path != rt.Path || got.Limit != rt.Limit || got.WindowMs != float64(rt.Window.Milliseconds()) {
+		if got.Name != rt.Name || got.Method != rt.Method || got.Path != rt.Path || len(got.Policies) != len(rt.Policies) {
 			t.Errorf("route %d: page has %+v, demo has %+v", i, got, rt)
+			continue
+		}
+		for j, p := range rt.Policies {
+			if g := got.Policies[j]; g.Name != p.Name || g.Limit != p.Limit || g.WindowMs != float64(p.Window.Milliseconds()) {
+				t.Errorf("route %s, policy %d: page has %+v, demo has %+v", rt.Name, j, g, p)
+			}
 		}
 	}
 

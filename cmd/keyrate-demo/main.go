@@ -164,7 +164,7 @@ func hints(base string, cfg config) string {
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
-		fmt.Fprintf(&b, "  %-6s %-12s %d requests per %gs\n", rt.Method, rt.Path, rt.Limit, rt.Window.Seconds())
+		fmt.Fprintf(&b, "  %-6s %-12s %s\n", rt.Method, rt.Path, describe(rt.Policies))
 	}
 	fmt.Fprintf(&b, `
   curl -i %[1]s/api/status

@@ -106,7 +106,7 @@ func TestDemoBinary(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exited with %v", err)
 	}
-	for _, hint := range []string{"/api/status  3 requests per 60s", "/api/search  20 requests per 60s", "/api/burst   10 requests per 10s", "/api/burst; done", "/metrics | grep"} {
+	for _, hint := range []string{"/api/status  3 per 60s", "/api/search  20 per 60s", "/api/burst   10 per 10s", "/api/burst; done", "/metrics | grep"} {
 		if !strings.Contains(out, hint) {
 			t.Errorf("start-up hints lack %q:\n%s", hint, out)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -16,9 +17,16 @@ type route struct {
 	Name   string // names the budget in keys, RateLimit fields and decisions
 	Method string
 	Path   string
-	Limit  int
-	Window time.Duration
-	serve  http.HandlerFunc
+	// Policies are the route's budget per client: a request is admitted
+	// only when it fits every one of them. One unnamed policy is named
+	// after the route in the RateLimit fields.
+	Policies []keyrate.Policy
+	serve    http.HandlerFunc
+}
+
+// limit is the one unnamed policy of a route: limit requests per window.
+func limit(n int, window time.Duration) []keyrate.Policy {
+	return []keyrate.Policy{{Limit: n, Window: window}}
 }
 
 // routes are the demo's limited routes: two as in the classic tutorial
@@ -26,9 +34,25 @@ type route struct {
 // boundary burst without waiting a minute for the next boundary. Each has
 // its own limiter, so its own budget per client.
 var routes = []route{
-	{"status", http.MethodGet, "/api/status", 3, time.Minute, serveStatus},
-	{"search", http.MethodGet, "/api/search", 20, time.Minute, serveSearch},
-	{"burst", http.MethodGet, "/api/burst", 10, 10 * time.Second, serveBurst},
+	{"status", http.MethodGet, "/api/status", limit(3, time.Minute), serveStatus},
+	{"search", http.MethodGet, "/api/search", limit(20, time.Minute), serveSearch},
+	{"burst", http.MethodGet, "/api/burst", limit(10, 10*time.Second), serveBurst},
+}
+
+// describe says a route's policies for people: "3 per 60s", or "2 per 10s
+// (export-burst) and 5 per 3600s (export-hourly)".
+func describe(policies []keyrate.Policy) string {
+	var b strings.Builder
+	for i, p := range policies {
+		if i > 0 {
+			b.WriteString(" and ")
+		}
+		fmt.Fprintf(&b, "%d per %gs", p.Limit, p.Window.Seconds())
+		if p.Name != "" {
+			fmt.Fprintf(&b, " (%s)", p.Name)
+		}
+	}
+	return b.String()
 }
 
 // keyHeader carries a client's API key; without it the client is its IP address.

@@ -83,9 +83,15 @@ func serveAsset(w http.ResponseWriter, r *http.Request) {
 
 // routeJSON is a Route as the page reads it.
 type routeJSON struct {
+	Name     string       `json:"name"`
+	Method   string       `json:"method"`
+	Path     string       `json:"path"`
+	Policies []policyJSON `json:"policies"`
+}
+
+// policyJSON is a keyrate.Policy as the page reads it.
+type policyJSON struct {
 	Name     string  `json:"name"`
-	Method   string  `json:"method"`
-	Path     string  `json:"path"`
 	Limit    int     `json:"limit"`
 	WindowMs float64 `json:"windowMs"`
 }
@@ -99,7 +105,11 @@ type configJSON struct {
 func describe(cfg Config) configJSON {
 	c := configJSON{KeyHeader: cfg.KeyHeader}
 	for _, r := range cfg.Routes {
-		c.Routes = append(c.Routes, routeJSON{r.Name, r.Method, r.Path, r.Limit, millis(r.Window)})
+		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path}
+		for _, p := range r.Policies {
+			rj.Policies = append(rj.Policies, policyJSON{p.Name, p.Limit, millis(p.Window)})
+		}
+		c.Routes = append(c.Routes, rj)
 	}
 	return c
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,10 +34,14 @@ type Route struct {
 	// "/api/status". Method defaults to GET.
 	Method string
 	Path   string
-	// Limit and Window are the route's budget: Limit requests per key in any
-	// Window.
-	Limit  int
-	Window time.Duration
+	// Policies are the route's budget: a request is admitted only when it
+	// fits every one of them. One policy, Limit
+	// requests per key in any Window, gets a sliding lane and a simulated
+	// fixed window beside it; several get a lane each, to show which one
+	// refused, and must be named. A key may be under other policies (a
+	// tier): the page draws each key with the policies its decisions
+	// report, and these until it has one.
+	Policies []keyrate.Policy
 }
 
 // Config configures a Hub. Only Routes is required.
@@ -111,12 +116,12 @@ func New(cfg Config) (*Hub, error) {
 			return nil, fmt.Errorf("%w: route name %q used twice", ErrConfig, r.Name)
 		case !strings.HasPrefix(r.Path, "/"):
 			return nil, fmt.Errorf("%w: route %q: path %q does not start with /", ErrConfig, r.Name, r.Path)
-		case r.Limit < 1:
-			return nil, fmt.Errorf("%w: route %q: limit is %d, want >= 1", ErrConfig, r.Name, r.Limit)
-		case r.Window < time.Millisecond:
-			return nil, fmt.Errorf("%w: route %q: window is %v, want >= 1ms", ErrConfig, r.Name, r.Window)
+		}
+		if err := checkPolicies(r); err != nil {
+			return nil, err
 		}
 		seen[r.Name] = true
+		r.Policies = slices.Clone(r.Policies)
 		routes[i] = r
 	}
 	cfg.Routes = routes
@@ -152,19 +157,79 @@ func New(cfg Config) (*Hub, error) {
 	}, nil
 }
 
+// checkPolicies validates a route's policies, as the page needs them.
+func checkPolicies(r Route) error {
+	n := len(r.Policies)
+	if n < 1 || n > keyrate.MaxPolicies {
+		return fmt.Errorf("%w: route %q has %d policies, want 1 to %d", ErrConfig, r.Name, n, keyrate.MaxPolicies)
+	}
+	names := make(map[string]bool, n)
+	for i, p := range r.Policies {
+		switch {
+		case p.Limit < 1:
+			return fmt.Errorf("%w: route %q: policy %d: limit is %d, want >= 1", ErrConfig, r.Name, i, p.Limit)
+		case p.Window < time.Millisecond:
+			return fmt.Errorf("%w: route %q: policy %d: window is %v, want >= 1ms", ErrConfig, r.Name, i, p.Window)
+		case n > 1 && p.Name == "":
+			return fmt.Errorf("%w: route %q: policy %d has no name; each of several policies needs one", ErrConfig, r.Name, i)
+		case names[p.Name]:
+			return fmt.Errorf("%w: route %q: policy name %q used twice", ErrConfig, r.Name, p.Name)
+		}
+		names[p.Name] = true
+	}
+	return nil
+}
+
 // event is one decision as the page receives it. Times are Unix
-// milliseconds, durations milliseconds, both with fractions.
+// milliseconds, durations milliseconds, both with fractions. The top-level
+// numbers are the binding policy's (see keyrate.Decision); Policies has
+// every policy's.
 type event struct {
-	Seq          uint64  `json:"seq"`
-	At           float64 `json:"at"`
-	Route        string  `json:"route"`
-	Key          string  `json:"key"`
-	Allowed      bool    `json:"allowed"`
-	Limit        int     `json:"limit"`
-	Remaining    int     `json:"remaining"`
-	RetryAfterMs float64 `json:"retryAfterMs"`
-	ResetAfterMs float64 `json:"resetAfterMs"`
-	Overflow     bool    `json:"overflow,omitempty"`
+	Seq          uint64        `json:"seq"`
+	At           float64       `json:"at"`
+	Route        string        `json:"route"`
+	Key          string        `json:"key"`
+	Allowed      bool          `json:"allowed"`
+	Policy       string        `json:"policy,omitempty"`
+	Limit        int           `json:"limit"`
+	Remaining    int           `json:"remaining"`
+	RetryAfterMs float64       `json:"retryAfterMs"`
+	ResetAfterMs float64       `json:"resetAfterMs"`
+	Overflow     bool          `json:"overflow,omitempty"`
+	Policies     []policyEvent `json:"policies,omitempty"`
+}
+
+// policyEvent is one policy's part of a decision (keyrate.PolicyDecision).
+type policyEvent struct {
+	Name          string  `json:"name"`
+	Limit         int     `json:"limit"`
+	WindowMs      float64 `json:"windowMs"`
+	Allowed       bool    `json:"allowed"`
+	Remaining     int     `json:"remaining"`
+	RetryAfterMs  float64 `json:"retryAfterMs"`
+	RefillAfterMs float64 `json:"refillAfterMs"`
+	ResetAfterMs  float64 `json:"resetAfterMs"`
+}
+
+func policyEvents(d *keyrate.Decision) []policyEvent {
+	parts := d.Policies()
+	if len(parts) == 0 {
+		return nil
+	}
+	out := make([]policyEvent, len(parts))
+	for i, p := range parts {
+		out[i] = policyEvent{
+			Name:          p.Name,
+			Limit:         p.Limit,
+			WindowMs:      millis(p.Window),
+			Allowed:       p.Allowed,
+			Remaining:     p.Remaining,
+			RetryAfterMs:  millis(p.RetryAfter),
+			RefillAfterMs: millis(p.RefillAfter),
+			ResetAfterMs:  millis(p.ResetAfter),
+		}
+	}
+	return out
 }
 
 // Record publishes one decision, taken at the instant at, for key on the
@@ -184,11 +249,13 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 		Route:        route,
 		Key:          key,
 		Allowed:      d.Allowed,
+		Policy:       d.Policy,
 		Limit:        d.Limit,
 		Remaining:    d.Remaining,
 		RetryAfterMs: millis(d.RetryAfter),
 		ResetAfterMs: millis(d.ResetAfter),
 		Overflow:     d.Overflow,
+		Policies:     policyEvents(&d),
 	})
 	if h.cfg.History > 0 {
 		if len(h.history) < h.cfg.History {

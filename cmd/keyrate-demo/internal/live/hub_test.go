@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +23,11 @@ import (
 )
 
 var testRoutes = []Route{
-	{Name: "status", Path: "/api/status", Limit: 3, Window: time.Minute},
-	{Name: "search", Method: http.MethodGet, Path: "/api/search", Limit: 20, Window: 10 * time.Second},
+	{Name: "status", Path: "/api/status", Policies: []keyrate.Policy{{Limit: 3, Window: time.Minute}}},
+	{Name: "export", Method: http.MethodGet, Path: "/api/export", Policies: []keyrate.Policy{
+		{Name: "burst", Limit: 2, Window: 10 * time.Second},
+		{Name: "hourly", Limit: 5, Window: time.Hour},
+	}},
 }
 
 func newHub(t *testing.T, cfg Config) *Hub {
@@ -39,22 +44,32 @@ func newHub(t *testing.T, cfg Config) *Hub {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	good := Route{Name: "a", Path: "/a", Limit: 1, Window: time.Second}
+	good := Route{Name: "a", Path: "/a", Policies: []keyrate.Policy{{Limit: 1, Window: time.Second}}}
 	with := func(f func(*Route)) []Route {
 		r := good
+		r.Policies = slices.Clone(good.Policies)
 		f(&r)
 		return []Route{r}
 	}
+	two := func(a, b string) func(*Route) {
+		return func(r *Route) {
+			r.Policies = []keyrate.Policy{{Name: a, Limit: 1, Window: time.Second}, {Name: b, Limit: 2, Window: time.Minute}}
+		}
+	}
 	cases := map[string][]Route{
-		"no routes":       nil,
-		"no name":         with(func(r *Route) { r.Name = "" }),
-		"duplicate name":  {good, good},
-		"relative path":   with(func(r *Route) { r.Path = "a" }),
-		"zero limit":      with(func(r *Route) { r.Limit = 0 }),
-		"negative limit":  with(func(r *Route) { r.Limit = -3 }),
-		"zero window":     with(func(r *Route) { r.Window = 0 }),
-		"sub-ms window":   with(func(r *Route) { r.Window = time.Microsecond }),
-		"negative window": with(func(r *Route) { r.Window = -time.Second }),
+		"no routes":             nil,
+		"no name":               with(func(r *Route) { r.Name = "" }),
+		"duplicate name":        {good, good},
+		"relative path":         with(func(r *Route) { r.Path = "a" }),
+		"no policy":             with(func(r *Route) { r.Policies = nil }),
+		"too many policies":     with(func(r *Route) { r.Policies = make([]keyrate.Policy, keyrate.MaxPolicies+1) }),
+		"zero limit":            with(func(r *Route) { r.Policies[0].Limit = 0 }),
+		"negative limit":        with(func(r *Route) { r.Policies[0].Limit = -3 }),
+		"zero window":           with(func(r *Route) { r.Policies[0].Window = 0 }),
+		"sub-ms window":         with(func(r *Route) { r.Policies[0].Window = time.Microsecond }),
+		"negative window":       with(func(r *Route) { r.Policies[0].Window = -time.Second }),
+		"unnamed of several":    with(two("a", "")),
+		"duplicate policy name": with(two("a", "a")),
 	}
 	for name, routes := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -178,8 +193,11 @@ func TestConfigDescribesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []routeJSON{
-		{Name: "status", Method: "GET", Path: "/api/status", Limit: 3, WindowMs: 60000},
-		{Name: "search", Method: "GET", Path: "/api/search", Limit: 20, WindowMs: 10000},
+		{Name: "status", Method: "GET", Path: "/api/status", Policies: []policyJSON{{Limit: 3, WindowMs: 60000}}},
+		{Name: "export", Method: "GET", Path: "/api/export", Policies: []policyJSON{
+			{Name: "burst", Limit: 2, WindowMs: 10000},
+			{Name: "hourly", Limit: 5, WindowMs: 3600000},
+		}},
 	}
 	if got.KeyHeader != "X-Client" || fmt.Sprint(got.Routes) != fmt.Sprint(want) {
 		t.Errorf("config = %+v, want key header X-Client and routes %+v", got, want)
@@ -329,17 +347,30 @@ func TestStreamOverRealConnection(t *testing.T) {
 
 	at := time.Date(2026, 1, 2, 3, 4, 5, 678_900_000, time.UTC)
 	key := "alice \"quoted\"\nnew line </script>"
-	hub.Record("status", key, keyrate.Decision{Limit: 3, RetryAfter: 1500 * time.Millisecond, ResetAfter: 59 * time.Second}, at)
-	hub.Record("search", "bob", keyrate.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 10 * time.Second}, at.Add(time.Millisecond))
+	status := keyrate.Policy{Limit: 3, Window: time.Minute}
+	burst := keyrate.Policy{Name: "burst", Limit: 2, Window: 10 * time.Second}
+	hourly := keyrate.Policy{Name: "hourly", Limit: 5, Window: time.Hour}
+	hub.Record("status", key, keyrate.Combine(keyrate.PolicyDecision{Policy: status,
+		RetryAfter: 1500 * time.Millisecond, RefillAfter: 1500 * time.Millisecond, ResetAfter: 59 * time.Second}), at)
+	// Refused by hourly alone: burst had room, and says so.
+	hub.Record("export", "bob", keyrate.Combine(
+		keyrate.PolicyDecision{Policy: burst, Allowed: true, Remaining: 1, RefillAfter: 4 * time.Second, ResetAfter: 4 * time.Second},
+		keyrate.PolicyDecision{Policy: hourly, Remaining: 0, RetryAfter: 20 * time.Minute, RefillAfter: 20 * time.Minute, ResetAfter: 59 * time.Minute},
+	), at.Add(time.Millisecond))
 
 	evs := readEvents(t, r, 2)
 	first, second := decoded(t, evs[0]), decoded(t, evs[1])
-	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, RetryAfterMs: 1500, ResetAfterMs: 59000}
-	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "search", Key: "bob", Allowed: true, Limit: 20, Remaining: 19, ResetAfterMs: 10000}
-	if first != want1 {
+	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, RetryAfterMs: 1500, ResetAfterMs: 59000,
+		Policies: []policyEvent{{Limit: 3, WindowMs: 60000, RetryAfterMs: 1500, RefillAfterMs: 1500, ResetAfterMs: 59000}}}
+	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "export", Key: "bob", Policy: "hourly", Limit: 5, RetryAfterMs: 1_200_000, ResetAfterMs: 3_540_000,
+		Policies: []policyEvent{
+			{Name: "burst", Limit: 2, WindowMs: 10000, Allowed: true, Remaining: 1, RefillAfterMs: 4000, ResetAfterMs: 4000},
+			{Name: "hourly", Limit: 5, WindowMs: 3_600_000, RetryAfterMs: 1_200_000, RefillAfterMs: 1_200_000, ResetAfterMs: 3_540_000},
+		}}
+	if !reflect.DeepEqual(first, want1) {
 		t.Errorf("first decision %+v, want %+v", first, want1)
 	}
-	if second != want2 {
+	if !reflect.DeepEqual(second, want2) {
 		t.Errorf("second decision %+v, want %+v", second, want2)
 	}
 	if hub.Subscribers() != 1 {

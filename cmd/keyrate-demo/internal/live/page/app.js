@@ -71,11 +71,16 @@
     if (!s) {
       s = {
         route, key, marks: [],
+        policies: null,                // the key's policies, as its last decision reported them
         admitted: 0, refused: 0, fAdmitted: 0, fRefused: 0,
         fCounts: new Map(),            // fixed-window index -> requests it admitted
-        sMost: null, fMost: null,      // largest admitted set within one window length
+        fMost: null,                   // largest set the fixed window admitted within one window length
+        // Per policy, in the order of s.policies:
+        sMost: [],                     // largest admitted set within its window length
+        refusedBy: [],                 // requests it refused
+        knownFrom: [],                 // from when the page has seen every event of its window
         last: null,
-        knownFrom: -Infinity,          // from when the page has seen every event of the window
+        lastParts: null,               // every policy's part of the last decision
       };
       state.streams.set(id, s);
       let keys = state.keysByRoute.get(route);
@@ -99,6 +104,27 @@
     return best;
   }
 
+  // partsOf returns every policy's part of a decision: as the server sent
+  // them, or, from a server that sends none, the binding policy's numbers
+  // under the route's first policy.
+  function partsOf(r, ev) {
+    if (ev.policies && ev.policies.length) return ev.policies;
+    const p = r.policies[0];
+    return [{
+      name: ev.policy || p.name, limit: ev.limit, windowMs: p.windowMs, allowed: ev.allowed,
+      remaining: ev.remaining, retryAfterMs: ev.retryAfterMs, resetAfterMs: ev.resetAfterMs,
+    }];
+  }
+
+  const policyKey = (ps) => ps.map((p) => p.name + '\u0000' + p.limit + '\u0000' + p.windowMs).join('\u0001');
+
+  // The policies to draw for a key: those its decisions report (a tier may
+  // give it others than the route's), else the route's.
+  const policiesOf = (r, s) => (s && s.policies) || r.policies;
+
+  // refusers names the policies that refused a decision.
+  const refusers = (parts) => parts.filter((p) => !p.allowed).map((p) => p.name || '(unnamed)');
+
   function onDecision(ev) {
     seenServerTime(ev.at);
     const r = state.byName.get(ev.route);
@@ -109,36 +135,54 @@
 
     const fresh = !state.streams.has(ev.route + '\u0000' + ev.key);
     const s = streamFor(ev.route, ev.key);
-    if (fresh && !(ev.allowed && ev.remaining === ev.limit - 1)) {
-      // The key's first event seen here was not into an empty window: until
+    const parts = partsOf(r, ev);
+    const policies = parts.map((p) => ({ name: p.name, limit: p.limit, windowMs: p.windowMs }));
+    if (!s.policies || policyKey(s.policies) !== policyKey(policies)) {
+      // New to the page, or under other policies than before: count afresh.
+      const known = Math.max(-Infinity, ...s.knownFrom);
+      s.policies = policies;
+      s.sMost = policies.map(() => null);
+      s.refusedBy = policies.map(() => 0);
+      s.knownFrom = policies.map(() => known);
+    }
+    if (fresh && !(ev.allowed && parts.every((p) => p.remaining === p.limit - 1))) {
+      // The key's first event seen here was not into empty windows: until
       // a window has passed with the page connected, events from before are
       // missing, so the server's own figures are shown instead.
       const since = state.connectedAt === null ? ev.at : Math.min(ev.at, state.connectedAt);
-      s.knownFrom = since + r.windowMs;
+      s.knownFrom = policies.map((p) => since + p.windowMs);
     }
-    // The fixed window this request falls in, aligned to multiples of the window.
-    const idx = Math.floor(ev.at / r.windowMs);
+    // A fixed window is simulated beside a single policy: the fixed window
+    // this request falls in, aligned to multiples of the window.
+    const one = policies[0];
+    const idx = Math.floor(ev.at / one.windowMs);
     const used = s.fCounts.get(idx) || 0;
-    const fok = used < r.limit;
+    const fok = used < one.limit;
     if (fok) s.fCounts.set(idx, used + 1);
     if (s.fCounts.size > 8) {
       for (const k of s.fCounts.keys()) if (k < idx - 4) s.fCounts.delete(k);
     }
     if (fok) s.fAdmitted++; else s.fRefused++;
     if (ev.allowed) s.admitted++; else s.refused++;
+    parts.forEach((p, i) => { if (!p.allowed) s.refusedBy[i]++; });
 
-    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow });
+    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow, no: parts.map((p) => !p.allowed) });
     if (s.marks.length > 1 && s.marks[s.marks.length - 2].t > ev.at) s.marks.sort((a, b) => a.t - b.t);
-    const horizon = serverNow() - 3 * r.windowMs;
+    const longest = Math.max(...policies.map((p) => p.windowMs));
+    const horizon = serverNow() - 3 * longest;
     let cut = 0;
     while (cut < s.marks.length && (s.marks[cut].t < horizon || s.marks.length - cut > MAX_MARKS)) cut++;
     if (cut > 0) s.marks.splice(0, cut);
 
-    const sm = mostWithin(s.marks.filter((m) => m.ok).map((m) => m.t), r.windowMs);
-    const fm = mostWithin(s.marks.filter((m) => m.fok).map((m) => m.t), r.windowMs);
-    if (!s.sMost || sm.n > s.sMost.n) s.sMost = sm;
+    const admitted = s.marks.filter((m) => m.ok).map((m) => m.t);
+    policies.forEach((p, i) => {
+      const sm = mostWithin(admitted, p.windowMs);
+      if (!s.sMost[i] || sm.n > s.sMost[i].n) s.sMost[i] = sm;
+    });
+    const fm = mostWithin(s.marks.filter((m) => m.fok).map((m) => m.t), one.windowMs);
     if (!s.fMost || fm.n > s.fMost.n) s.fMost = fm;
     s.last = ev;
+    s.lastParts = parts;
 
     if (ev.route === state.route && !state.watch) {
       state.watch = ev.key;
@@ -176,8 +220,7 @@
       state.dropped += d.dropped;
       // Any key may have lost events: trust the server's figures for a window.
       for (const s of state.streams.values()) {
-        const r = state.byName.get(s.route);
-        s.knownFrom = Math.max(s.knownFrom, d.now + r.windowMs);
+        s.knownFrom = s.policies.map((p, i) => Math.max(s.knownFrom[i], d.now + p.windowMs));
       }
       const p = $('dropped');
       p.hidden = false;
@@ -189,9 +232,12 @@
 
   function currentRoute() { return state.byName.get(state.route); }
 
+  // The burst a route admits in full when its windows are empty.
+  const smallestLimit = (r) => Math.min(...r.policies.map((p) => p.limit));
+
   function burstSize() {
     const n = parseInt($('burst-size').value, 10);
-    return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : currentRoute().limit;
+    return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : smallestLimit(currentRoute());
   }
 
   // shownKey resolves to the key the server's decisions for an API key come
@@ -275,8 +321,11 @@
     const n = burstSize();
     const key = $('key').value.trim();
     if (key) await shownKey(key); // now, so that neither burst waits for it
-    const lead = Math.min(1000, r.windowMs / 10);
-    const boundary = Math.ceil((serverNow() + lead + 300) / r.windowMs) * r.windowMs;
+    // The boundaries of the shortest window: the soonest, and the one whose
+    // bursts the fixed window beside a single policy lets through.
+    const w = Math.min(...r.policies.map((p) => p.windowMs));
+    const lead = Math.min(1000, w / 10);
+    const boundary = Math.ceil((serverNow() + lead + 300) / w) * w;
     const timer = setInterval(() => {
       const left = boundary - lead - serverNow();
       if (left > 0) {
@@ -309,7 +358,9 @@
 
   // stack places marks into columns of one mark's width and rows upwards, so
   // a burst stays countable; a column taller than the lane shows "+n".
-  function stack(marks, x, okOf, laneBottom, rows) {
+  // kindOf says how to draw a mark: 'ok' (admitted), 'no' (refused here),
+  // or 'other' (refused by another policy; this one had room).
+  function stack(marks, x, kindOf, laneBottom, rows) {
     const cols = new Map();
     const out = [];
     const more = new Map();
@@ -324,9 +375,10 @@
       }
       const cx = col * 10;
       const cy = laneBottom - 9 - row * 10.5;
-      out.push(okOf(m)
+      const kind = kindOf(m);
+      out.push(kind === 'ok'
         ? '<circle class="m-ok" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
-        : '<path class="m-no" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
+        : '<path class="m-' + kind + '" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
     }
     // One "+n" label per cluster of overflowing columns, so labels never overlap.
     let label = null;
@@ -407,7 +459,7 @@
     const xs = x(now - w), xn = x(now);
     p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (lane1 + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
     let inWin = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now).length + ' of ' + r.limit : '0 of ' + r.limit;
-    if (s && now < s.knownFrom) inWin = (r.limit - s.last.remaining) + ' of ' + r.limit + ' (server’s count)';
+    if (s && now < s.knownFrom[0]) inWin = (r.limit - s.last.remaining) + ' of ' + r.limit + ' (server’s count)';
     p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + inWin + '</text>');
 
     // excess in the fixed lane
@@ -426,8 +478,8 @@
     // marks
     if (s) {
       const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
-      p.push(stack(visible, x, (m) => m.ok, lane1 + laneH, rows));
-      p.push(stack(visible, x, (m) => m.fok, lane2 + laneH, rows));
+      p.push(stack(visible, x, (m) => (m.ok ? 'ok' : 'no'), lane1 + laneH, rows));
+      p.push(stack(visible, x, (m) => (m.fok ? 'ok' : 'no'), lane2 + laneH, rows));
     }
     p.push('</g>');
 
@@ -450,7 +502,7 @@
     setText('s-most-label', 'Most in any ' + span(w));
     setText('f-most-label', 'Most in any ' + span(w));
     const admittedIn = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : [];
-    const partial = s && now < s.knownFrom;
+    const partial = s && now < s.knownFrom[0];
     if (partial) {
       // Joined mid-window: the server's figures as of its last decision.
       const l = s.last;
@@ -471,7 +523,7 @@
     }
     setText('s-admitted', String(s ? s.admitted : 0));
     setText('s-refused', String(s ? s.refused : 0));
-    setText('s-most', String(s && s.sMost ? s.sMost.n : 0));
+    setText('s-most', String(s && s.sMost[0] ? s.sMost[0].n : 0));
 
     const idx = Math.floor(now / w);
     const fNow = s ? (s.fCounts.get(idx) || 0) : 0;
@@ -490,9 +542,9 @@
       setText('s-last', '');
       return;
     }
-    if (s.sMost.n > r.limit) {
+    if (s.sMost[0].n > r.limit) {
       sv.dataset.kind = 'excess';
-      setText('s-verdict', s.sMost.n + ' admitted within ' + span(w) + ': over the limit of ' + r.limit + '.');
+      setText('s-verdict', s.sMost[0].n + ' admitted within ' + span(w) + ': over the limit of ' + r.limit + '.');
     } else {
       sv.dataset.kind = 'held';
       setText('s-verdict', 'Never more than ' + r.limit + ' in any ' + span(w) + '.');
@@ -510,7 +562,155 @@
       ', server said Remaining ' + l.remaining;
     if (!l.allowed && l.retryAfterMs > 0) last += ', Retry-After ' + ceilSeconds(l.retryAfterMs) + ' s (exactly ' + (l.retryAfterMs / 1000).toFixed(3) + ' s)';
     if (l.overflow) last += ' (the limiter is tracking as many keys as it may)';
-    setText('s-last', last + '.' + (partial ? ' * This page joined mid-window, so these are the server’s figures as of that decision; live counts resume at ' + clock(s.knownFrom) + '.' : ''));
+    setText('s-last', last + '.' + (partial ? ' * This page joined mid-window, so these are the server’s figures as of that decision; live counts resume at ' + clock(s.knownFrom[0]) + '.' : ''));
+  }
+
+  // ---------- several policies ----------
+
+  // drawPolicyChart draws one lane per policy, one above the other, each on
+  // its own time axis (2.4 of its windows), so that a 10 s window and an
+  // hour's are both readable. A request one policy refused is a red cross
+  // in that policy's lane and a grey one in the lanes of those that had
+  // room: it counts in none of them.
+  function drawPolicyChart(r, s, now, policies) {
+    const chart = $('chart');
+    const width = Math.max(640, Math.round(chart.clientWidth || 1000));
+    const left = 170, right = 18, top = 26;
+    const laneH = 118, axisH = 22, gap = 22;
+    const height = top + policies.length * (laneH + axisH + gap) - gap + 4;
+    const plotW = width - left - right;
+    const rows = Math.floor((laneH - 9 - 30) / 10.5);
+    const parts = s ? s.lastParts : null;
+    const p = [];
+    p.push('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ' + width + ' ' + height + '" width="' + width + '" height="' + height + '" role="img" aria-labelledby="chart-title">');
+    p.push('<title id="chart-title">' + esc(policySummary(r, s, policies)) + '</title>');
+    p.push('<defs><clipPath id="plot"><rect x="' + left + '" y="0" width="' + plotW + '" height="' + height + '"/></clipPath></defs>');
+
+    policies.forEach((pol, i) => {
+      const y = top + i * (laneH + axisH + gap);
+      const w = pol.windowMs;
+      const total = 2.4 * w;
+      const t1 = now + 0.12 * w;
+      const t0 = t1 - total;
+      const x = (t) => left + ((t - t0) / total) * plotW;
+      const refused = parts && parts[i] && !parts[i].allowed;
+      p.push('<g class="policy-lane" data-policy="' + esc(pol.name) + '"' + (refused ? ' data-refused="1"' : '') + '>');
+      p.push('<rect class="lane-bg" x="' + left + '" y="' + y + '" width="' + plotW + '" height="' + laneH + '" rx="4"/>');
+      p.push('<text class="lane-title" x="8" y="' + (y + 20) + '">' + esc(pol.name || r.name) + '</text>');
+      p.push('<text class="lane-sub" x="8" y="' + (y + 37) + '">' + pol.limit + ' per ' + esc(span(w)) + '</text>');
+      if (parts && parts[i]) {
+        p.push('<text class="' + (refused ? 'lane-refused' : 'lane-sub') + '" x="8" y="' + (y + 54) + '">' +
+          (refused ? '✕ refused the last request' : (s.last.allowed ? 'admitted the last request' : 'had room for the last request')) + '</text>');
+      }
+
+      p.push('<g clip-path="url(#plot)">');
+      const step = niceStep(total, plotW);
+      for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+        const tx = x(t).toFixed(1);
+        p.push('<line class="tick" x1="' + tx + '" x2="' + tx + '" y1="' + y + '" y2="' + (y + laneH) + '"/>');
+        if (x(t) > left + 28 && x(t) < left + plotW - 28) {
+          p.push('<text class="tick-label" text-anchor="middle" x="' + tx + '" y="' + (y + laneH + 15) + '">' + clock(t) + '</text>');
+        }
+      }
+      const xs = x(now - w), xn = x(now);
+      p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (y + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
+      const label = 'window (now − ' + span(w) + ', now]: ' + inWindowText(s, i, pol, now, ' of ');
+      p.push('<text class="band-label" x="' + (Math.max(xs, left) + 8).toFixed(1) + '" y="' + (y + 16) + '">' + esc(label) + '</text>');
+      p.push('<line class="now" x1="' + xn.toFixed(1) + '" x2="' + xn.toFixed(1) + '" y1="' + (y - (i === 0 ? 8 : 0)) + '" y2="' + (y + laneH) + '"/>');
+      if (i === 0) p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (y - 11) + '">now</text>');
+      if (s) {
+        const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
+        p.push(stack(visible, x, (m) => (m.ok ? 'ok' : (m.no && m.no[i] ? 'no' : 'other')), y + laneH, rows));
+      }
+      p.push('</g></g>');
+    });
+    if (!s) {
+      p.push('<text class="empty" text-anchor="middle" x="' + (left + plotW / 2) + '" y="' + (top + laneH / 2 + 40) + '">No requests on this route yet: press a button, or use curl.</text>');
+    }
+    p.push('</svg>');
+    chart.innerHTML = p.join('');
+  }
+
+  // admittedWithin returns the admitted marks in (now − w, now], oldest first.
+  const admittedWithin = (s, w, now) => (s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : []);
+
+  // inWindowText says how many events policy i holds now: counted from the
+  // marks, or the server's figure while the page has not yet seen a whole
+  // window (see knownFrom).
+  function inWindowText(s, i, pol, now, sep) {
+    if (s && now < s.knownFrom[i] && s.lastParts && s.lastParts[i]) {
+      return (pol.limit - s.lastParts[i].remaining) + sep + pol.limit + '*';
+    }
+    return admittedWithin(s, pol.windowMs, now).length + sep + pol.limit;
+  }
+
+  function policySummary(r, s, policies) {
+    const names = policies.map((p) => p.name + ' (' + p.limit + ' per ' + span(p.windowMs) + ')').join(' and ');
+    if (!s) return 'Timeline of ' + r.path + ' under ' + names + ': no requests yet.';
+    return 'Timeline of ' + r.path + ' for key ' + s.key + ' under ' + names + ': ' + s.admitted + ' admitted, ' +
+      s.refused + ' refused; ' + policies.map((p, i) => p.name + ' refused ' + s.refusedBy[i]).join(', ') + '.';
+  }
+
+  // drawPolicyTable fills the table of a route under several policies: a
+  // row per policy with its own numbers, so that a refusal shows whose it was.
+  function drawPolicyTable(r, s, now, policies) {
+    const body = $('policy-rows');
+    const shape = policyKey(policies);
+    if (body.dataset.shape !== shape) {
+      body.dataset.shape = shape;
+      body.replaceChildren(...policies.map((pol) => {
+        const tr = document.createElement('tr');
+        tr.dataset.policy = pol.name;
+        for (const c of ['p-name', 'p-limit', 'p-inwindow', 'p-remaining', 'p-retry', 'p-refused', 'p-most', 'p-verdict']) {
+          const td = document.createElement('td');
+          td.className = c;
+          tr.append(td);
+        }
+        return tr;
+      }));
+    }
+    policies.forEach((pol, i) => {
+      const tr = body.children[i];
+      const cell = (c, text) => { const td = tr.querySelector('.' + c); if (td.textContent !== text) td.textContent = text; };
+      const w = pol.windowMs;
+      const admittedIn = admittedWithin(s, w, now);
+      const partial = s && now < s.knownFrom[i] && s.lastParts && s.lastParts[i];
+      cell('p-name', pol.name || r.name);
+      cell('p-limit', pol.limit + ' per ' + span(w));
+      cell('p-inwindow', inWindowText(s, i, pol, now, ' / '));
+      if (partial) {
+        const l = s.lastParts[i];
+        cell('p-remaining', l.remaining + '*');
+        const left = s.last.at + l.retryAfterMs - now;
+        cell('p-retry', !l.allowed && left > 0 ? ceilSeconds(left) + ' s' : 'none');
+      } else {
+        cell('p-remaining', String(Math.max(0, pol.limit - admittedIn.length)));
+        // One more fits this policy once its oldest admitted event leaves.
+        cell('p-retry', admittedIn.length >= pol.limit ? ceilSeconds(admittedIn[admittedIn.length - pol.limit].t + w - now) + ' s' : 'none');
+      }
+      cell('p-refused', String(s ? s.refusedBy[i] : 0));
+      const most = s && s.sMost[i] ? s.sMost[i].n : 0;
+      cell('p-most', String(most));
+      cell('p-verdict', !s ? '' : most > pol.limit ? '⚠ ' + most + ' within ' + span(w) + ': over the limit' : '✓ never over');
+      tr.dataset.refused = s && s.lastParts && s.lastParts[i] && !s.lastParts[i].allowed ? '1' : '';
+    });
+    setText('m-admitted', String(s ? s.admitted : 0));
+    setText('m-refused', String(s ? s.refused : 0));
+    if (!s) {
+      setText('m-last', '');
+      return;
+    }
+    const l = s.last;
+    let last = 'Last decision at ' + clock(l.at, true) + ': ';
+    if (l.allowed) {
+      last += 'admitted by every policy';
+    } else {
+      last += 'refused by ' + refusers(s.lastParts).join(' and ');
+      if (l.retryAfterMs > 0) last += ', Retry-After ' + ceilSeconds(l.retryAfterMs) + ' s (when it fits every policy)';
+    }
+    if (l.overflow) last += ' (the limiter is tracking as many keys as it may)';
+    const partial = s.knownFrom.some((k) => now < k);
+    setText('m-last', last + '.' + (partial ? ' * This page joined mid-window: the server’s figures as of that decision.' : ''));
   }
 
   function drawKeys() {
@@ -535,6 +735,12 @@
     sel.value = state.watch;
   }
 
+  // byWhom names the policies that refused ev, when its route has several.
+  function byWhom(ev) {
+    const parts = ev.policies || [];
+    return parts.length > 1 ? ' by ' + refusers(parts).join(' and ') : '';
+  }
+
   function drawFeed() {
     if (!state.feedDirty) return;
     state.feedDirty = false;
@@ -546,7 +752,7 @@
         clock(ev.at, true),
         r ? r.method + ' ' + r.path : ev.route,
         ev.key,
-        ev.allowed ? '● 200 admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused'),
+        ev.allowed ? '● 200 admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused' + byWhom(ev)),
         String(ev.remaining),
         ev.allowed ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
       ];
@@ -571,9 +777,19 @@
     if (!r) return;
     const now = serverNow();
     const s = state.watch ? state.streams.get(r.name + '\u0000' + state.watch) : undefined;
+    const policies = policiesOf(r, s);
     drawKeys();
-    drawStats(r, s, now);
-    drawChart(r, s, now);
+    if (policies.length > 1) {
+      document.body.dataset.view = 'policies';
+      drawPolicyTable(r, s, now, policies);
+      drawPolicyChart(r, s, now, policies);
+    } else {
+      // One policy: the sliding window beside a simulated fixed one.
+      document.body.dataset.view = 'single';
+      const one = { name: r.name, method: r.method, path: r.path, limit: policies[0].limit, windowMs: policies[0].windowMs };
+      drawStats(one, s, now);
+      drawChart(one, s, now);
+    }
     drawFeed();
     state.dirty = false;
   }
@@ -583,7 +799,7 @@
   function selectRoute(name) {
     state.route = name;
     const r = currentRoute();
-    $('burst-size').value = String(r.limit);
+    $('burst-size').value = String(smallestLimit(r));
     const keys = state.keysByRoute.get(name);
     if (!keys || !keys.has(state.watch)) {
       const own = state.ownKey;
@@ -608,13 +824,14 @@
       state.byName.set(r.name, r);
       const o = document.createElement('option');
       o.value = r.name;
-      o.textContent = r.method + ' ' + r.path + ' (' + r.limit + ' per ' + span(r.windowMs) + ')';
+      o.textContent = r.method + ' ' + r.path + ' (' + r.policies.map((p) => p.limit + ' per ' + span(p.windowMs)).join(' and ') + ')';
       sel.append(o);
     }
     // Without ?route=, show the route with the shortest window: its next
     // fixed-window boundary is the soonest, so "Burst at the boundary" waits least.
     const wanted = new URLSearchParams(location.search).get('route');
-    const shortest = cfg.routes.reduce((a, b) => (b.windowMs < a.windowMs ? b : a));
+    const shortestOf = (r) => Math.min(...r.policies.map((p) => p.windowMs));
+    const shortest = cfg.routes.reduce((a, b) => (shortestOf(b) < shortestOf(a) ? b : a));
     const first = state.byName.has(wanted) ? wanted : shortest.name;
     sel.value = first;
     $('key').value = 'page-' + Math.random().toString(36).slice(2, 7);
