@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -314,84 +313,6 @@ func findChromium(t *testing.T) string {
 		t.Fatal(hint + " (required: KEYRATE_INTEGRATION=1)")
 	}
 	t.Skip(hint)
-	return ""
-}
-
-// startDemo builds the demo into a temporary directory, starts it on a free
-// loopback port and returns its base URL. It is stopped when the test ends.
-func startDemo(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command to build the demo with: %v", err)
-	}
-	// The demo is a module of its own: build it in its directory, which
-	// works in the workspace and with GOWORK=off alike (the test runner's).
-	bin := filepath.Join(t.TempDir(), "keyrate-demo")
-	build := exec.Command(goTool, "build", "-o", bin, ".")
-	build.Dir = filepath.Join(root, "cmd", "keyrate-demo")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build in cmd/keyrate-demo: %v\n%s", err, out)
-	}
-
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
-	first := make(chan string, 1)
-	var logMu sync.Mutex
-	var log strings.Builder
-	go func() {
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() {
-			select {
-			case first <- lines.Text():
-			default:
-			}
-			logMu.Lock()
-			log.WriteString(lines.Text() + "\n")
-			logMu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("demo output:\n%s", log.String())
-			logMu.Unlock()
-		}
-	})
-
-	select {
-	case line := <-first:
-		base, ok := strings.CutPrefix(line, "keyrate-demo listening on ")
-		if !ok || !strings.HasPrefix(base, "http://127.0.0.1:") {
-			t.Fatalf("demo's first line %q does not give a loopback address", line)
-		}
-		return base
-	case err := <-exited:
-		t.Fatalf("demo exited before listening: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("demo did not print its address within 60 s")
-	}
 	return ""
 }
 

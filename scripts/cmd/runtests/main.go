@@ -34,7 +34,7 @@ import (
 
 // noRace lists the modules tested without -race, and why.
 var noRace = map[string]string{
-	"e2e": "it only drives Chromium; the demo it drives is raced in its own module, cmd/keyrate-demo",
+	"e2e": "it only drives programs (Chromium, the demo, keyrate-load); the demo is raced in its own module",
 }
 
 func main() {
