@@ -166,3 +166,21 @@ func BenchmarkAllowCoarseClock(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTake is BenchmarkAllow's hot-key paths through Take, which
+// works out the whole Decision: the cost of the numbers behind the answer.
+func BenchmarkTake(b *testing.B) {
+	keys := makeKeys(1)
+	run := func(b *testing.B, l *Limiter, wantAdmit bool) {
+		var admitted int64
+		b.ResetTimer()
+		for range b.N {
+			if d := l.Take(keys[0], 1); d.Allowed {
+				admitted++
+			}
+		}
+		reportAdmits(b, admitted, wantAdmit)
+	}
+	b.Run("admit", func(b *testing.B) { run(b, admitLimiter(b, keys), true) })
+	b.Run("deny", func(b *testing.B) { run(b, denyLimiter(b, keys), false) })
+}

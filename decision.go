@@ -2,38 +2,156 @@ package keyrate
 
 import "time"
 
+// MaxPolicies is the most policies one Limiter (or one of its tiers) may
+// enforce together. Every Decision carries each policy's numbers inline, so
+// that reading them costs no allocation; this bound keeps it small enough to
+// copy on every call.
+const MaxPolicies = 4
+
 // Decision is the answer to one request, with the numbers behind it. Every
 // backend (the in-process Limiter, the Redis one) answers with the same
 // fields, exact against its clock; rounding them (for example to whole
 // seconds for Retry-After) is left to the caller.
+//
+// A key may be under several policies at once (NewPolicies): the request is
+// admitted only when every one of them has room. The fields below then
+// describe the binding policy, the one that decided: when the request is
+// refused, the refusing policy with the longest wait (one the request can
+// never fit, first); when it is admitted, the policy with the least
+// Remaining. Ties go to the policy given first. Policies returns every
+// policy's own numbers. With a single policy, it binds.
 type Decision struct {
 	// Allowed reports whether the request was admitted (and, for Take,
-	// recorded).
+	// recorded): whether every policy had room for it.
 	Allowed bool
-	// Limit is the most events admitted per key in any window.
+	// Policy is the binding policy's name ("" for New's single policy).
+	Policy string
+	// Limit is the binding policy's limit: the most events it admits per key
+	// in any window.
 	Limit int
-	// Remaining is how many more events the key could have admitted at this
-	// instant, after this decision.
+	// Window is the binding policy's window.
+	Window time.Duration
+	// Remaining is how many more events the binding policy would have
+	// admitted for the key at this instant, after this decision.
 	Remaining int
 	// RetryAfter is 0 when allowed. When refused, it is exactly how long until
-	// the request would fit, as far as the events already admitted go. Refused
-	// with RetryAfter 0 means the request can never fit: its weight is
-	// negative or above the limit.
+	// the request would fit every policy, as far as the events already
+	// admitted go. Refused with RetryAfter 0 means the request can never fit:
+	// its weight is negative or above a policy's limit.
 	RetryAfter time.Duration
-	// ResetAfter is how long until the key's window holds no events, so that
-	// its whole limit is available again. 0 when it holds none.
+	// ResetAfter is how long until the binding policy's window holds no
+	// events for the key, so that its whole limit is available again. 0 when
+	// it holds none.
 	ResetAfter time.Duration
-	// RefillAfter is how long until the oldest event in the key's window
-	// leaves it, after this decision: the soonest any quota comes back. It
-	// is what the IETF RateLimit field's t parameter means ("seconds until
-	// additional quota is made available"). 0 when the window holds no
-	// events. RefillAfter <= ResetAfter, and a refused request of weight 1
-	// has RetryAfter == RefillAfter.
+	// RefillAfter is how long until the oldest event in the binding policy's
+	// window leaves it, after this decision: the soonest any of its quota
+	// comes back. It is what the IETF RateLimit field's t parameter means
+	// ("seconds until additional quota is made available"). 0 when the window
+	// holds no events. RefillAfter <= ResetAfter, and a refused request of
+	// weight 1 under a single policy has RetryAfter == RefillAfter.
 	RefillAfter time.Duration
 	// Overflow reports a refusal because the limiter already tracks as many
 	// keys as WithMaxKeys allows and this key is not one of them. Such a
 	// Decision says nothing about the key's own budget; its RetryAfter,
-	// RefillAfter and ResetAfter are the window, an estimate of when idle
-	// keys will have been evicted.
+	// RefillAfter and ResetAfter are the longest window, an estimate of when
+	// idle keys will have been evicted.
 	Overflow bool
+
+	parts  [MaxPolicies]PolicyDecision
+	nparts int
+}
+
+// PolicyDecision is one policy's part of a Decision.
+//
+// Nothing is recorded against any policy unless every policy admits the
+// request, so Remaining, ResetAfter and RefillAfter describe the policy's
+// window after the whole decision: with the request's events when it was
+// admitted, without them when it was refused, even by another policy.
+type PolicyDecision struct {
+	Policy
+	// Allowed reports whether this policy alone had room for the request.
+	Allowed bool
+	// Remaining is how many more events this policy would have admitted for
+	// the key at this instant, after the decision.
+	Remaining int
+	// RetryAfter is 0 when this policy had room; otherwise how long until it
+	// would have, or 0 when the request can never fit it.
+	RetryAfter time.Duration
+	// ResetAfter is how long until this policy's window holds no events for
+	// the key; 0 when it holds none.
+	ResetAfter time.Duration
+	// RefillAfter is how long until the oldest event in this policy's window
+	// leaves it; 0 when it holds none.
+	RefillAfter time.Duration
+}
+
+// Policies returns every policy's part of the decision, in the order the
+// policies were given: one element under a single policy, none for a
+// Decision that no backend made (such as the zero Decision returned with an
+// error). The slice points into d and costs no allocation; it is valid as
+// long as d is, and appending to it copies it.
+func (d *Decision) Policies() []PolicyDecision {
+	return d.parts[:d.nparts:d.nparts]
+}
+
+// Combine makes the Decision for a request from each policy's part, in the
+// order the policies were given. It is how every backend applies the binding
+// rule (see Decision), so that they all agree: a backend works out each
+// part, then calls Combine.
+//
+// The request is allowed only when every part is. When it is refused, the
+// binding part is a refusing one: the first the request can never fit
+// (refused with RetryAfter 0), else the one with the longest RetryAfter, the
+// first given on ties. When it is allowed, the binding part is the one with
+// the least Remaining, the first given on ties.
+//
+// The parts must describe the state after the decision (see PolicyDecision).
+// Combine keeps the first MaxPolicies of them for Policies, though every part
+// counts towards the answer. With no parts it returns the zero Decision, a
+// refusal: a request under no policy is not admitted by default.
+func Combine(parts ...PolicyDecision) Decision {
+	var d Decision
+	if len(parts) == 0 {
+		return d
+	}
+	allowed := true
+	for i := range parts {
+		allowed = allowed && parts[i].Allowed
+	}
+	b := binding(parts, allowed)
+	d.fill(&parts[b], allowed)
+	d.nparts = copy(d.parts[:], parts)
+	return d
+}
+
+// binding returns the index of the binding part (see Combine).
+func binding(parts []PolicyDecision, allowed bool) int {
+	b := -1
+	for i := range parts {
+		p := &parts[i]
+		switch {
+		case allowed:
+			if b < 0 || p.Remaining < parts[b].Remaining {
+				b = i
+			}
+		case p.Allowed:
+		case p.RetryAfter == 0:
+			return i // can never fit: nothing else matters
+		case b < 0 || p.RetryAfter > parts[b].RetryAfter:
+			b = i
+		}
+	}
+	return b
+}
+
+// fill sets d's own fields from the binding part.
+func (d *Decision) fill(p *PolicyDecision, allowed bool) {
+	d.Allowed = allowed
+	d.Policy = p.Name
+	d.Limit = p.Limit
+	d.Window = p.Window
+	d.Remaining = p.Remaining
+	d.RetryAfter = p.RetryAfter
+	d.ResetAfter = p.ResetAfter
+	d.RefillAfter = p.RefillAfter
 }

@@ -93,13 +93,13 @@ func (m *model) decide(key string, n int, now int64, record bool) Decision {
 		d.RefillAfter = time.Duration(slices.Min(in) + m.window - now)
 		d.ResetAfter = time.Duration(slices.Max(in) + m.window - now)
 	}
-	return d
+	return single(time.Duration(m.window), d)
 }
 
 // overflowDecision is the refusal of an untracked key when WithMaxKeys is
 // full: every wait is the window, an estimate of when room comes back.
 func overflowDecision(limit int, window time.Duration) Decision {
-	return Decision{Limit: limit, RetryAfter: window, RefillAfter: window, ResetAfter: window, Overflow: true}
+	return single(window, Decision{Limit: limit, RetryAfter: window, RefillAfter: window, ResetAfter: window, Overflow: true})
 }
 
 func (m *model) sweep(now int64) int {
@@ -418,9 +418,9 @@ func TestClockReadBeforeLockIsClamped(t *testing.T) {
 	c.Set(t0.Add(5 * s))
 	c.between = func() {
 		c.Set(t0.Add(8 * s))
-		require.Equal(t, allow(3, 2, 10*s, 10*s), l.Take("k", 1), "the other call, at 00:08")
+		require.Equal(t, single(10*s, allow(3, 2, 10*s, 10*s)), l.Take("k", 1), "the other call, at 00:08")
 	}
-	assert.Equal(t, allow(3, 1, 10*s, 10*s), l.Take("k", 1), "decided at 00:08: both events leave at 00:18")
+	assert.Equal(t, single(10*s, allow(3, 1, 10*s, 10*s)), l.Take("k", 1), "decided at 00:08: both events leave at 00:18")
 	c.Set(t0.Add(17 * s))
-	assert.Equal(t, allow(3, 0, 1*s, 10*s), l.Peek("k"))
+	assert.Equal(t, single(10*s, allow(3, 0, 1*s, 10*s)), l.Peek("k"))
 }

@@ -124,44 +124,53 @@ func (g *eventLog) allow(now int64, n, limit int, window int64) bool {
 	return true
 }
 
-// decide answers a request of weight n at instant now, and records it when
-// record is set and it is admitted. It is the whole decision: a pure function
-// of the log, the request and now, called with mu held (or on a log no one
-// else can see).
+// decide answers a request of weight n at instant now under the single
+// policy p, and records it when record is set and it is admitted. It is the
+// whole decision: a pure function of the log, the request and now, called
+// with mu held (or on a log no one else can see).
 //
 // A request is admitted when the events left in (now-window, now] plus n fit
 // in limit. Settling first leaves exactly those events in the ring, so the
 // test is one comparison, and each event is pruned once: amortised O(1).
-func (g *eventLog) decide(now int64, n, limit int, window int64, record bool) Decision {
+// The policy's part is worked out in place in the Decision, which is then
+// what Combine makes of that one part.
+func (g *eventLog) decide(now int64, n int, p Policy, record bool) Decision {
+	limit, window := p.Limit, int64(p.Window)
 	now = g.settle(now, window)
 	held := int(g.n)
-	d := Decision{Limit: limit, Remaining: limit - held}
+	var d Decision
+	d.nparts = 1
+	part := &d.parts[0]
+	part.Policy = p
+	part.Remaining = limit - held
 	switch {
 	case n == 0:
-		d.Allowed = true // weightless: always fits, records nothing
+		part.Allowed = true // weightless: always fits, records nothing
 	case n < 0 || n > limit:
 		// Never admissible; RetryAfter stays 0 to say that waiting cannot help.
 	case held+n <= limit:
-		d.Allowed = true
-		d.Remaining -= n
-		d.ResetAfter = time.Duration(window) // the request's own events are the newest
-		d.RefillAfter = d.ResetAfter         // unless an older event leaves first
+		part.Allowed = true
+		part.Remaining -= n
+		part.ResetAfter = p.Window         // the request's own events are the newest
+		part.RefillAfter = part.ResetAfter // unless an older event leaves first
 		if g.n > 0 {
-			d.RefillAfter = time.Duration(g.at(0) + window - now)
+			part.RefillAfter = time.Duration(g.at(0) + window - now)
 		}
 		if record {
 			g.push(now, uint32(n), limit)
 		}
+		d.fill(part, true)
 		return d
 	default:
 		// The request fits once the (held+n-limit)-th oldest event leaves.
 		blocking := g.at(uint32(held + n - limit - 1))
-		d.RetryAfter = time.Duration(blocking + window - now)
+		part.RetryAfter = time.Duration(blocking + window - now)
 	}
 	if g.n > 0 {
-		d.ResetAfter = time.Duration(g.at(g.n-1) + window - now)
-		d.RefillAfter = time.Duration(g.at(0) + window - now)
+		part.ResetAfter = time.Duration(g.at(g.n-1) + window - now)
+		part.RefillAfter = time.Duration(g.at(0) + window - now)
 	}
+	d.fill(part, part.Allowed)
 	return d
 }
 

@@ -89,6 +89,16 @@ func (l *Limiter) Limit() int { return l.limit }
 // Window returns the length of the sliding window.
 func (l *Limiter) Window() time.Duration { return time.Duration(l.window) }
 
+// Policies returns a copy of the policies the Limiter enforces, in the order
+// they were given: for New, one policy with an empty name. Middleware reads
+// it to advertise them when it has no Decision at hand.
+func (l *Limiter) Policies() []Policy { return []Policy{l.policy()} }
+
+// policy returns the Limiter's one policy.
+func (l *Limiter) policy() Policy {
+	return Policy{Limit: l.limit, Window: time.Duration(l.window)}
+}
+
 // Allow reports whether one event for key fits now, and records it if so.
 func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 
@@ -131,9 +141,9 @@ func (l *Limiter) take(key string, n int) (Decision, int64) {
 		if admissible {
 			return l.overflow(), now
 		}
-		return untracked(now, n, l.limit, l.window), now
+		return untracked(now, n, l.policy()), now
 	}
-	d := g.decide(now, n, l.limit, l.window, true)
+	d := g.decide(now, n, l.policy(), true)
 	at := g.last
 	g.mu.Unlock()
 	return d, at
@@ -148,9 +158,9 @@ func (l *Limiter) Peek(key string) Decision {
 		if l.keys.full() {
 			return l.overflow()
 		}
-		return untracked(now, 1, l.limit, l.window)
+		return untracked(now, 1, l.policy())
 	}
-	d := g.decide(now, 1, l.limit, l.window, false)
+	d := g.decide(now, 1, l.policy(), false)
 	g.mu.Unlock()
 	return d
 }
@@ -186,17 +196,19 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 
 // untracked decides for a key with no log, on an empty one that is never
 // stored. An empty log's answer does not depend on the instant.
-func untracked(now int64, n, limit int, window int64) Decision {
+func untracked(now int64, n int, p Policy) Decision {
 	var empty eventLog
-	return empty.decide(now, n, limit, window, false)
+	return empty.decide(now, n, p, false)
 }
 
 // overflow is the refusal of an untracked key while WithMaxKeys is full.
 // Each wait it reports is the window, an estimate of when the janitor will
 // have made room.
 func (l *Limiter) overflow() Decision {
-	w := time.Duration(l.window)
-	return Decision{Limit: l.limit, RetryAfter: w, RefillAfter: w, ResetAfter: w, Overflow: true}
+	p := l.policy()
+	d := Combine(PolicyDecision{Policy: p, RetryAfter: p.Window, RefillAfter: p.Window, ResetAfter: p.Window})
+	d.Overflow = true
+	return d
 }
 
 // TakeContext is Take for callers that hold a context, such as a backend

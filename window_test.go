@@ -49,6 +49,20 @@ func deny(limit, remaining int, retry, refill, reset time.Duration) Decision {
 	return Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, RefillAfter: refill, ResetAfter: reset}
 }
 
+// single completes d, whose fields allow or deny set, into the Decision a
+// limiter of one unnamed policy of d.Limit per window returns: d's numbers
+// are that policy's part too.
+func single(window time.Duration, d Decision) Decision {
+	overflow := d.Overflow
+	d = Combine(PolicyDecision{
+		Policy:  Policy{Limit: d.Limit, Window: window},
+		Allowed: d.Allowed, Remaining: d.Remaining,
+		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter,
+	})
+	d.Overflow = overflow
+	return d
+}
+
 func TestTraces(t *testing.T) {
 	s := time.Second
 	traces := []struct {
@@ -111,7 +125,7 @@ func TestTraces(t *testing.T) {
 			l, c := newManual(t, tr.limit, tr.window)
 			for i, st := range tr.steps {
 				c.Set(t0.Add(st.at))
-				assert.Equal(t, st.want, l.Take(st.key, st.n), "step %d: Take(%q, %d) at %v", i, st.key, st.n, st.at)
+				assert.Equal(t, single(tr.window, st.want), l.Take(st.key, st.n), "step %d: Take(%q, %d) at %v", i, st.key, st.n, st.at)
 			}
 		})
 	}
@@ -181,15 +195,15 @@ func TestSequentialAndConcurrentCalls(t *testing.T) {
 
 func TestPeekRecordsNothing(t *testing.T) {
 	l, c := newManual(t, 2, 10*time.Second)
-	assert.Equal(t, allow(2, 1, 10*time.Second, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, single(10*time.Second, allow(2, 1, 10*time.Second, 10*time.Second)), l.Peek("k"))
 	assert.Equal(t, 0, l.Len(), "Peek must not track an untracked key")
 	l.Allow("k")
 	c.Advance(time.Second)
 	for range 3 {
-		assert.Equal(t, allow(2, 0, 9*time.Second, 10*time.Second), l.Peek("k"))
+		assert.Equal(t, single(10*time.Second, allow(2, 0, 9*time.Second, 10*time.Second)), l.Peek("k"))
 	}
 	assert.Equal(t, l.Peek("k"), l.Take("k", 1), "Peek answers what Take(1) then does")
-	assert.Equal(t, deny(2, 0, 9*time.Second, 9*time.Second, 10*time.Second), l.Peek("k"))
+	assert.Equal(t, single(10*time.Second, deny(2, 0, 9*time.Second, 9*time.Second, 10*time.Second)), l.Peek("k"))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -295,7 +309,7 @@ func TestWaitWakesAtTheDecisionsInstant(t *testing.T) {
 		}
 		cancel()
 		require.True(t, moved)
-		assert.Equal(t, deny(1, 0, 10*s, 10*s, 10*s), l.Peek("k"), "Wait recorded its event at 00:10")
+		assert.Equal(t, single(10*s, deny(1, 0, 10*s, 10*s, 10*s)), l.Peek("k"), "Wait recorded its event at 00:10")
 	})
 }
 
@@ -409,7 +423,7 @@ func TestReset(t *testing.T) {
 	l.Reset("k")
 	l.Reset("never-seen")
 	assert.Equal(t, 0, l.Len())
-	assert.Equal(t, allow(2, 1, time.Minute, time.Minute), l.Take("k", 1))
+	assert.Equal(t, single(time.Minute, allow(2, 1, time.Minute, time.Minute)), l.Take("k", 1))
 }
 
 func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
@@ -425,7 +439,7 @@ func TestSweepEvictsOnlyIdleKeys(t *testing.T) {
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 1, l.Len())
 	assert.Equal(t, before, l.Peek("old"), "eviction must not change the answer")
-	assert.Equal(t, deny(3, 1, 5*time.Second, 5*time.Second, 5*time.Second), l.Take("new", 2))
+	assert.Equal(t, single(10*time.Second, deny(3, 1, 5*time.Second, 5*time.Second, 5*time.Second)), l.Take("new", 2))
 	c.Advance(10 * time.Second)
 	assert.Equal(t, 1, l.sweep(l.now()))
 	assert.Equal(t, 0, l.Len())
@@ -515,10 +529,10 @@ func TestEvictionFloorRace(t *testing.T) {
 		require.Equal(t, 1, l.sweep(l.now()), "evicted at 00:30, idle by then")
 		c.Set(t0.Add(25 * s))
 	}
-	assert.Equal(t, allow(1, 0, 10*s, 10*s), l.Take("k", 1))
+	assert.Equal(t, single(10*s, allow(1, 0, 10*s, 10*s)), l.Take("k", 1))
 	require.True(t, interleaved)
 	c.Set(t0.Add(35 * s))
-	assert.Equal(t, deny(1, 0, 5*s, 5*s, 5*s), l.Peek("k"),
+	assert.Equal(t, single(10*s, deny(1, 0, 5*s, 5*s, 5*s)), l.Peek("k"),
 		"the late event is at 00:30, where the one at 00:20 had left the window")
 }
 

@@ -61,7 +61,7 @@ func runTrace(t *testing.T, newBackend NewBackend, limit int, window time.Durati
 	b := newBackend(t, limit, window, clock)
 	for i, s := range steps {
 		clock.Set(start.Add(s.at))
-		s.want.Limit = limit
+		s.want = single(limit, window, s.want)
 		got := take(t, b, s.key, s.n)
 		if got != s.want {
 			t.Errorf("step %d: at +%v Take(%q, %d)\n got %+v\nwant %+v", i, s.at, s.key, s.n, got, s.want)
@@ -80,6 +80,18 @@ func take(t *testing.T, b Backend, key string, n int) keyrate.Decision {
 }
 
 const s = time.Second
+
+// single completes want, whose numbers allowed or refused set, into the
+// Decision a backend of one unnamed policy (limit per window) returns: the
+// same numbers are that policy's part, and Combine of that part is the
+// Decision.
+func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Decision {
+	return keyrate.Combine(keyrate.PolicyDecision{
+		Policy:  keyrate.Policy{Limit: limit, Window: window},
+		Allowed: want.Allowed, Remaining: want.Remaining,
+		RetryAfter: want.RetryAfter, ResetAfter: want.ResetAfter, RefillAfter: want.RefillAfter,
+	})
+}
 
 func allowed(remaining int, refill, reset time.Duration) keyrate.Decision {
 	return keyrate.Decision{Allowed: true, Remaining: remaining, RefillAfter: refill, ResetAfter: reset}
@@ -135,8 +147,7 @@ func testBoundaryBurst(t *testing.T, newBackend NewBackend) {
 	if admitted != 10 {
 		t.Fatalf("admitted %d of 20 requests at 00:09 and 00:11, want 10", admitted)
 	}
-	want := refused(0, 8*s, 8*s, 8*s)
-	want.Limit = 10
+	want := single(10, 10*s, refused(0, 8*s, 8*s, 8*s))
 	if got := take(t, b, "burst", 1); got != want {
 		t.Fatalf("at 00:11 after the burst: got %+v, want %+v", got, want)
 	}
@@ -236,8 +247,7 @@ func testRefusalsRecordNothing(t *testing.T, newBackend NewBackend) {
 		}
 	}
 	clock.Set(start.Add(10 * s))
-	want := allowed(0, 10*s, 10*s)
-	want.Limit = 2
+	want := single(2, 10*s, allowed(0, 10*s, 10*s))
 	if got := take(t, b, "x", 2); got != want {
 		t.Fatalf("at +10s: got %+v, want %+v (refusals must not have been recorded)", got, want)
 	}
