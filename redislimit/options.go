@@ -118,14 +118,15 @@ func WithTimeout(d time.Duration) Option {
 // for the policies it was made under: once SetTier changes the key's tier,
 // or the key moves to another tier, Redis is asked again.
 //
-// It holds at most maxKeys keys (about 200 bytes each plus the key, which
-// is at most 128 bytes, see the package doc); when full, the entry that
-// would lapse soonest goes. Elapsed time is measured on the local
-// monotonic clock from when each call was sent, stretched by 0.1% for the
-// clocks' rates, so an entry lapses up to a round trip and 0.1% early,
-// never late; a forward step of the Redis server's clock is the one thing
-// it cannot see (Redis then admits up to the step earlier than the cache
-// does). Default: no cache; maxKeys must be positive.
+// It holds at most maxKeys keys (about 500 bytes each, every policy's
+// numbers included, plus the key, which is at most 128 bytes, see the
+// package doc); when full, the entry that would lapse soonest goes.
+// Elapsed time is measured on the local monotonic clock from when each
+// call was sent, stretched by 0.1% for the clocks' rates, so an entry
+// lapses up to a round trip and 0.1% early, never late; a forward step of
+// the Redis server's clock is the one thing it cannot see (Redis then
+// admits up to the step earlier than the cache does). Default: no cache;
+// maxKeys must be positive.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) {
 		cfg.denyKeys = maxKeys
