@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -28,7 +29,8 @@ var benchKeys = func() []string {
 // round trips per decision, counted by a go-redis hook. The clients have
 // ContextTimeoutEnabled set, as recommended; the Goroutine cases use a
 // client without it, to show what enforcing the budget in Take costs, and
-// the DenyCache cases refuse the hot key locally once Redis has.
+// the DenyCache cases refuse the hot key locally once Redis has, and the
+// TwoPolicies cases add a day's limit to the minute's.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Shared(b)
 	type bench struct {
@@ -36,6 +38,7 @@ func BenchmarkTake(b *testing.B) {
 		parallel, hot  bool
 		ctxTimeoutsOff bool
 		deny           bool
+		twoPolicies    bool // 100 per minute and 1,000 per day
 	}
 	var cases []bench
 	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
@@ -48,6 +51,9 @@ func BenchmarkTake(b *testing.B) {
 	cases = append(cases,
 		bench{alg: redislimit.SlidingLog, hot: true, deny: true},
 		bench{alg: redislimit.SlidingLog, parallel: true, hot: true, deny: true},
+		bench{alg: redislimit.SlidingLog, twoPolicies: true},
+		bench{alg: redislimit.SlidingLog, parallel: true, twoPolicies: true},
+		bench{alg: redislimit.SlidingLog, parallel: true, hot: true, twoPolicies: true},
 		bench{alg: redislimit.SlidingLog, ctxTimeoutsOff: true},
 		bench{alg: redislimit.SlidingLog, parallel: true, ctxTimeoutsOff: true})
 	for _, c := range cases {
@@ -58,6 +64,9 @@ func BenchmarkTake(b *testing.B) {
 		}
 		if c.deny {
 			name += "/DenyCache"
+		}
+		if c.twoPolicies {
+			name += "/TwoPolicies"
 		}
 		b.Run(name, func(b *testing.B) {
 			client := srv.Client(b)
@@ -75,7 +84,11 @@ func BenchmarkTake(b *testing.B) {
 			if c.deny {
 				opts = append(opts, redislimit.WithDenyCache(1000))
 			}
-			l, err := redislimit.New(client, 100, time.Minute, opts...)
+			policies := []keyrate.Policy{{Name: "minute", Limit: 100, Window: time.Minute}}
+			if c.twoPolicies {
+				policies = append(policies, keyrate.Policy{Name: "day", Limit: 1000, Window: 24 * time.Hour})
+			}
+			l, err := redislimit.NewPolicies(client, policies, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,9 +16,10 @@ import (
 )
 
 // TestCluster runs the limiter on a real Redis Cluster of three masters,
-// through a redis.ClusterClient: the shared behavioural suite, the server's
-// clock, replicas sharing a key, the deny cache, and keys built to pile
-// onto one slot landing on every master.
+// through a redis.ClusterClient: the shared behavioural suite, several
+// policies per key (one script on one slot), the server's clock, replicas
+// sharing a key, the deny cache, and keys built to pile onto one slot
+// landing on every master.
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartClusterT(t)
 	client := cluster.Client(t)
@@ -33,6 +34,12 @@ func TestCluster(t *testing.T) {
 			}
 			return l
 		})
+	})
+
+	t.Run("TenPerSecondThousandPerDay", func(t *testing.T) { tenPerSecondThousandPerDay(t, client) })
+
+	t.Run("PoliciesConcurrent", func(t *testing.T) {
+		testPoliciesConcurrent(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
 	})
 
 	t.Run("ServerTime", func(t *testing.T) {

@@ -13,15 +13,32 @@ import (
 // request is refused again without a round trip.
 //
 // Why a refusal stands: a request of weight n was refused at the server's
-// instant s because the window held more than limit-n. Until the oldest
-// event in the window leaves (s + RefillAfter), nothing leaves it, and
+// instant s because some policy's window held more than its limit minus n.
+// Until the oldest event in that window leaves, nothing leaves it, and
 // other clients can only add events: the window holds at least as much,
-// and a request of weight n is refused again, with every number of the
-// Decision what Redis would answer if no one else had written, counted
-// down by the time elapsed (RetryAfter does not depend on later events at
-// all: they leave after the blocking one). Past that instant the cache asks
-// Redis again. It never admits: only Redis admits, so the exactness of the
-// log across every client and replica is untouched.
+// and a request of weight n is refused again. RetryAfter does not depend on
+// later events at all (they leave after the blocking one).
+//
+// Under several policies every number of the Decision must stay what Redis
+// would answer if no one else had written, counted down by the time
+// elapsed, not only the refusal: so an entry holds until the first instant
+// any policy's window loses an event, the least RefillAfter among the
+// policies that hold events (every refusing policy holds some, so the
+// refusal stands at least that long). Past it a policy's Remaining and
+// RefillAfter would change in ways the cache cannot see, and it asks Redis
+// again. Holding until the last refusing policy's oldest event leaves
+// would keep refusing correctly, but with numbers that have gone stale for
+// the other policies. A key refused by its daily policy whose per-second
+// window still holds events is thus asked again within the second; the
+// refusal Redis then gives (the second's window now empty) is held until
+// the daily window's oldest event leaves.
+//
+// An entry belongs to the tier that decided it (compared by address, and
+// SetTier makes a new tier): a key that has moved to another tier, or
+// whose tier SetTier changed, is asked of Redis again.
+//
+// It never admits: only Redis admits, so the exactness of the log across
+// every client and replica is untouched.
 //
 // The clock: Redis decided at its own instant s (its TIME), which the
 // cache cannot read. It measures elapsed time on the local monotonic clock
@@ -35,7 +52,7 @@ import (
 // The one thing the cache cannot see is a forward step of the server's
 // clock (a failover to a replica whose clock is ahead, or a wall-clock
 // reset): Redis then admits up to the step earlier than the cache, for at
-// most the cached RefillAfter. With a clock set by tests (withClock) the
+// most the time an entry is held. With a clock set by tests (withClock) the
 // script and the cache read the same clock, and the countdown is exact.
 type denyCache struct {
 	mu      sync.Mutex
@@ -48,9 +65,11 @@ type denyCache struct {
 // denied is one remembered refusal.
 type denied struct {
 	key     string
+	tier    *tier            // the policies Redis decided under
 	n       int              // the weight refused
 	sent    int64            // the local instant the call was sent, in ns
 	d       keyrate.Decision // Redis's answer at that instant
+	hold    time.Duration    // how long after sent, in server time, d stands
 	expires int64            // the local instant the entry lapses, in ns
 	index   int              // in the heap
 }
@@ -69,51 +88,84 @@ func (c *denyCache) elapsed(ns int64) time.Duration {
 	return (time.Duration(ns) + time.Microsecond - 1).Truncate(time.Microsecond)
 }
 
-// lapse returns the local instant an entry for d sent at sent lapses: the
-// first at which elapsed reaches d.RefillAfter.
-func (c *denyCache) lapse(sent int64, d keyrate.Decision) int64 {
-	ns := int64(d.RefillAfter)
+// hold returns how long after the instant Redis decided d every number of
+// d stays Redis's answer, as long as no one else writes: until the oldest
+// event of some policy's window leaves it. 0 when no policy holds events.
+func hold(d *keyrate.Decision) time.Duration {
+	var h time.Duration
+	for _, p := range d.Policies() {
+		if p.RefillAfter > 0 && (h == 0 || p.RefillAfter < h) {
+			h = p.RefillAfter
+		}
+	}
+	return h
+}
+
+// lapse returns the local instant an entry held for h from sent lapses:
+// the first at which elapsed reaches h.
+func (c *denyCache) lapse(sent int64, h time.Duration) int64 {
+	ns := int64(h)
 	if c.stretch {
 		ns -= ns / 1001
 	}
 	return sent + ns
 }
 
-// refuse returns the Decision for a request of weight n for key at the
-// local instant now, and true, when a remembered refusal still stands;
-// else false, and the caller asks Redis.
-func (c *denyCache) refuse(key string, n int, now int64) (keyrate.Decision, bool) {
+// refuse returns the Decision for a request of weight n for key under tier
+// t at the local instant now, and true, when a remembered refusal still
+// stands; else false, and the caller asks Redis.
+func (c *denyCache) refuse(key string, t *tier, n int, now int64) (keyrate.Decision, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	e, ok := c.entries[key]
-	if !ok || e.n != n {
+	if !ok || e.n != n || e.tier != t {
+		c.mu.Unlock()
 		return keyrate.Decision{}, false
 	}
 	el := c.elapsed(now - e.sent)
-	if now < e.sent || el >= e.d.RefillAfter {
+	if now < e.sent || el >= e.hold {
 		c.remove(e)
+		c.mu.Unlock()
 		return keyrate.Decision{}, false
 	}
-	d := e.d
-	d.RetryAfter -= el
-	d.RefillAfter -= el
-	d.ResetAfter -= el
-	return d, true
+	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	k := copy(parts[:], e.d.Policies())
+	c.mu.Unlock()
+	// Every positive duration is at least the hold, which el has not
+	// reached: counted down, it stays positive, and the binding policy
+	// stays the one Redis named.
+	for i := range parts[:k] {
+		p := &parts[i]
+		p.RetryAfter = countDown(p.RetryAfter, el)
+		p.ResetAfter = countDown(p.ResetAfter, el)
+		p.RefillAfter = countDown(p.RefillAfter, el)
+	}
+	return keyrate.Combine(parts[:k]...), true
 }
 
-// store remembers Redis's refusal d of a request of weight n for key, sent
-// at the local instant sent. Only refusals of a request that can fit later
-// (RetryAfter > 0) are worth remembering. When the cache is full, the entry
-// that lapses soonest goes, which may be the new one.
-func (c *denyCache) store(key string, n int, sent int64, d keyrate.Decision) {
-	if d.Allowed || d.RetryAfter <= 0 || d.RefillAfter <= 0 {
+// countDown returns a duration of Redis's answer el later: 0 stays 0 (no
+// wait, no events).
+func countDown(v, el time.Duration) time.Duration {
+	if v > 0 {
+		return v - el
+	}
+	return v
+}
+
+// store remembers Redis's refusal d of a request of weight n for key
+// under tier t, sent at the local instant sent. Only refusals of a request
+// that can fit later (RetryAfter > 0) are worth remembering. When the
+// cache is full, the entry that lapses soonest goes, which may be the new
+// one.
+func (c *denyCache) store(key string, t *tier, n int, sent int64, d keyrate.Decision) {
+	h := hold(&d)
+	if d.Allowed || d.RetryAfter <= 0 || h <= 0 {
 		return
 	}
-	expires := c.lapse(sent, d)
+	expires := c.lapse(sent, h)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
-		e.n, e.sent, e.d, e.expires = n, sent, d, expires
+		e.tier, e.n, e.sent, e.d, e.hold, e.expires = t, n, sent, d, h, expires
 		heap.Fix(&c.order, e.index)
 		return
 	}
@@ -126,7 +178,7 @@ func (c *denyCache) store(key string, n int, sent int64, d keyrate.Decision) {
 		}
 		c.remove(c.order[0])
 	}
-	e := &denied{key: key, n: n, sent: sent, d: d, expires: expires}
+	e := &denied{key: key, tier: t, n: n, sent: sent, d: d, hold: h, expires: expires}
 	c.entries[key] = e
 	heap.Push(&c.order, e)
 }

@@ -183,3 +183,103 @@ func TestDenyCacheConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCachePolicies runs the cache under 3 per second and 5 per minute
+// with a manual clock, against a twin limiter without the cache that asks
+// Redis each time. A refusal by the minute is held only until the second's
+// one event leaves its window, the first change to any policy's numbers;
+// asked again then, Redis refuses with the second's window empty, and that
+// refusal is held until the minute's oldest event leaves, when Redis
+// admits. Every cached Decision is Redis's, every policy's part included.
+func TestDenyCachePolicies(t *testing.T) {
+	srv := redistest.Shared(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := keyrate.NewManualClock(start)
+	policies := []keyrate.Policy{{Name: "second", Limit: 3, Window: time.Second}, {Name: "minute", Limit: 5, Window: time.Minute}}
+	prefix := uniquePrefix()
+	limiter := func(opts ...redislimit.Option) (*redislimit.Limiter, *redistest.RoundTrips) {
+		client := srv.Client(t)
+		rt := new(redistest.RoundTrips)
+		client.AddHook(rt)
+		l, err := redislimit.NewPolicies(client, policies, append(opts, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustTake(t, l, "warm-up", 0)
+		return l, rt
+	}
+	l, rt := limiter(redislimit.WithDenyCache(100))
+	twin, _ := limiter()
+
+	const ms = time.Millisecond
+	for _, step := range []struct {
+		at      time.Duration
+		allowed bool
+		trips   int64
+	}{
+		{0, true, 1}, {10000 * ms, true, 1}, {20000 * ms, true, 1}, {30000 * ms, true, 1}, {40500 * ms, true, 1},
+		{40900 * ms, false, 1}, // the minute is full; the second's event leaves at 41.5s
+		{40900 * ms, false, 0},
+		{41499 * ms, false, 0},
+		{41500 * ms, false, 1}, // the second's window is empty now
+		{50000 * ms, false, 0},
+		{60*time.Second - time.Microsecond, false, 0},
+		{60 * time.Second, true, 1}, // the event of 0s has left the minute
+	} {
+		clock.Set(start.Add(step.at))
+		before := rt.Load()
+		d := mustTake(t, l, "hot", 1)
+		if got := rt.Load() - before; d.Allowed != step.allowed || got != step.trips {
+			t.Fatalf("at +%v: %+v after %d round trips; want allowed %v after %d", step.at, d, got, step.allowed, step.trips)
+		}
+		if !d.Allowed && step.trips == 0 {
+			if want := mustTake(t, twin, "hot", 1); d != want {
+				t.Fatalf("at +%v: cached %+v\nRedis says %+v", step.at, d, want)
+			}
+		}
+	}
+}
+
+// TestDenyCacheTiers: a refusal cached for a key is not used once the key
+// is under other policies, whether SetTier changed its tier or the key
+// moved to another tier.
+func TestDenyCacheTiers(t *testing.T) {
+	srv := redistest.Shared(t)
+	var mu sync.Mutex
+	plan := map[string]string{}
+	tierOf := func(key string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return plan[key]
+	}
+	client := srv.Client(t)
+	rt := new(redistest.RoundTrips)
+	client.AddHook(rt)
+	l, err := redislimit.New(client, 2, time.Hour, redislimit.WithPrefix(uniquePrefix()), redislimit.WithDenyCache(10),
+		redislimit.WithTiers(tierOf, map[string][]keyrate.Policy{"pro": {{Limit: 4, Window: time.Hour}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := func(key string, want int) {
+		t.Helper()
+		for i := range want {
+			if d := mustTake(t, l, key, 1); !d.Allowed {
+				t.Fatalf("%s, request %d: %+v", key, i, d)
+			}
+		}
+		mustTake(t, l, key, 1) // refused by Redis, and cached
+		before := rt.Load()
+		if d := mustTake(t, l, key, 1); d.Allowed || rt.Load() != before {
+			t.Fatalf("%s: %+v after %d round trips, want a cached refusal", key, d, rt.Load()-before)
+		}
+	}
+	fill("a", 2)
+	mu.Lock()
+	plan["a"] = "pro"
+	mu.Unlock()
+	fill("a", 2) // moved to pro: two more, from Redis
+	if err := l.SetTier("pro", []keyrate.Policy{{Limit: 5, Window: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	fill("a", 1) // pro raised: one more
+}

@@ -5,11 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// exampleRedis returns the address of the redis-server the tests started
+// (see TestMain), emptied first so that each example starts with no
+// events. Examples run after every test has finished.
+func exampleRedis() string {
+	addr := redistest.SharedAddr()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		log.Fatal(err)
+	}
+	return addr
+}
 
 // This example needs a Redis server, so it is compiled but not run; the
 // tests run the same calls against a real redis-server.
@@ -81,4 +97,76 @@ func ExampleWithDenyCache() {
 			fmt.Printf("429, t=%v\n", d.RefillAfter.Round(time.Second))
 		}
 	}
+}
+
+// A client may send 10 requests a minute and 1,000 a day: one script run
+// decides both, and the Decision names the policy that refused and lists
+// every policy's numbers (for RateLimit headers).
+func ExampleNewPolicies() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.NewPolicies(client, []keyrate.Policy{
+		{Name: "minute", Limit: 10, Window: time.Minute},
+		{Name: "day", Limit: 1000, Window: 24 * time.Hour},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	var d keyrate.Decision
+	for range 11 {
+		if d, err = limiter.TakeContext(ctx, "client-42", 1); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Printf("11th request: allowed %v, refused by %q, retry in about %v\n", d.Allowed, d.Policy, d.RetryAfter.Round(time.Minute))
+	for _, p := range d.Policies() {
+		fmt.Printf("%s: %d of %d left\n", p.Name, p.Remaining, p.Limit)
+	}
+	// Output:
+	// 11th request: allowed false, refused by "minute", retry in about 1m0s
+	// minute: 0 of 10 left
+	// day: 990 of 1000 left
+}
+
+// Keys whose API key starts with "pro-" get 10 requests a minute, others
+// 3; SetTier changes a plan at run time, and keys keep the events they
+// have.
+func ExampleWithTiers() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	plan := func(key string) string {
+		if strings.HasPrefix(key, "pro-") {
+			return "pro"
+		}
+		return "" // the default tier: New's 3 per minute
+	}
+	limiter, err := redislimit.New(client, 3, time.Minute, redislimit.WithTiers(plan, map[string][]keyrate.Policy{
+		"pro": {{Limit: 10, Window: time.Minute}},
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	admitted := func(key string) (n int) {
+		for range 20 {
+			if ok, err := limiter.Allow(context.Background(), key); err != nil {
+				log.Fatal(err)
+			} else if ok {
+				n++
+			}
+		}
+		return n
+	}
+	fmt.Println("free:", admitted("free-7"))
+	fmt.Println("pro:", admitted("pro-7"))
+	if err := limiter.SetTier("pro", []keyrate.Policy{{Limit: 15, Window: time.Minute}}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pro at 15 a minute:", admitted("pro-7"))
+	// Output:
+	// free: 3
+	// pro: 10
+	// pro at 15 a minute: 5
 }

@@ -2,18 +2,24 @@ package redislimit
 
 import "github.com/redis/go-redis/v9"
 
-// fixedWindowSource keeps, per key, a hash with two fields per policy i:
-// wi, the number of its current window, and ni, the count in it. Windows
-// are aligned to multiples of their length since the Unix epoch. A count
-// starts over when its window number changes; a clock that steps back
-// stays in the newest window seen. The key expires when the last of its
-// current windows ends (set when one of them starts). All of a window's
-// events leave together when it ends, so refillAfter equals resetAfter.
+// fixedWindowSource keeps, per key, a hash with two fields per window
+// length L (in microseconds): wL, the number of its current window, and nL,
+// the count in it. Windows are aligned to multiples of their length since
+// the Unix epoch. A count starts over when its window number changes; a
+// clock that steps back stays in the newest window seen. The key expires
+// when the last of its current windows ends (set when one of them starts).
+// All of a window's events leave together when it ends, so refillAfter
+// equals resetAfter.
+//
+// Fields are named by window length, not by the policy's position, so that
+// a key whose policies change (SetTier, tiers) never reads one window's
+// number as another's: two policies of one length count the same events,
+// and a length the key has not been under starts from 0.
 const fixedWindowSource = prologue + `
 local fields = {}
 for i = 1, P do
-  fields[2 * i - 1] = 'w' .. i
-  fields[2 * i] = 'n' .. i
+  fields[2 * i - 1] = 'w' .. num(windows[i])
+  fields[2 * i] = 'n' .. num(windows[i])
 end
 local cur = redis.call('HMGET', key, unpack(fields))
 local idx, count, left = {}, {}, {}
@@ -41,9 +47,9 @@ local out = {0, now}
 if allowed and n > 0 then
   local set = {}
   for i = 1, P do
-    set[#set + 1] = 'w' .. i
+    set[#set + 1] = fields[2 * i - 1]
     set[#set + 1] = num(idx[i])
-    set[#set + 1] = 'n' .. i
+    set[#set + 1] = fields[2 * i]
     set[#set + 1] = count[i] + n
   end
   redis.call('HSET', key, unpack(set))
@@ -62,7 +68,7 @@ for i = 1, P do
   local remaining, retry, reset = limits[i] - count[i], 0, 0
   if remaining < 0 then remaining = 0 end
   if count[i] > 0 then reset = left[i] end
-  if fits and n > 0 and count[i] + n > limits[i] then retry = left[i] end
+  if n > 0 and n <= limits[i] and count[i] + n > limits[i] then retry = left[i] end
   out[#out + 1] = remaining
   out[#out + 1] = retry
   out[#out + 1] = reset

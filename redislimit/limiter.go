@@ -18,6 +18,15 @@
 // until the oldest event in the window leaves, the IETF RateLimit header's
 // t; RetryAfter is when the refused request itself would fit.
 //
+// A key may be under several limits at once, such as 10 per second and
+// 1,000 per day (NewPolicies), and keys may have different limits by plan
+// (WithTiers, SetTier), with the semantics of the in-process
+// keyrate.NewPolicies and keyrate.WithTiers: a request is admitted only
+// when every policy has room, and then recorded against all of them, in
+// the same one script run, one round trip and one Redis key (so one Cluster
+// slot) as a single limit. Each Decision names the binding policy and
+// lists every policy's numbers (keyrate.Decision.Policies).
+//
 // WithDenyCache refuses a key that Redis has just refused locally, with no
 // round trip, for as long as Redis's refusal must stand; it never admits,
 // so the limit stays exact across replicas.
@@ -50,6 +59,8 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -65,13 +76,11 @@ var ErrInvalidKey = keyrate.ErrInvalidKey
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no goroutines or state of its own beyond its
-// configuration, and needs no Close: the client's lifetime is the caller's.
+// configuration (and the deny cache, when on), and needs no Close: the
+// client's lifetime is the caller's.
 type Limiter struct {
 	client  redis.UniversalClient
 	script  *redis.Script
-	limit   int
-	window  time.Duration
-	micros  int64 // the window in microseconds, the scripts' unit
 	prefix  string
 	suffix  string
 	timeout time.Duration
@@ -79,32 +88,49 @@ type Limiter struct {
 	direct  bool       // the client stops at ctx's deadline by itself
 	deny    *denyCache // nil without WithDenyCache
 	base    time.Time  // the origin of local instants, on the monotonic clock
+
+	tiers   atomic.Pointer[tierTable]
+	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
+	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
 }
 
 // New returns a Limiter that admits at most limit events per key in any
-// window, keeping its state in the Redis that client reaches. limit must be
-// from 1 to math.MaxInt32 and window at least 1ms in whole microseconds
-// (the scripts count in the microseconds of Redis TIME). Invalid arguments
-// or options give an error wrapping keyrate.ErrConfig. New does not contact
-// Redis: an outage shows up in TakeContext's errors, not here.
+// window, keeping its state in the Redis that client reaches: one policy,
+// with an empty name. limit must be from 1 to math.MaxInt32 and window at
+// least 1ms in whole microseconds (the scripts count in the microseconds of
+// Redis TIME). Invalid arguments or options give an error wrapping
+// keyrate.ErrConfig. New does not contact Redis: an outage shows up in
+// TakeContext's errors, not here.
 func New(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	def, err := newTier("", []keyrate.Policy{{Limit: limit, Window: window}})
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(client, def, opts)
+}
+
+// newLimiter is New and NewPolicies once the default tier is built.
+func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis client is nil", keyrate.ErrConfig)
 	}
-	cfg, err := newConfig(limit, window, opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	tab, err := newTierTable(def, cfg.tiers)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{
 		client:  client,
-		limit:   limit,
-		window:  window,
-		micros:  window.Microseconds(),
 		prefix:  cfg.prefix,
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
 		base:    time.Now(),
+		tierOf:  cfg.tierOf,
 	}
+	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
 		// With a clock set by tests, the script and the cache read the same
 		// clock: no rates to allow for.
@@ -128,12 +154,6 @@ func New(client redis.UniversalClient, limit int, window time.Duration, opts ...
 // its own: one budget, in one place.
 func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 
-// Limit returns the most events admitted per key in any window.
-func (l *Limiter) Limit() int { return l.limit }
-
-// Window returns the length of the window.
-func (l *Limiter) Window() time.Duration { return l.window }
-
 // Allow reports whether one event for key fits now, and records it if so.
 // See TakeContext for the errors.
 func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
@@ -143,10 +163,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 
 // TakeContext decides a request of weight n for key and records it if
 // admitted, atomically across every client of the same Redis: one script
-// run, one round trip (none for a refusal the deny cache answers). A
-// refused request records nothing. The rules for n are the core's: 0 is
-// always allowed and records nothing, a negative n or one above the limit
-// is refused with RetryAfter 0 (it can never fit).
+// run, one round trip (none for a refusal the deny cache answers), however
+// many policies the key is under. A refused request records nothing,
+// against any policy. The rules for n are the core's: 0 is always allowed
+// and records nothing, a negative n or one above a policy's limit is
+// refused with RetryAfter 0 (it can never fit).
 //
 // Keys of any length are limited; an error never quotes the key (it names
 // it by its hash tag, see the package doc). It returns an error wrapping
@@ -157,22 +178,21 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // cancellation does too, except with a client TakeContext calls directly
 // (see the package doc), which watches only deadlines: there a cancelled
 // call ends at the budget at the latest. With an error the Decision is not
-// an answer: only its Limit is set. A call that timed out may still have
-// been recorded, once Redis gets to it; that can only make later decisions
-// stricter.
+// an answer: only its Limit is set, to the first policy's of the key's
+// tier. A call that timed out may still have been recorded, once Redis
+// gets to it; that can only make later decisions stricter.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-	d := keyrate.Decision{Limit: l.limit}
 	if key == "" {
-		return d, fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
+		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
+	tr := l.tierFor(key)
 	if err := ctx.Err(); err != nil {
-		return d, err
+		return tr.failed(), err
 	}
 	id := clientkey.Bound(key)
 	sent := l.localNow()
 	if l.deny != nil {
-		if cached, ok := l.deny.refuse(id, n, sent); ok {
-			cached.Limit = l.limit
+		if cached, ok := l.deny.refuse(id, tr, n, sent); ok {
 			return cached, nil
 		}
 	}
@@ -182,11 +202,12 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 
 	t := tag(id)
 	keys := []string{l.storeKey(id, t)}
-	args := make([]any, 4)
-	args[0], args[1], args[2], args[3] = n, "", l.limit, l.micros
+	args := make([]any, 2+len(tr.args))
+	args[0], args[1] = n, ""
 	if l.clock != nil {
 		args[1] = sent / 1000 // the same instant the deny cache counts from
 	}
+	copy(args[2:], tr.args)
 
 	var r result
 	if l.direct {
@@ -208,31 +229,61 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	if r.err != nil {
 		if err := parent.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
+			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
 		if err := ctx.Err(); err != nil {
-			return d, fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
+			return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
 		}
-		return d, fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
+		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
 	}
-	// {allowed, now, then remaining, retryAfter, resetAfter, refillAfter
-	// for each policy}: one policy here.
-	if len(r.v) != 6 {
-		return d, fmt.Errorf("redislimit: take %s: script returned %d values, want 6", keyRef(t), len(r.v))
+	d, err := tr.decision(n, r.v)
+	if err != nil {
+		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}
-	d.Allowed = r.v[0] == 1
-	d.Remaining = int(r.v[2])
-	d.RetryAfter = time.Duration(r.v[3]) * time.Microsecond
-	d.ResetAfter = time.Duration(r.v[4]) * time.Microsecond
-	d.RefillAfter = time.Duration(r.v[5]) * time.Microsecond
 	if l.deny != nil {
 		if d.Allowed {
 			l.deny.forget(id)
 		} else {
-			l.deny.store(id, n, sent, d)
+			l.deny.store(id, tr, n, sent, d)
 		}
 	}
 	return d, nil
+}
+
+// decision makes the Decision for a request of weight n under t from the
+// script's reply v: {allowed, now, then per policy remaining, retryAfter,
+// resetAfter, refillAfter}, durations in microseconds. Each policy's part
+// says whether that policy alone had room, by the core's rules; Combine
+// picks the binding one. The script's own verdict must agree with the
+// parts': a reply that admitted what the parts refuse, or the reverse, is
+// an error, never an answer.
+func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
+	if want := 2 + 4*len(t.policies); len(v) != want {
+		return keyrate.Decision{}, fmt.Errorf("script returned %d values, want %d", len(v), want)
+	}
+	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	for i, p := range t.policies {
+		r := v[2+4*i : 6+4*i]
+		parts[i] = keyrate.PolicyDecision{
+			Policy:      p,
+			Allowed:     n == 0 || n > 0 && n <= p.Limit && r[1] == 0,
+			Remaining:   int(r[0]),
+			RetryAfter:  time.Duration(r[1]) * time.Microsecond,
+			ResetAfter:  time.Duration(r[2]) * time.Microsecond,
+			RefillAfter: time.Duration(r[3]) * time.Microsecond,
+		}
+	}
+	d := keyrate.Combine(parts[:len(t.policies)]...)
+	if d.Allowed != (v[0] == 1) {
+		return keyrate.Decision{}, fmt.Errorf("script answered allowed=%d, its policies' numbers say %v", v[0], d.Allowed)
+	}
+	return d, nil
+}
+
+// failed is the Decision returned with an error: not an answer, only the
+// limit of t's first policy set.
+func (t *tier) failed() keyrate.Decision {
+	return keyrate.Decision{Limit: t.policies[0].Limit}
 }
 
 // localNow returns the local instant in nanoseconds: on the monotonic

@@ -2,14 +2,13 @@ package redislimit
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
 )
 
-// Option configures a Limiter; pass options to New.
+// Option configures a Limiter; pass options to New or NewPolicies.
 type Option func(*config)
 
 type config struct {
@@ -19,6 +18,9 @@ type config struct {
 	clock     keyrate.Clock // nil: the Redis server's TIME (tests only set it)
 	denyKeys  int           // 0: no deny cache
 	denySet   bool          // WithDenyCache was given
+	tierSet   bool          // WithTiers was given
+	tierOf    func(key string) string
+	tiers     map[string][]keyrate.Policy
 }
 
 // Algorithm selects how a Limiter counts. Both run as one Lua script per
@@ -79,8 +81,9 @@ func WithAlgorithm(a Algorithm) Option {
 // WithPrefix sets the prefix of every Redis key the Limiter writes.
 // Default: DefaultPrefix ("keyrate:"). Limiters with the same prefix and
 // algorithm share budgets per key, which is what replicas of one service
-// want; give each route, tier or differently configured limiter its own
-// prefix (for example "keyrate:login:") so their budgets stay separate. The
+// want; give each route or differently configured limiter its own prefix
+// (for example "keyrate:login:") so their budgets stay separate. (The
+// tiers of one Limiter share a key's state on purpose, see WithTiers.) The
 // prefix must not contain '{' or '}', which would move the hash tag that
 // keeps each key in one Redis Cluster slot, and is at most 256 bytes.
 func WithPrefix(p string) Option {
@@ -108,14 +111,22 @@ func WithTimeout(d time.Duration) Option {
 // replica. It pays off against a client that keeps hammering a key past
 // its limit: each such request costs a map lookup instead of a round trip.
 //
-// It holds at most maxKeys keys (about 200 bytes each plus the key, which
-// is at most 128 bytes, see the package doc); when full, the entry that
-// would lapse soonest goes. Elapsed time is measured on the local
-// monotonic clock from when each call was sent, stretched by 0.1% for the
-// clocks' rates, so an entry lapses up to a round trip and 0.1% early,
-// never late; a forward step of the Redis server's clock is the one thing
-// it cannot see (Redis then admits up to the step earlier than the cache
-// does). Default: no cache; maxKeys must be positive.
+// Under several policies a refusal is held until the oldest event of any
+// policy's window leaves it (the least RefillAfter among the policies that
+// hold events), so that every policy's numbers in the local Decision stay
+// Redis's; past that instant Redis is asked again. A refusal is used only
+// for the policies it was made under: once SetTier changes the key's tier,
+// or the key moves to another tier, Redis is asked again.
+//
+// It holds at most maxKeys keys (about 500 bytes each, every policy's
+// numbers included, plus the key, which is at most 128 bytes, see the
+// package doc); when full, the entry that would lapse soonest goes.
+// Elapsed time is measured on the local monotonic clock from when each
+// call was sent, stretched by 0.1% for the clocks' rates, so an entry
+// lapses up to a round trip and 0.1% early, never late; a forward step of
+// the Redis server's clock is the one thing it cannot see (Redis then
+// admits up to the step earlier than the cache does). Default: no cache;
+// maxKeys must be positive.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) {
 		cfg.denyKeys = maxKeys
@@ -130,13 +141,9 @@ func withClock(c keyrate.Clock) Option {
 	return func(cfg *config) { cfg.clock = c }
 }
 
-func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
-	if limit < 1 || limit > math.MaxInt32 {
-		return config{}, fmt.Errorf("%w: limit is %d, want 1 to %d", keyrate.ErrConfig, limit, math.MaxInt32)
-	}
-	if window < time.Millisecond || window%time.Microsecond != 0 {
-		return config{}, fmt.Errorf("%w: window is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, window)
-	}
+// newConfig applies opts and validates them (the tiers are validated with
+// the tier table).
+func newConfig(opts []Option) (config, error) {
 	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout}
 	for _, o := range opts {
 		if o != nil {
@@ -154,6 +161,8 @@ func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: deny cache of %d keys, want > 0", keyrate.ErrConfig, cfg.denyKeys)
 	case cfg.timeout <= 0:
 		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
+	case cfg.tierSet && cfg.tierOf == nil:
+		return config{}, fmt.Errorf("%w: tier function is nil", keyrate.ErrConfig)
 	}
 	return cfg, nil
 }

@@ -40,6 +40,17 @@ func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window ti
 	return l
 }
 
+// single completes want, whose own fields are set, into the Decision of
+// one unnamed policy of limit per window: the same numbers are the
+// policy's part, and Combine of that part is the Decision.
+func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Decision {
+	return keyrate.Combine(keyrate.PolicyDecision{
+		Policy:  keyrate.Policy{Limit: limit, Window: window},
+		Allowed: want.Allowed, Remaining: want.Remaining,
+		RetryAfter: want.RetryAfter, ResetAfter: want.ResetAfter, RefillAfter: want.RefillAfter,
+	})
+}
+
 func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
 	t.Helper()
 	d, err := l.TakeContext(context.Background(), key, n)
@@ -255,7 +266,7 @@ func TestHugeWeightIsOneEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := l.StoreKey("big")
-	want := keyrate.Decision{Allowed: true, Limit: limit, ResetAfter: 10 * time.Second, RefillAfter: 10 * time.Second}
+	want := single(limit, 10*time.Second, keyrate.Decision{Allowed: true, ResetAfter: 10 * time.Second, RefillAfter: 10 * time.Second})
 	if d := mustTake(t, l, "big", limit); d != want {
 		t.Fatalf("Take(%d) on a fresh key = %+v, want %+v", limit, d, want)
 	}
@@ -263,7 +274,7 @@ func TestHugeWeightIsOneEvent(t *testing.T) {
 		t.Fatalf("ZCARD after one event of weight %d = %d, want 2", limit, n)
 	}
 	clock.Advance(3 * time.Second)
-	want = keyrate.Decision{Limit: limit, RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second, RefillAfter: 7 * time.Second}
+	want = single(limit, 10*time.Second, keyrate.Decision{RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second, RefillAfter: 7 * time.Second})
 	if d := mustTake(t, l, "big", 1); d != want {
 		t.Fatalf("Take(1) 3s later = %+v, want %+v", d, want)
 	}
@@ -349,13 +360,13 @@ func TestBadInput(t *testing.T) {
 		n    int
 		want keyrate.Decision
 	}{
-		{0, keyrate.Decision{Allowed: true, Limit: 3, Remaining: 3}},
-		{-1, keyrate.Decision{Limit: 3, Remaining: 3}},
-		{math.MinInt64, keyrate.Decision{Limit: 3, Remaining: 3}},
-		{4, keyrate.Decision{Limit: 3, Remaining: 3}},
-		{math.MaxInt64, keyrate.Decision{Limit: 3, Remaining: 3}},
+		{0, keyrate.Decision{Allowed: true, Remaining: 3}},
+		{-1, keyrate.Decision{Remaining: 3}},
+		{math.MinInt64, keyrate.Decision{Remaining: 3}},
+		{4, keyrate.Decision{Remaining: 3}},
+		{math.MaxInt64, keyrate.Decision{Remaining: 3}},
 	} {
-		if got := mustTake(t, l, "weights", c.n); got != c.want {
+		if got := mustTake(t, l, "weights", c.n); got != single(3, time.Hour, c.want) {
 			t.Errorf("Take(n=%d) on a fresh key = %+v, want %+v", c.n, got, c.want)
 		}
 	}
@@ -475,10 +486,10 @@ func TestFixedWindow(t *testing.T) {
 	}
 	for i, st := range steps {
 		clock.Set(start.Add(st.at))
-		st.want.Limit = 10
 		// A window's events all leave when it ends: the first quota comes
 		// back when the whole of it does.
 		st.want.RefillAfter = st.want.ResetAfter
+		st.want = single(10, 10*time.Second, st.want)
 		if got := mustTake(t, l, "fw", st.n); got != st.want {
 			t.Errorf("step %d: at +%v Take(%d)\n got %+v\nwant %+v", i, st.at, st.n, got, st.want)
 		}
@@ -542,7 +553,7 @@ func TestRefillAfterIsDraftT(t *testing.T) {
 		d = mustTake(t, l, "draft", 1)
 		clock.Advance(10 * time.Second)
 	}
-	want := keyrate.Decision{Allowed: true, Limit: 5, RefillAfter: 20 * time.Second, ResetAfter: time.Minute}
+	want := single(5, time.Minute, keyrate.Decision{Allowed: true, RefillAfter: 20 * time.Second, ResetAfter: time.Minute})
 	if d != want {
 		t.Fatalf("fifth request at +40s: %+v, want %+v", d, want)
 	}

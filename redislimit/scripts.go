@@ -14,11 +14,13 @@ package redislimit
 // retryAfter, resetAfter, refillAfter}, durations in microseconds and now
 // the instant the decision was taken at (the server's, clamped as below).
 // The rules are the in-process limiter's: n == 0 is allowed and records
-// nothing; n < 0, or n above any policy's limit, is refused with every
-// retryAfter 0 (it can never fit); a refusal records nothing; a request is
-// admitted only when it fits every policy, and then counts against all.
-// Each policy's retryAfter is 0 when it has room for n, else how long until
-// it has; a request fits once the longest of them has passed.
+// nothing; n < 0 is refused with every retryAfter 0 (it can never fit); n
+// above a policy's limit is refused, with that policy's retryAfter 0; a
+// refusal records nothing; a request is admitted only when it fits every
+// policy, and then counts against all. Each policy's retryAfter is 0 when
+// it has room for n (or can never fit it), else how long until it has; a
+// request that can fit does once the longest of them has passed. Which
+// policy binds is left to the caller (keyrate.Combine).
 //
 // redis.replicate_commands lets a script that read TIME write afterwards on
 // servers before 5.0, where scripts were replicated verbatim; from 5.0 on it

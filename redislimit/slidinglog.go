@@ -37,6 +37,14 @@ import "github.com/redis/go-redis/v9"
 // only when it would otherwise expire within a window: once per half
 // window for a busy key, instead of on every admission.
 //
+// A decision that admits nothing writes nothing, with one exception: when
+// the key would expire before its newest event leaves the longest window
+// of the policies deciding now. That happens only after the policies
+// changed (SetTier, or a key moving to a tier with a longer window) and
+// before any admission under the new ones; the decision then sets the
+// expiry an admission would have, and rewrites the newest entry to say so,
+// so that the events the new policies count outlive their windows.
+//
 // Scores are passed to ZADD as Lua numbers: Redis writes them out exactly
 // (they are integers below 2^53) and parses them back to the same doubles.
 // Range bounds are built as strings with num, since Lua's own conversion
@@ -132,6 +140,15 @@ if allowed and n > 0 then
   return out
 end
 if allowed then out[1] = 1 end
+if last and last > now - wmax and expires < last + wmax then
+  -- The key would expire before its newest event leaves the longest
+  -- window, as after a tier with a longer window replaced the one that
+  -- last admitted: keep it as an admission would.
+  local ttl = math.ceil(wmax * 1.5 / 1000) * 1000
+  redis.call('ZADD', key, top[2], string.match(top[1], '^(%x+:%x+:%x+:%x+:)') .. string.format('%x', now - last + ttl))
+  redis.call('ZREM', key, top[1])
+  redis.call('PEXPIRE', key, ttl / 1000)
+end
 for i = 1, P do
   local remaining, retry, reset, refill = limits[i] - held[i], 0, 0, 0
   if remaining < 0 then remaining = 0 end
@@ -139,7 +156,7 @@ for i = 1, P do
     reset = last + windows[i] - now
     refill = first[i] + windows[i] - now
   end
-  if fits and n > 0 and held[i] + n > limits[i] then
+  if n > 0 and n <= limits[i] and held[i] + n > limits[i] then
     -- The oldest event carries at least one unit: a need of one is met
     -- when it leaves; a larger one by the event the running total finds.
     local need = held[i] + n - limits[i]

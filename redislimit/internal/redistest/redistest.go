@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -235,10 +236,12 @@ var (
 )
 
 // Main is for a TestMain: it starts one server for the whole test binary,
-// runs the tests and benchmarks, stops the server and returns the exit code.
-// Tests reach the server with Shared. When redis-server is missing it runs
-// them anyway (each then skips), unless KEYRATE_INTEGRATION=1, when it
-// returns 1 at once.
+// runs the tests, examples and benchmarks, stops the server and returns the
+// exit code. Tests reach the server with Shared, examples with SharedAddr.
+// When redis-server is missing it runs the tests anyway (each then skips)
+// and skips the examples (every runnable example of a package that uses
+// Main needs the server; a -skip given on the command line is kept as it
+// is), unless KEYRATE_INTEGRATION=1, when it returns 1 at once.
 func Main(m *testing.M) int {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv(IntegrationEnv) == "1" {
@@ -246,6 +249,13 @@ func Main(m *testing.M) int {
 			return 1
 		}
 		sharedErr = errors.New(InstallHint)
+		if !flag.Parsed() {
+			flag.Parse()
+		}
+		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
+			fmt.Fprintf(os.Stderr, "%s: skipping the examples\n", InstallHint)
+			f.Value.Set("^Example")
+		}
 		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
@@ -274,6 +284,16 @@ func Shared(tb testing.TB) *Server {
 		Missing(tb, err)
 	}
 	return shared
+}
+
+// SharedAddr returns the address of the server Main started, for
+// examples, which have no testing.TB to skip: Main skips them when there is
+// no server.
+func SharedAddr() string {
+	if shared == nil {
+		return ""
+	}
+	return shared.Addr()
 }
 
 // Client returns a go-redis client for s, closed when tb ends. It turns

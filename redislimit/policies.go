@@ -1,0 +1,99 @@
+package redislimit
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/redis/go-redis/v9"
+)
+
+// NewPolicies returns a Limiter that admits an event for a key only when
+// every policy admits it, and then records it against all of them,
+// atomically across every client of the same Redis: a request refused by
+// one policy counts against none. Decisions describe the binding policy and
+// list every policy's numbers (see keyrate.Decision), exactly as the
+// in-process keyrate.NewPolicies does.
+//
+// One Lua script run decides all of a key's policies, in one round trip,
+// on one Redis key (so one Cluster slot): a sliding log keeps the events of
+// the longest window, which serve every shorter one, so a key costs the
+// memory of its longest window's events, not the sum.
+//
+// It takes 1 to keyrate.MaxPolicies policies; each needs a Limit of 1 to
+// math.MaxInt32 and a Window of at least 1ms in whole microseconds (the
+// scripts count in the microseconds of Redis TIME), and, when there are
+// several, a Name of its own. Otherwise, or for an invalid option, it
+// returns an error wrapping keyrate.ErrConfig that names the field.
+// NewPolicies does not contact Redis.
+func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts ...Option) (*Limiter, error) {
+	def, err := newTier("policies", policies)
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(client, def, opts)
+}
+
+// tier is the set of policies that decide a key together: the Limiter's
+// own (the default tier) or one of WithTiers'. It is immutable once built,
+// so that decisions read it without a lock while SetTier publishes another,
+// and a deny cache entry made under it is recognised by its address.
+type tier struct {
+	policies []keyrate.Policy
+	// args are the scripts' ARGV after the weight and the instant: limit
+	// and window (in microseconds) of each policy, boxed once.
+	args []any
+}
+
+// newTier validates policies and builds their tier. field names where they
+// came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
+// New's one policy, whose errors name its arguments (limit, window) alone.
+func newTier(field string, policies []keyrate.Policy) (*tier, error) {
+	switch {
+	case len(policies) == 0:
+		return nil, fmt.Errorf("%w: %s is empty, want 1 to %d policies", keyrate.ErrConfig, field, keyrate.MaxPolicies)
+	case len(policies) > keyrate.MaxPolicies:
+		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (keyrate.MaxPolicies)", keyrate.ErrConfig, field, len(policies), keyrate.MaxPolicies)
+	}
+	t := &tier{policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies))}
+	copy(t.policies, policies)
+	for i, p := range t.policies {
+		limit, window, name := "limit", "window", ""
+		if field != "" {
+			at := fmt.Sprintf("%s[%d].", field, i)
+			limit, window, name = at+"Limit", at+"Window", at+"Name"
+		}
+		switch {
+		case p.Limit < 1 || p.Limit > math.MaxInt32:
+			return nil, fmt.Errorf("%w: %s is %d, want 1 to %d", keyrate.ErrConfig, limit, p.Limit, math.MaxInt32)
+		case p.Window < time.Millisecond || p.Window%time.Microsecond != 0:
+			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, window, p.Window)
+		case p.Name == "" && len(policies) > 1:
+			return nil, fmt.Errorf("%w: %s is empty, want a name for each of several policies", keyrate.ErrConfig, name)
+		}
+		for j, q := range t.policies[:i] {
+			if q.Name == p.Name {
+				return nil, fmt.Errorf("%w: %s %q repeats %s[%d].Name", keyrate.ErrConfig, name, p.Name, field, j)
+			}
+		}
+		t.args = append(t.args, p.Limit, p.Window.Microseconds())
+	}
+	return t, nil
+}
+
+// Policies returns a copy of the default tier's policies, in the order they
+// were given: for New, one policy with an empty name. Middleware reads it to
+// advertise them when it has no Decision at hand. A key in another tier
+// (WithTiers) is under that tier's policies, which its Decisions list.
+func (l *Limiter) Policies() []keyrate.Policy {
+	return append([]keyrate.Policy(nil), l.tiers.Load().def.policies...)
+}
+
+// Limit returns the limit of the default tier's first policy: New's limit.
+// A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
+
+// Window returns the window of the default tier's first policy: New's
+// window. A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }

@@ -1,0 +1,134 @@
+package redislimit
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/keyrate/keyrate"
+)
+
+// WithTiers gives keys different policies, such as one set for a free plan
+// and another for a paid one: tier(key) names the key's tier and tiers maps
+// each name to its policies. A key whose tier is not in the map, or whose
+// tier is "", gets the default tier: the policies given to NewPolicies (or
+// New). SetTier changes or adds tiers later. The semantics are the
+// in-process keyrate.WithTiers'.
+//
+// tier is called on every decision with the key as given to TakeContext,
+// before the deny cache and Redis are consulted, so a key that changes plan
+// is decided under its new policies from its next request on. It must be
+// safe for concurrent use, and cheap: a map lookup or a prefix test, not a
+// database query. If it panics, the panic is recovered and the key gets the
+// default tier: a failing tier function never crashes the limiter and never
+// leaves a key unlimited.
+//
+// Every tier of a key shares its one Redis key, so a key that changes tier
+// keeps its events. In the sliding log they count against the new policies
+// at once, except those older than the longest window of the tier that
+// last admitted an event for the key, which that admission dropped (or
+// which expired with the key). A refusal under a tier with a longer
+// window keeps the key in Redis for that window. The fixed window keeps a
+// count per window length: a policy whose window length the key has not
+// been under lately starts from 0.
+//
+// Each tier has 1 to keyrate.MaxPolicies policies, validated as
+// NewPolicies'. A nil tier function, an invalid policy or a tier named ""
+// (the default tier is NewPolicies') make the constructor return an error
+// wrapping keyrate.ErrConfig. Default: no tiers, every key under the
+// default tier.
+func WithTiers(tier func(key string) string, tiers map[string][]keyrate.Policy) Option {
+	return func(cfg *config) {
+		cfg.tierSet = true
+		cfg.tierOf = tier
+		cfg.tiers = maps.Clone(tiers)
+	}
+}
+
+// tierTable is every tier of a Limiter, immutable once published: SetTier
+// builds a new table and swaps it in, so a decision reads tiers with one
+// atomic load and no lock.
+type tierTable struct {
+	def   *tier            // the default tier
+	named map[string]*tier // by name, the default as ""
+}
+
+// newTierTable builds the table of the default tier def and the tiers
+// WithTiers gave, validating each.
+func newTierTable(def *tier, tiers map[string][]keyrate.Policy) (*tierTable, error) {
+	tab := &tierTable{def: def, named: map[string]*tier{"": def}}
+	for _, name := range slices.Sorted(maps.Keys(tiers)) { // the first error in a fixed order
+		field := fmt.Sprintf("tiers[%q]", name)
+		if name == "" {
+			return nil, fmt.Errorf("%w: %s: the default tier is the limiter's own policies", keyrate.ErrConfig, field)
+		}
+		t, err := newTier(field, tiers[name])
+		if err != nil {
+			return nil, err
+		}
+		tab.named[name] = t
+	}
+	return tab, nil
+}
+
+// SetTier replaces the policies of the tier called name, or adds the tier;
+// name "" is the default tier. It is safe to call while the limiter is in
+// use: each decision sees either the old policies or the new ones, whole.
+//
+// Keys keep their recorded events in Redis, and the new policies count them
+// from each key's next decision on (see WithTiers for the events that have
+// already gone). Refusals the deny cache holds under the old policies are
+// no longer used: the next call for such a key asks Redis.
+//
+// SetTier changes this Limiter alone: replicas sharing the Redis each hold
+// their own tiers, and each must be told.
+//
+// It returns an error wrapping keyrate.ErrConfig, and changes nothing, for
+// policies NewPolicies would refuse, or a name other than "" on a limiter
+// made without WithTiers (no key could ever be in that tier).
+func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
+	if name != "" && l.tierOf == nil {
+		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", keyrate.ErrConfig, name)
+	}
+	field := "policies"
+	if name != "" {
+		field = fmt.Sprintf("tiers[%q]", name)
+	}
+	t, err := newTier(field, policies)
+	if err != nil {
+		return err
+	}
+	l.setTier.Lock()
+	defer l.setTier.Unlock()
+	old := l.tiers.Load()
+	next := &tierTable{def: old.def, named: maps.Clone(old.named)}
+	next.named[name] = t
+	if name == "" {
+		next.def = t
+	}
+	l.tiers.Store(next)
+	return nil
+}
+
+// tierFor returns the tier that decides key now.
+func (l *Limiter) tierFor(key string) *tier {
+	tab := l.tiers.Load()
+	if l.tierOf == nil {
+		return tab.def
+	}
+	if t, ok := tab.named[l.tierName(key)]; ok {
+		return t
+	}
+	return tab.def
+}
+
+// tierName returns the tier function's answer for key, or "", the default
+// tier, when it panics.
+func (l *Limiter) tierName(key string) (name string) {
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	return l.tierOf(key)
+}
