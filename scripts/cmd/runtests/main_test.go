@@ -115,7 +115,7 @@ func TestScheduleWaits(t *testing.T) {
 				t.Errorf("output of %s not whole:\n%s", m.Dir, stdout.String())
 			}
 		}
-		if !strings.Contains(stdout.String(), "== module e2e (without -race: it only drives Chromium") {
+		if !strings.Contains(stdout.String(), "== module e2e (without -race: "+noRace["e2e"]) {
 			t.Errorf("output does not say why e2e runs without -race:\n%s", stdout.String())
 		}
 	})
