@@ -7,9 +7,10 @@ import (
 )
 
 // eventLog is one key's sliding log: the instants of its admitted events,
-// oldest first, in a ring buffer that grows by doubling up to the limit and
-// shrinks back when it empties out. Instants are nanosecond offsets from the
-// limiter's base, so they come from the monotonic clock and fit in an int64.
+// oldest first, in a ring buffer that grows by doubling up to the limit (of
+// the longest window, under several policies) and shrinks back when it
+// empties out. Instants are nanosecond offsets from the limiter's base, so
+// they come from the monotonic clock and fit in an int64.
 //
 // Under several policies the log keeps the events of the longest window,
 // which serve every shorter one: the events in a policy's window are the
@@ -200,13 +201,13 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 }
 
 // decideAll is decide under every policy of t: it works out each policy's
-// part in place in *d, which must be zero, admits the request when every part has
-// room, recording it when record is set, and lets Combine's binding rule
-// pick the policy the Decision describes. Called with mu held.
+// part in place in *d, which must be zero, admits the request when every
+// part has room, recording it when record is set, and lets Combine's
+// binding rule pick the policy the Decision describes. Called with mu held.
 //
 // Whether a policy has room is decide's comparison, made on the newest
 // events; its numbers need where its window starts in the log, a binary
-// search: O(log n) per policy.
+// search, O(log n), for each policy whose window is not the longest.
 func (g *eventLog) decideAll(d *Decision, now int64, n int, t *tier, record bool) {
 	now = g.settle(now, t.longest)
 	d.nparts = len(t.policies)
@@ -215,7 +216,10 @@ func (g *eventLog) decideAll(d *Decision, now int64, n int, t *tier, record bool
 		p := &t.policies[i]
 		part := &d.parts[i]
 		part.Policy = *p
-		first := g.firstAfter(now - int64(p.Window))
+		first := uint32(0) // settling left the longest window's events alone
+		if int64(p.Window) < t.longest {
+			first = g.firstAfter(now - int64(p.Window))
+		}
 		held := int(g.n - first)
 		part.Remaining = max(p.Limit-held, 0)
 		switch {
