@@ -110,17 +110,27 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	if err != nil {
 		return err
 	}
-	l.tiers.Store(next)
+	l.publish(next)
 	return nil
 }
 
-// tierFor returns the tier that decides key now. It is small enough to
-// inline, so that a limiter without tiers pays two loads for it.
-func (l *Limiter) tierFor(key string) *tier {
-	if l.tierOf != nil {
-		return l.namedTier(key)
+// publish makes tab the limiter's tiers.
+func (l *Limiter) publish(tab *tierTable) {
+	l.tiers.Store(tab)
+	if l.tierOf == nil {
+		l.only.Store(tab.def)
 	}
-	return l.tiers.Load().def
+}
+
+// tierFor returns the tier that decides key now. A limiter without tiers
+// pays one load for it; Allow and Take spell it out, as the compiler would
+// not inline it.
+func (l *Limiter) tierFor(key string) *tier {
+	t := l.only.Load()
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	return t
 }
 
 // namedTier returns the tier the tier function names for key, or the

@@ -47,6 +47,7 @@ var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 type Limiter struct {
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
+	only    atomic.Pointer[tier]    // without WithTiers, the default tier: one load per decision
 	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
 	keys    *keyMap
 
@@ -113,7 +114,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		keys:   newKeyMap(cfg.maxKeys),
 		done:   make(chan struct{}),
 	}
-	l.tiers.Store(tab)
+	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
 	l.base = cfg.clock.Now()
 	if cfg.coarse > 0 {
@@ -148,7 +149,10 @@ func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 // It answers as Take(key, n).Allowed does, without working out the rest of
 // the Decision.
 func (l *Limiter) AllowN(key string, n int) bool {
-	t := l.tierFor(key)
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(key)
+	}
 	if n < 1 || n > t.minLimit {
 		return n == 0
 	}
@@ -185,7 +189,10 @@ func (l *Limiter) Take(key string, n int) (d Decision) {
 // decided at. A Decision holds every policy's part, so it is filled in
 // place rather than copied up the calls.
 func (l *Limiter) take(d *Decision, key string, n int) int64 {
-	t := l.tierFor(key)
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(key)
+	}
 	admissible := n >= 1 && n <= t.minLimit
 	now := l.now()
 	g := l.lock(key, admissible)
