@@ -465,3 +465,22 @@ func TestWaitWithPolicies(t *testing.T) {
 		require.ErrorIs(t, l.WaitN(context.Background(), "k", 2), ErrExceedsLimit, "2 never fits the second")
 	})
 }
+
+// TestErrorsCarryNoKey: keys are often credentials, so no error names one.
+func TestErrorsCarryNoKey(t *testing.T) {
+	const key = "sk-live-0123456789"
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewPolicies([]Policy{{"second", 1, time.Second}, {"hour", 2, time.Hour}})
+		require.NoError(t, err)
+		defer l.Close()
+		require.True(t, l.Allow(key))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		err = l.Wait(ctx, key)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotContains(t, err.Error(), key)
+		err = l.WaitN(context.Background(), key, 2)
+		require.ErrorIs(t, err, ErrExceedsLimit)
+		assert.NotContains(t, err.Error(), key)
+	})
+}
