@@ -15,7 +15,8 @@ import (
 // *Limiter satisfies it in memory, and the Redis backend
 // (github.com/keyrate/keyrate/redislimit) across processes. Middleware
 // (httplimit and others) depends on Backend alone, plus the optional
-// interfaces Quota, NonBlocking and Bounded, which it discovers with a type assertion.
+// interfaces Quota, PolicyLister, NonBlocking and Bounded, which it discovers
+// with a type assertion.
 //
 // TakeContext returns an error only when no decision could be had: ctx was
 // done, the store was unavailable or closed, or the request could not be
@@ -33,10 +34,20 @@ var ErrInvalidKey = errors.New("keyrate: invalid key")
 
 // Quota is implemented by backends that know their limit and window, as
 // *Limiter and the Redis backend do. Middleware reads it once to advertise
-// the policy (the IETF RateLimit-Policy field).
+// the policy (the IETF RateLimit-Policy field). Under several policies it
+// describes the first; PolicyLister lists them all.
 type Quota interface {
 	Limit() int
 	Window() time.Duration
+}
+
+// PolicyLister is implemented by backends that know their policies, as
+// *Limiter does. Policies returns a copy of the default tier's, in the
+// order they were given, so that middleware can advertise every one of them
+// before it has a Decision (a Decision lists the policies of its key's own
+// tier).
+type PolicyLister interface {
+	Policies() []Policy
 }
 
 // NonBlocking is implemented by backends whose TakeContext decides in memory
@@ -61,7 +72,8 @@ type Bounded interface {
 func (l *Limiter) NonBlocking() bool { return true }
 
 var (
-	_ Backend     = (*Limiter)(nil)
-	_ Quota       = (*Limiter)(nil)
-	_ NonBlocking = (*Limiter)(nil)
+	_ Backend      = (*Limiter)(nil)
+	_ Quota        = (*Limiter)(nil)
+	_ PolicyLister = (*Limiter)(nil)
+	_ NonBlocking  = (*Limiter)(nil)
 )

@@ -20,3 +20,16 @@ func TestBackendSuite(t *testing.T) {
 		return l
 	})
 }
+
+// TestBackendSuitePolicies runs the suite's multi-policy scenarios against
+// the in-process Limiter.
+func TestBackendSuitePolicies(t *testing.T) {
+	backendtest.RunPolicies(t, func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := keyrate.NewPolicies(policies, keyrate.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	})
+}

@@ -33,7 +33,12 @@ func denyLimiter(b *testing.B, keys []string) *Limiter {
 // primedLimiter returns a limiter without a janitor that has seen one event
 // for each key, closed when the benchmark ends.
 func primedLimiter(b *testing.B, limit int, window time.Duration, keys []string) *Limiter {
-	l, err := New(limit, window, WithJanitorInterval(0))
+	return primedPolicies(b, []Policy{{Limit: limit, Window: window}}, keys)
+}
+
+// primedPolicies is primedLimiter for a limiter of several policies.
+func primedPolicies(b *testing.B, policies []Policy, keys []string) *Limiter {
+	l, err := NewPolicies(policies, WithJanitorInterval(0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -183,4 +188,38 @@ func BenchmarkTake(b *testing.B) {
 	}
 	b.Run("admit", func(b *testing.B) { run(b, admitLimiter(b, keys), true) })
 	b.Run("deny", func(b *testing.B) { run(b, denyLimiter(b, keys), false) })
+}
+
+// BenchmarkAllowPolicies is BenchmarkAllow's hot-key paths under two
+// policies, the cost of a second limit on one key. Admit: 1ms and 2ms
+// windows with limits no key reaches, so every call is admitted and prunes
+// at the longer window. Deny: 100 per minute, which has room, and 1 per
+// hour, spent before the timer starts: the second policy refuses, so both
+// are checked.
+func BenchmarkAllowPolicies(b *testing.B) {
+	keys := makeKeys(1)
+	admit := []Policy{{"short", 1 << 24, time.Millisecond}, {"long", 1 << 24, 2 * time.Millisecond}}
+	deny := []Policy{{"minute", 100, time.Minute}, {"hour", 1, time.Hour}}
+	b.Run("admit", func(b *testing.B) { serialAllow(b, primedPolicies(b, admit, keys), keys, true) })
+	b.Run("deny", func(b *testing.B) { serialAllow(b, primedPolicies(b, deny, keys), keys, false) })
+}
+
+// BenchmarkTakePolicies is BenchmarkAllowPolicies through Take: each
+// policy's numbers too, which cost a binary search per policy.
+func BenchmarkTakePolicies(b *testing.B) {
+	keys := makeKeys(1)
+	admit := []Policy{{"short", 1 << 24, time.Millisecond}, {"long", 1 << 24, 2 * time.Millisecond}}
+	deny := []Policy{{"minute", 100, time.Minute}, {"hour", 1, time.Hour}}
+	run := func(b *testing.B, l *Limiter, wantAdmit bool) {
+		var admitted int64
+		b.ResetTimer()
+		for range b.N {
+			if d := l.Take(keys[0], 1); d.Allowed {
+				admitted++
+			}
+		}
+		reportAdmits(b, admitted, wantAdmit)
+	}
+	b.Run("admit", func(b *testing.B) { run(b, primedPolicies(b, admit, keys), true) })
+	b.Run("deny", func(b *testing.B) { run(b, primedPolicies(b, deny, keys), false) })
 }

@@ -45,7 +45,7 @@ func (l *Limiter) now() int64 {
 // within resolution of the system clock until Close.
 func (l *Limiter) startCoarseClock(resolution time.Duration) {
 	l.coarseNow.Store(int64(time.Since(l.base)))
-	l.coarse = true
+	l.coarse, l.coarseResolution = true, resolution
 	l.background.Go(func() {
 		every(resolution, l.done, func() { l.coarseNow.Store(int64(time.Since(l.base))) })
 	})

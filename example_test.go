@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -114,4 +115,85 @@ func ExampleWithMaxKeys() {
 	// 192.0.2.2 allowed: true overflow: false
 	// 192.0.2.3 allowed: false overflow: true
 	// tracked: 2
+}
+
+// Two policies on every key, 10 per second and 1,000 per day: a request is
+// admitted only when both have room, and the Decision names the policy
+// that decided. Policies lists each one's numbers, for headers.
+func ExampleNewPolicies() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := keyrate.NewPolicies([]keyrate.Policy{
+		{Name: "second", Limit: 10, Window: time.Second},
+		{Name: "day", Limit: 1000, Window: 24 * time.Hour},
+	}, keyrate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	d := limiter.Take("alice", 10) // a burst of 10
+	fmt.Println("allowed:", d.Allowed, "binding:", d.Policy)
+	d = limiter.Take("alice", 1)
+	fmt.Println("allowed:", d.Allowed, "binding:", d.Policy, "retry after:", d.RetryAfter)
+	for _, p := range d.Policies() {
+		fmt.Printf("  %s: %d of %d left, room: %v\n", p.Name, p.Remaining, p.Limit, p.Allowed)
+	}
+	// Spend the rest of the day's quota, one full second at a time.
+	for range 99 {
+		clock.Advance(time.Second)
+		limiter.Take("alice", 10)
+	}
+	clock.Advance(time.Second)
+	d = limiter.Take("alice", 1)
+	fmt.Println("allowed:", d.Allowed, "binding:", d.Policy, "retry after:", d.RetryAfter)
+	// Output:
+	// allowed: true binding: second
+	// allowed: false binding: second retry after: 1s
+	//   second: 0 of 10 left, room: false
+	//   day: 990 of 1000 left, room: true
+	// allowed: false binding: day retry after: 23h58m20s
+}
+
+// Tiers give keys different policies by plan. The tier function runs on
+// every decision, so a key's new plan applies from its next request, and
+// SetTier changes a tier's policies at run time.
+func ExampleWithTiers() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	plan := func(apiKey string) string {
+		if strings.HasPrefix(apiKey, "pro-") {
+			return "pro"
+		}
+		return "" // the default tier: NewPolicies' policies
+	}
+	limiter, err := keyrate.NewPolicies(
+		[]keyrate.Policy{{Name: "minute", Limit: 3, Window: time.Minute}},
+		keyrate.WithClock(clock),
+		keyrate.WithTiers(plan, map[string][]keyrate.Policy{
+			"pro": {{Name: "minute", Limit: 10, Window: time.Minute}},
+		}),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	admitted := func(key string) (n int) {
+		for range 20 {
+			if limiter.Allow(key) {
+				n++
+			}
+		}
+		return n
+	}
+	fmt.Println("free-1 admitted:", admitted("free-1"))
+	fmt.Println("pro-1 admitted:", admitted("pro-1"))
+	// The pro plan grows to 15 a minute; pro-1's 10 events still count.
+	if err := limiter.SetTier("pro", []keyrate.Policy{{Name: "minute", Limit: 15, Window: time.Minute}}); err != nil {
+		panic(err)
+	}
+	fmt.Println("pro-1 admitted after SetTier:", admitted("pro-1"))
+	// Output:
+	// free-1 admitted: 3
+	// pro-1 admitted: 10
+	// pro-1 admitted after SetTier: 5
 }

@@ -3,11 +3,12 @@ package keyrate
 import (
 	"errors"
 	"fmt"
-	"math"
+	"maps"
+	"slices"
 	"time"
 )
 
-// Option configures a Limiter; pass options to New.
+// Option configures a Limiter; pass options to New or NewPolicies.
 type Option func(*config)
 
 type config struct {
@@ -16,6 +17,9 @@ type config struct {
 	janitorInterval time.Duration
 	janitorSet      bool
 	maxKeys         int
+	tierSet         bool // WithTiers was given
+	tierOf          func(key string) string
+	tiers           map[string][]Policy
 }
 
 // WithClock sets the clock the limiter reads. Default: the system clock,
@@ -40,7 +44,8 @@ func WithClock(c Clock) Option {
 // wakes once per resolution until Close.
 //
 // Default: off, every call reads the clock. resolution must be positive and
-// shorter than the window, and the option cannot be combined with WithClock.
+// shorter than every window (SetTier refuses a window it does not divide
+// finely), and the option cannot be combined with WithClock.
 func WithCoarseClock(resolution time.Duration) Option {
 	return func(cfg *config) { cfg.coarse = resolution }
 }
@@ -49,7 +54,8 @@ func WithCoarseClock(resolution time.Duration) Option {
 // for idle keys (keys with no event left in the window) and evicts them, and
 // shrinks the rings of keys that have gone quiet.
 //
-// Default: the window, kept within [1s, 1m]. A shorter interval returns
+// Default: the longest window of the limiter's policies (the default
+// tier's), kept within [1s, 1m]. A shorter interval returns
 // memory sooner and costs a walk over every tracked key per sweep; a longer
 // one holds idle keys for up to one interval past their last event's window.
 // Zero disables the janitor: memory then grows with every distinct key ever
@@ -74,17 +80,14 @@ func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
 }
 
-// ErrConfig is wrapped by every error New returns for an invalid argument or
-// option, so callers can test for it with errors.Is.
+// ErrConfig is wrapped by every error New, NewPolicies and SetTier return
+// for an invalid argument or option, so callers can test for it with
+// errors.Is. The error names the field at fault.
 var ErrConfig = errors.New("keyrate: invalid configuration")
 
-func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
-	if limit < 1 || limit > math.MaxInt32 {
-		return config{}, fmt.Errorf("%w: limit is %d, want 1 to %d", ErrConfig, limit, math.MaxInt32)
-	}
-	if window <= 0 {
-		return config{}, fmt.Errorf("%w: window is %v, want > 0", ErrConfig, window)
-	}
+// newConfig applies opts for a limiter whose default tier is def, validates
+// them and builds the tier table.
+func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 	cfg := config{clock: systemClock{}}
 	for _, o := range opts {
 		if o != nil {
@@ -93,18 +96,48 @@ func newConfig(limit int, window time.Duration, opts []Option) (config, error) {
 	}
 	switch {
 	case cfg.clock == nil:
-		return config{}, fmt.Errorf("%w: clock is nil", ErrConfig)
-	case cfg.coarse < 0 || cfg.coarse >= window && cfg.coarse != 0:
-		return config{}, fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, cfg.coarse, window)
+		return config{}, nil, fmt.Errorf("%w: clock is nil", ErrConfig)
 	case cfg.coarse > 0 && cfg.clock != (systemClock{}):
-		return config{}, fmt.Errorf("%w: coarse clock cannot be combined with WithClock", ErrConfig)
+		return config{}, nil, fmt.Errorf("%w: coarse clock cannot be combined with WithClock", ErrConfig)
+	case cfg.coarse < 0:
+		return config{}, nil, fmt.Errorf("%w: coarse clock resolution is %v, want > 0", ErrConfig, cfg.coarse)
 	case cfg.janitorInterval < 0:
-		return config{}, fmt.Errorf("%w: janitor interval is %v, want >= 0", ErrConfig, cfg.janitorInterval)
+		return config{}, nil, fmt.Errorf("%w: janitor interval is %v, want >= 0", ErrConfig, cfg.janitorInterval)
 	case cfg.maxKeys < 0:
-		return config{}, fmt.Errorf("%w: max keys is %d, want >= 0", ErrConfig, cfg.maxKeys)
+		return config{}, nil, fmt.Errorf("%w: max keys is %d, want >= 0", ErrConfig, cfg.maxKeys)
+	case cfg.tierSet && cfg.tierOf == nil:
+		return config{}, nil, fmt.Errorf("%w: tier function is nil", ErrConfig)
+	}
+	tab := newTierTable(def)
+	for _, name := range slices.Sorted(maps.Keys(cfg.tiers)) { // ids, and the first error, in a fixed order
+		field := fmt.Sprintf("tiers[%q]", name)
+		if name == "" {
+			return config{}, nil, fmt.Errorf("%w: %s: the default tier is the limiter's own policies", ErrConfig, field)
+		}
+		t, err := newTier(field, cfg.tiers[name])
+		if err != nil {
+			return config{}, nil, err
+		}
+		if tab, err = tab.with(name, t); err != nil {
+			return config{}, nil, err
+		}
+	}
+	for _, t := range tab.byID {
+		if err := checkCoarse(cfg.coarse, t); err != nil {
+			return config{}, nil, err
+		}
 	}
 	if !cfg.janitorSet {
-		cfg.janitorInterval = min(max(window, time.Second), time.Minute)
+		cfg.janitorInterval = min(max(time.Duration(def.longest), time.Second), time.Minute)
 	}
-	return cfg, nil
+	return cfg, tab, nil
+}
+
+// checkCoarse refuses a tier with a window no longer than WithCoarseClock's
+// resolution (0: off), which could not tell its window's edges apart.
+func checkCoarse(resolution time.Duration, t *tier) error {
+	if s := t.shortest(); resolution > 0 && resolution >= s {
+		return fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, resolution, s)
+	}
+	return nil
 }

@@ -1,16 +1,124 @@
 package keyrate
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // Policy is one limit: at most Limit events per key in any span of length
 // Window.
 type Policy struct {
-	// Name identifies the policy in headers and metrics; it may be "" for a
-	// Limiter's only policy.
+	// Name identifies the policy in headers and metrics. It may be "" for a
+	// Limiter's (or a tier's) only policy; where there are several, each
+	// needs a name of its own.
 	Name string
 	// Limit is the most events admitted per key in any window: 1 to
 	// math.MaxInt32.
 	Limit int
 	// Window is the length of the sliding window; positive.
 	Window time.Duration
+}
+
+// tier is the set of policies that decide a key together: the Limiter's
+// own (the default tier) or one of WithTiers'. It is immutable once built,
+// so that decisions read it without a lock while SetTier publishes another.
+type tier struct {
+	policies []Policy
+	// longest is the longest window, in nanoseconds: how long a key's log
+	// keeps an event. Whatever left it no policy of the tier counts.
+	longest int64
+	// capacity bounds the ring of a key under this tier: the events left in
+	// the longest window were all admitted by that window's policy, so they
+	// number at most its limit.
+	capacity int
+	// minLimit is the smallest limit: a heavier request never fits.
+	minLimit int
+	// id is the tier's index in tierTable.byID. A log keeps the id of the
+	// tier that last decided it, for the janitor.
+	id uint16
+}
+
+// newTier validates policies and builds their tier. field names where they
+// came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
+// New's one policy, whose errors name its arguments (limit, window) alone.
+func newTier(field string, policies []Policy) (*tier, error) {
+	switch {
+	case len(policies) == 0:
+		return nil, fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
+	case len(policies) > MaxPolicies:
+		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+	}
+	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}
+	copy(t.policies, policies)
+	for i, p := range t.policies {
+		limit, window, name := "limit", "window", ""
+		if field != "" {
+			at := fmt.Sprintf("%s[%d].", field, i)
+			limit, window, name = at+"Limit", at+"Window", at+"Name"
+		}
+		switch {
+		case p.Limit < 1 || p.Limit > math.MaxInt32:
+			return nil, fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
+		case p.Window <= 0:
+			return nil, fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
+		case p.Name == "" && len(policies) > 1:
+			return nil, fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
+		}
+		for j, q := range t.policies[:i] {
+			if q.Name == p.Name {
+				return nil, fmt.Errorf("%w: %s %q repeats %s[%d].Name", ErrConfig, name, p.Name, field, j)
+			}
+		}
+		t.minLimit = min(t.minLimit, p.Limit)
+		w := int64(p.Window)
+		switch {
+		case w > t.longest:
+			t.longest, t.capacity = w, p.Limit
+		case w == t.longest:
+			t.capacity = min(t.capacity, p.Limit)
+		}
+	}
+	return t, nil
+}
+
+// shortest returns the tier's shortest window.
+func (t *tier) shortest() time.Duration {
+	s := t.policies[0].Window
+	for _, p := range t.policies[1:] {
+		s = min(s, p.Window)
+	}
+	return s
+}
+
+// decide answers a request of weight n at now on g under the tier's
+// policies into *d, which must be zero, recording the request when record
+// is set and it is admitted. One policy takes eventLog.decide, the path New
+// has always taken.
+func (t *tier) decide(d *Decision, g *eventLog, now int64, n int, record bool) {
+	if len(t.policies) == 1 {
+		g.decide(d, now, n, &t.policies[0], record)
+		return
+	}
+	g.decideAll(d, now, n, t, record)
+}
+
+// untracked decides for a key with no log, on an empty one that is never
+// stored. An empty log's answer does not depend on the instant.
+func (t *tier) untracked(d *Decision, now int64, n int) {
+	var empty eventLog
+	t.decide(d, &empty, now, n, false)
+}
+
+// overflow is the refusal of an untracked key while WithMaxKeys is full.
+// Every policy's wait is the tier's longest window, an estimate of when the
+// janitor will have evicted keys gone idle.
+func (t *tier) overflow(d *Decision) {
+	w := time.Duration(t.longest)
+	for i, p := range t.policies {
+		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: w, ResetAfter: w}
+	}
+	d.nparts = len(t.policies)
+	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
+	d.Overflow = true
 }

@@ -13,17 +13,17 @@ import (
 	"pgregory.net/rapid"
 )
 
-// model is the naive reference: per tracked key a plain slice of every
-// instant it admitted, scanned in full for each decision. It mirrors the
-// limiter's observable state (which keys are tracked, the newest instant
-// each was decided at, the floor left by evictions) but none of its
-// arithmetic: no ring, no pruning, no one-comparison rule.
+// model is the naive reference: per tracked key a plain slice of the
+// instants it admitted, scanned in full, once per policy, for each decision.
+// It mirrors the limiter's observable state (which keys are tracked, the
+// newest instant each was decided at, the floor left by evictions, and that
+// a key forgets what left its longest window) but none of its arithmetic:
+// no ring, no shared log, no one-comparison rule, no binary search.
 type model struct {
-	limit   int
-	window  int64
-	keys    map[string]*modelKey
-	floor   int64
-	history map[string][]int64 // every admitted instant, for the exactness check
+	policies []Policy
+	keys     map[string]*modelKey
+	floor    int64
+	history  map[string][]int64 // every admitted instant, for the exactness check
 }
 
 type modelKey struct {
@@ -31,14 +31,31 @@ type modelKey struct {
 	last   int64
 }
 
-func newModel(limit int, window time.Duration) *model {
-	return &model{limit: limit, window: int64(window), keys: map[string]*modelKey{}, history: map[string][]int64{}}
+func newModel(policies []Policy) *model {
+	return &model{policies: policies, keys: map[string]*modelKey{}, history: map[string][]int64{}}
 }
 
-func (m *model) inWindow(k *modelKey, now int64) []int64 {
+func (m *model) longest() int64 {
+	var w time.Duration
+	for _, p := range m.policies {
+		w = max(w, p.Window)
+	}
+	return int64(w)
+}
+
+func (m *model) minLimit() int {
+	l := m.policies[0].Limit
+	for _, p := range m.policies {
+		l = min(l, p.Limit)
+	}
+	return l
+}
+
+// inWindow returns the events in (now-window, now].
+func inWindow(events []int64, now, window int64) []int64 {
 	var in []int64
-	for _, e := range k.events {
-		if now-m.window < e && e <= now {
+	for _, e := range events {
+		if now-window < e && e <= now {
 			in = append(in, e)
 		}
 	}
@@ -49,57 +66,104 @@ func (m *model) decide(key string, n int, now int64, record bool) Decision {
 	k, tracked := m.keys[key]
 	if !tracked {
 		k = &modelKey{last: m.floor}
-		if record && n >= 1 && n <= m.limit {
+		if record && n >= 1 && n <= m.minLimit() {
 			m.keys[key] = k
 		}
 	}
 	now = max(now, k.last)
 	k.last = now
-	in := m.inWindow(k, now)
-	d := Decision{Limit: m.limit, Remaining: m.limit - len(in)}
-	switch {
-	case n == 0:
-		d.Allowed = true
-	case n < 0 || n > m.limit:
-	case len(in)+n <= m.limit:
-		d.Allowed = true
-		d.Remaining -= n
-		if record {
-			for range n {
-				k.events = append(k.events, now)
-				m.history[key] = append(m.history[key], now)
-			}
-		}
-		in = append(in, now)
-	default:
-		// The earliest instant t >= now at which the events still in
-		// (t-window, t] leave room for n, found by trying every candidate.
-		best := int64(-1)
-		for _, e := range in {
-			t := e + m.window
-			left := 0
-			for _, f := range in {
-				if f > t-m.window {
-					left++
+	k.events = inWindow(k.events, now, m.longest())
+
+	var d Decision
+	d.nparts = len(m.policies)
+	parts := d.parts[:d.nparts]
+	allowed := true
+	for i, p := range m.policies {
+		w := int64(p.Window)
+		in := inWindow(k.events, now, w)
+		parts[i] = PolicyDecision{Policy: p, Remaining: max(p.Limit-len(in), 0)}
+		switch {
+		case n == 0:
+			parts[i].Allowed = true
+		case n < 0 || n > p.Limit:
+		case len(in)+n <= p.Limit:
+			parts[i].Allowed = true
+		default:
+			// The earliest instant t >= now at which the events still in
+			// (t-w, t] leave room for n, found by trying every candidate.
+			best := int64(-1)
+			for _, e := range in {
+				t := e + w
+				if len(inWindow(in, t, w))+n <= p.Limit && (best < 0 || t < best) {
+					best = t
 				}
 			}
-			if left+n <= m.limit && (best < 0 || t < best) {
-				best = t
+			parts[i].RetryAfter = time.Duration(best - now)
+		}
+		allowed = allowed && parts[i].Allowed
+	}
+	admitted := allowed && n > 0
+	if admitted && record {
+		for range n {
+			k.events = append(k.events, now)
+			m.history[key] = append(m.history[key], now)
+		}
+	}
+	for i, p := range m.policies {
+		w := int64(p.Window)
+		in := inWindow(k.events, now, w)
+		if admitted && !record {
+			in = append(in, now) // Peek describes the window as Take would leave it
+		}
+		if admitted {
+			parts[i].Remaining -= n
+		}
+		if len(in) > 0 {
+			parts[i].RefillAfter = time.Duration(slices.Min(in) + w - now)
+			parts[i].ResetAfter = time.Duration(slices.Max(in) + w - now)
+		}
+	}
+
+	// The binding part: refused, the first that can never fit, else the
+	// first of the longest RetryAfter; admitted, the first of the least
+	// Remaining.
+	b := parts[0]
+	if allowed {
+		b = slices.MinFunc(parts, func(x, y PolicyDecision) int { return x.Remaining - y.Remaining })
+	} else {
+		var refusing []PolicyDecision
+		for _, p := range parts {
+			if !p.Allowed {
+				refusing = append(refusing, p)
 			}
 		}
-		d.RetryAfter = time.Duration(best - now)
+		b = slices.MaxFunc(refusing, func(x, y PolicyDecision) int { return int(x.RetryAfter - y.RetryAfter) })
+		if i := slices.IndexFunc(refusing, func(p PolicyDecision) bool { return p.RetryAfter == 0 }); i >= 0 {
+			b = refusing[i]
+		}
 	}
-	if len(in) > 0 {
-		d.RefillAfter = time.Duration(slices.Min(in) + m.window - now)
-		d.ResetAfter = time.Duration(slices.Max(in) + m.window - now)
-	}
-	return single(time.Duration(m.window), d)
+	d.Allowed, d.Policy, d.Limit, d.Window = allowed, b.Name, b.Limit, b.Window
+	d.Remaining, d.RetryAfter, d.ResetAfter, d.RefillAfter = b.Remaining, b.RetryAfter, b.ResetAfter, b.RefillAfter
+	return d
 }
 
-// overflowDecision is the refusal of an untracked key when WithMaxKeys is
-// full: every wait is the window, an estimate of when room comes back.
+// overflow is the refusal of an untracked key when WithMaxKeys is full:
+// every policy's wait is the longest window, an estimate of when room comes
+// back, and the first policy binds.
+func (m *model) overflow() Decision {
+	w := time.Duration(m.longest())
+	d := Decision{Policy: m.policies[0].Name, Limit: m.policies[0].Limit, Window: m.policies[0].Window,
+		RetryAfter: w, RefillAfter: w, ResetAfter: w, Overflow: true, nparts: len(m.policies)}
+	for i, p := range m.policies {
+		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: w, ResetAfter: w}
+	}
+	return d
+}
+
+// overflowDecision is the refusal of an untracked key under one unnamed
+// policy when WithMaxKeys is full.
 func overflowDecision(limit int, window time.Duration) Decision {
-	return single(window, Decision{Limit: limit, RetryAfter: window, RefillAfter: window, ResetAfter: window, Overflow: true})
+	return newModel([]Policy{{Limit: limit, Window: window}}).overflow()
 }
 
 func (m *model) sweep(now int64) int {
@@ -107,7 +171,7 @@ func (m *model) sweep(now int64) int {
 	for key, k := range m.keys {
 		eff := max(now, k.last)
 		k.last = eff // a sweep looks at every key at its instant
-		if len(m.inWindow(k, eff)) == 0 {
+		if k.events = inWindow(k.events, eff, m.longest()); len(k.events) == 0 {
 			m.floor = max(m.floor, eff)
 			delete(m.keys, key)
 			evicted++
@@ -116,47 +180,72 @@ func (m *model) sweep(now int64) int {
 	return evicted
 }
 
-// checkExact asserts the invariant: no half-open interval of one window
-// holds more than limit admitted events of one key.
+// checkExact asserts the invariant: for every policy, no half-open interval
+// of its window holds more than its limit of one key's admitted events.
 func (m *model) checkExact(t require.TestingT) {
-	for key, h := range m.history {
-		for i, end := range h {
-			in := 0
-			for _, e := range h[:i+1] {
-				if end-m.window < e {
-					in++
-				}
+	for _, p := range m.policies {
+		for key, h := range m.history {
+			for i, end := range h {
+				in := len(inWindow(h[:i+1], end, int64(p.Window)))
+				require.LessOrEqual(t, in, p.Limit, "key %q, policy %+v: %d events in the window ending at %v", key, p, in, time.Duration(end))
 			}
-			require.LessOrEqual(t, in, m.limit, "key %q: %d events in the window ending at %v", key, in, time.Duration(end))
 		}
 	}
 }
 
+// drawPolicies draws 1 to 3 policies with small limits and windows of whole
+// seconds, sometimes equal, the only one sometimes unnamed.
+func drawPolicies(t *rapid.T, label string) []Policy {
+	policies := make([]Policy, rapid.IntRange(1, 3).Draw(t, label))
+	for i := range policies {
+		policies[i] = Policy{
+			Name:   fmt.Sprint("p", i),
+			Limit:  rapid.IntRange(1, 6).Draw(t, label+" limit"),
+			Window: time.Duration(rapid.IntRange(1, 8).Draw(t, label+" window")) * time.Second,
+		}
+	}
+	if len(policies) == 1 && rapid.Bool().Draw(t, label+" unnamed") {
+		policies[0].Name = ""
+	}
+	return policies
+}
+
+// TestMatchesReferenceModel drives a limiter of 1 to 3 policies and the
+// model with one random sequence of calls, weights, clock moves (some
+// backwards), sweeps, Resets and changes of policies, and compares every
+// Decision whole, each policy's part included.
 func TestMatchesReferenceModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		limit := rapid.IntRange(1, 6).Draw(t, "limit")
-		window := time.Duration(rapid.IntRange(1, 8).Draw(t, "window")) * time.Second
+		policies := drawPolicies(t, "policies")
 		maxKeys := rapid.IntRange(0, 3).Draw(t, "maxKeys")
 		c := NewManualClock(t0)
-		l, err := New(limit, window, WithClock(c), WithJanitorInterval(0), WithMaxKeys(maxKeys))
+		l, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0), WithMaxKeys(maxKeys))
 		require.NoError(t, err)
 		defer l.Close()
-		m := newModel(limit, window)
+		m := newModel(policies)
 		keys := []string{"a", "b", "c", "d"}
+		changed := false
 
-		for i := range rapid.IntRange(1, 150).Draw(t, "steps") {
-			// Half-second steps land exactly on window edges often; a few go backwards.
-			c.Advance(time.Duration(rapid.IntRange(-4, 12).Draw(t, "step")) * time.Second / 2)
+		for i := range rapid.IntRange(1, 400).Draw(t, "steps") {
+			// Half-second steps land exactly on window edges often; a few go
+			// backwards; a third stay put, so that windows fill up.
+			if rapid.IntRange(0, 2).Draw(t, "move") > 0 {
+				c.Advance(time.Duration(rapid.IntRange(-4, 12).Draw(t, "step")) * time.Second / 2)
+			}
 			now := int64(c.Now().Sub(t0))
 			key := rapid.SampledFrom(keys).Draw(t, "key")
-			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
-			case op < 6:
-				n := rapid.IntRange(-1, limit+1).Draw(t, "n")
+			full := func() bool {
+				_, tracked := m.keys[key]
+				return !tracked && maxKeys > 0 && len(m.keys) >= maxKeys
+			}
+			switch op := rapid.IntRange(0, 19).Draw(t, "op"); {
+			case op < 12:
+				n := rapid.IntRange(-1, 7).Draw(t, "n")
 				allowN := rapid.Bool().Draw(t, "allowN")
-				admissible := n >= 1 && n <= limit
+				admissible := n >= 1 && n <= m.minLimit()
 				var want Decision
-				if _, tracked := m.keys[key]; !tracked && admissible && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = overflowDecision(limit, window)
+				if admissible && full() {
+					want = m.overflow()
 				} else if admissible || !allowN {
 					want = m.decide(key, n, now, true)
 				} else {
@@ -165,24 +254,34 @@ func TestMatchesReferenceModel(t *testing.T) {
 				if allowN {
 					require.Equal(t, want.Allowed, l.AllowN(key, n), "step %d: AllowN(%q, %d) at %v", i, key, n, time.Duration(now))
 				} else {
-					require.Equal(t, want, l.Take(key, n), "step %d: Take(%q, %d) at %v", i, key, n, time.Duration(now))
+					got := l.Take(key, n)
+					require.Equal(t, want, got, "step %d: Take(%q, %d) at %v", i, key, n, time.Duration(now))
+					require.Equal(t, want.parts[:want.nparts], got.Policies())
 				}
-			case op < 8:
+			case op < 16:
 				want := m.decide(key, 1, now, false)
-				if _, tracked := m.keys[key]; !tracked && maxKeys > 0 && len(m.keys) >= maxKeys {
-					want = overflowDecision(limit, window)
+				if full() {
+					want = m.overflow()
 				}
 				require.Equal(t, want, l.Peek(key), "step %d: Peek(%q) at %v", i, key, time.Duration(now))
-			case op < 9:
+			case op < 18:
 				require.Equal(t, m.sweep(now), l.sweep(now), "step %d: sweep at %v", i, time.Duration(now))
-			default:
+			case op < 19:
 				l.Reset(key)
 				delete(m.keys, key)
 				m.history[key] = nil
+			default:
+				policies := drawPolicies(t, "new policies")
+				require.NoError(t, l.SetTier("", policies))
+				require.Equal(t, policies, l.Policies())
+				m.policies = policies
+				changed = true
 			}
 			require.Equal(t, len(m.keys), l.Len(), "step %d: tracked keys", i)
 		}
-		m.checkExact(t)
+		if !changed {
+			m.checkExact(t)
+		}
 	})
 }
 
@@ -248,7 +347,7 @@ func TestConcurrentExactness(t *testing.T) {
 		}
 		c.Advance(stride)
 	}
-	m := &model{limit: limit, window: int64(window), history: map[string][]int64{}}
+	m := newModel([]Policy{{Limit: limit, Window: window}})
 	for key, ats := range admittedAt {
 		for _, a := range ats {
 			m.history[key] = append(m.history[key], int64(a))

@@ -118,7 +118,7 @@ func TestKeyMapRemoveIf(t *testing.T) {
 // window go, each marked dead, and the floor rises to the newest instant an
 // evicted log was decided at.
 func TestEvictIdle(t *testing.T) {
-	const window = 10
+	window := func(*eventLog) int64 { return 10 }
 	m := newKeyMap(0)
 	busy, quiet, late := m.create("busy"), m.create("quiet"), m.create("late")
 	busy.push(15, 1, 5)

@@ -6,9 +6,15 @@
 // (20 in two seconds), keyrate admits the first 10 and refuses the rest until
 // 00:19, when the first of them leaves the window.
 //
+// A key may be under several limits at once, such as 10 per second and
+// 1,000 per day (NewPolicies), and keys may have different limits by plan
+// (WithTiers). A request is admitted only when every limit has room for it,
+// and is then recorded against all of them, atomically: a refusal by one
+// limit records nothing against the others.
+//
 // It keeps, per key, the instants of the events it admitted in a ring buffer
-// (at most limit of them, 8 bytes each) and decides each request with one
-// comparison. Keys live in a concurrent map (xsync.MapOf) with lock-free
+// (at most a limit's worth, 8 bytes each) that serves all the key's limits,
+// and decides each request with one comparison per limit. Keys live in a concurrent map (xsync.MapOf) with lock-free
 // lookups and a lock per key; a janitor goroutine evicts keys that have gone
 // idle, and WithMaxKeys bounds the map against floods of new keys.
 //
@@ -32,21 +38,26 @@ import (
 var ErrClosed = errors.New("keyrate: limiter closed")
 
 // ErrExceedsLimit is returned by WaitN for a weight that can never be
-// admitted: negative, or greater than the limit.
+// admitted: negative, or greater than a policy's limit.
 var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 
 // Limiter is an exact sliding-window rate limiter over string keys. It is
-// safe for concurrent use. Create one with New and Close it when done.
+// safe for concurrent use. Create one with New or NewPolicies and Close it
+// when done.
 type Limiter struct {
-	limit  int
-	window int64 // nanoseconds
-	keys   *keyMap
+	tiers   atomic.Pointer[tierTable]
+	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
+	only    atomic.Pointer[tier]    // without WithTiers, the default tier: one load per decision
+	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
+	keys    *keyMap
 
 	clock     Clock
 	base      time.Time    // instant 0 of the offsets the logs hold
 	system    bool         // clock is the system clock: read time.Since(base)
 	coarse    bool         // WithCoarseClock: read coarseNow
 	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
+
+	coarseResolution time.Duration // WithCoarseClock's; 0: off
 
 	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
 
@@ -57,21 +68,53 @@ type Limiter struct {
 }
 
 // New returns a Limiter that admits at most limit events per key in any
-// span of length window. limit must be at least 1 and window positive;
-// otherwise, or for an invalid option, New returns an error wrapping
-// ErrConfig that names the field.
+// span of length window: one policy, with an empty name. limit must be 1 to
+// math.MaxInt32 and window positive; otherwise, or for an invalid option,
+// New returns an error wrapping ErrConfig that names the field.
 func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
-	cfg, err := newConfig(limit, window, opts)
+	def, err := newTier("", []Policy{{Limit: limit, Window: window}})
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(def, opts)
+}
+
+// NewPolicies returns a Limiter that admits an event for a key only when
+// every policy admits it, and then records it against all of them,
+// atomically: a request refused by one policy counts against none.
+// Decisions describe the binding policy and list every policy's numbers
+// (see Decision).
+//
+// One log per key serves every policy: it keeps the events of the longest
+// window, at most that window's limit of them, and each policy checks its
+// own window with one comparison, so a decision costs O(1) per policy
+// amortised (Take adds a binary search per policy for its numbers) and a
+// key's memory is that of the largest log, not the sum.
+//
+// It takes 1 to MaxPolicies policies; each needs a Limit of 1 to
+// math.MaxInt32 and a positive Window, and, when there are several, a Name
+// of its own. Otherwise, or for an invalid option, it returns an error
+// wrapping ErrConfig that names the field.
+func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
+	def, err := newTier("policies", policies)
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(def, opts)
+}
+
+func newLimiter(def *tier, opts []Option) (*Limiter, error) {
+	cfg, tab, err := newConfig(def, opts)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{
-		limit:  limit,
-		window: int64(window),
+		tierOf: cfg.tierOf,
 		clock:  cfg.clock,
 		keys:   newKeyMap(cfg.maxKeys),
 		done:   make(chan struct{}),
 	}
+	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
 	l.base = cfg.clock.Now()
 	if cfg.coarse > 0 {
@@ -83,20 +126,20 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Limit returns the most events admitted per key in any window.
-func (l *Limiter) Limit() int { return l.limit }
+// Limit returns the limit of the default tier's first policy: New's limit.
+// A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
 
-// Window returns the length of the sliding window.
-func (l *Limiter) Window() time.Duration { return time.Duration(l.window) }
+// Window returns the window of the default tier's first policy: New's
+// window. A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
 
-// Policies returns a copy of the policies the Limiter enforces, in the order
-// they were given: for New, one policy with an empty name. Middleware reads
-// it to advertise them when it has no Decision at hand.
-func (l *Limiter) Policies() []Policy { return []Policy{l.policy()} }
-
-// policy returns the Limiter's one policy.
-func (l *Limiter) policy() Policy {
-	return Policy{Limit: l.limit, Window: time.Duration(l.window)}
+// Policies returns a copy of the default tier's policies, in the order they
+// were given: for New, one policy with an empty name. Middleware reads it to
+// advertise them when it has no Decision at hand. A key in another tier
+// (WithTiers) is under that tier's policies, which its Decisions list.
+func (l *Limiter) Policies() []Policy {
+	return append([]Policy(nil), l.tiers.Load().def.policies...)
 }
 
 // Allow reports whether one event for key fits now, and records it if so.
@@ -106,7 +149,11 @@ func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 // It answers as Take(key, n).Allowed does, without working out the rest of
 // the Decision.
 func (l *Limiter) AllowN(key string, n int) bool {
-	if n < 1 || n > l.limit {
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	if n < 1 || n > t.minLimit {
 		return n == 0
 	}
 	now := l.now()
@@ -114,7 +161,13 @@ func (l *Limiter) AllowN(key string, n int) bool {
 	if g == nil {
 		return false // WithMaxKeys is full
 	}
-	ok := g.allow(now, n, l.limit, l.window)
+	g.tier = t.id
+	var ok bool
+	if len(t.policies) == 1 {
+		ok = g.allow(now, n, t.minLimit, t.longest)
+	} else {
+		ok = g.allowAll(now, n, t)
+	}
 	g.mu.Unlock()
 	return ok
 }
@@ -125,42 +178,55 @@ func (l *Limiter) AllowN(key string, n int) bool {
 // records nothing.
 //
 // A weight of 0 is always allowed and records nothing (useful for requests a
-// cost function rates as free). A negative weight, or one above the limit,
-// is never allowed, with RetryAfter 0.
-func (l *Limiter) Take(key string, n int) Decision {
-	d, _ := l.take(key, n)
+// cost function rates as free). A negative weight, or one above a policy's
+// limit, is never allowed, with RetryAfter 0.
+func (l *Limiter) Take(key string, n int) (d Decision) {
+	l.take(&d, key, n)
 	return d
 }
 
-// take is Take that also returns the instant it decided at.
-func (l *Limiter) take(key string, n int) (Decision, int64) {
-	admissible := n >= 1 && n <= l.limit
+// take is Take into *d, which must be zero, and returns the instant it
+// decided at. A Decision holds every policy's part, so it is filled in
+// place rather than copied up the calls.
+func (l *Limiter) take(d *Decision, key string, n int) int64 {
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	admissible := n >= 1 && n <= t.minLimit
 	now := l.now()
 	g := l.lock(key, admissible)
 	if g == nil {
 		if admissible {
-			return l.overflow(), now
+			t.overflow(d)
+		} else {
+			t.untracked(d, now, n)
 		}
-		return untracked(now, n, l.policy()), now
+		return now
 	}
-	d := g.decide(now, n, l.policy(), true)
+	g.tier = t.id
+	t.decide(d, g, now, n, true)
 	at := g.last
 	g.mu.Unlock()
-	return d, at
+	return at
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
 // nothing and creating no state for an untracked key.
-func (l *Limiter) Peek(key string) Decision {
+func (l *Limiter) Peek(key string) (d Decision) {
+	t := l.tierFor(key)
 	now := l.now()
 	g := l.lock(key, false)
 	if g == nil {
 		if l.keys.full() {
-			return l.overflow()
+			t.overflow(&d)
+		} else {
+			t.untracked(&d, now, 1)
 		}
-		return untracked(now, 1, l.policy())
+		return d
 	}
-	d := g.decide(now, 1, l.policy(), false)
+	g.tier = t.id
+	t.decide(&d, g, now, 1, false)
 	g.mu.Unlock()
 	return d
 }
@@ -194,32 +260,15 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 	}
 }
 
-// untracked decides for a key with no log, on an empty one that is never
-// stored. An empty log's answer does not depend on the instant.
-func untracked(now int64, n int, p Policy) Decision {
-	var empty eventLog
-	return empty.decide(now, n, p, false)
-}
-
-// overflow is the refusal of an untracked key while WithMaxKeys is full.
-// Each wait it reports is the window, an estimate of when the janitor will
-// have made room.
-func (l *Limiter) overflow() Decision {
-	p := l.policy()
-	d := Combine(PolicyDecision{Policy: p, RetryAfter: p.Window, RefillAfter: p.Window, ResetAfter: p.Window})
-	d.Overflow = true
-	return d
-}
-
 // TakeContext is Take for callers that hold a context, such as a backend
 // interface shared with networked limiters. It returns ctx's error when ctx
 // is already done and ErrClosed after Close; otherwise it cannot fail.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{Limit: l.limit}, err
+		return Decision{}, err
 	}
 	if l.closed.Load() {
-		return Decision{Limit: l.limit}, ErrClosed
+		return Decision{}, ErrClosed
 	}
 	return l.Take(key, n), nil
 }
@@ -233,11 +282,14 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // It returns ctx's error if ctx ends first, and returns at once, with an
 // error for which errors.Is(err, context.DeadlineExceeded) holds, when ctx's
 // deadline comes before the events could fit. It returns ErrClosed after
-// Close, and an error wrapping ErrExceedsLimit for n < 0 or n > limit. n == 0
-// returns nil at once.
+// Close, and an error wrapping ErrExceedsLimit for n < 0 or n above the
+// limit of one of the key's policies. n == 0 returns nil at once.
+//
+// Under several policies it waits until the request fits all of them: the
+// RetryAfter of each refusal is exactly that long.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	if n < 0 || n > l.limit {
-		return fmt.Errorf("%w: n is %d, limit is %d", ErrExceedsLimit, n, l.limit)
+	if t := l.tierFor(key); n < 0 || n > t.minLimit {
+		return fmt.Errorf("%w: n is %d, the smallest limit is %d", ErrExceedsLimit, n, t.minLimit)
 	}
 	for {
 		if l.closed.Load() {
@@ -246,13 +298,18 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, at := l.take(key, n)
+		var d Decision
+		at := l.take(&d, key, n)
 		if d.Allowed {
 			return nil
 		}
+		if d.RetryAfter == 0 && !d.Overflow { // SetTier lowered a limit below n
+			return fmt.Errorf("%w: n is %d, policy %q has limit %d", ErrExceedsLimit, n, d.Policy, d.Limit)
+		}
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
-			return fmt.Errorf("keyrate: wait of %v for %q would pass the context deadline: %w",
-				d.RetryAfter, key, context.DeadlineExceeded)
+			// The key stays out of the message: it is often a credential.
+			return fmt.Errorf("keyrate: wait of %v would pass the context deadline: %w",
+				d.RetryAfter, context.DeadlineExceeded)
 		}
 		if l.beforeSleep != nil {
 			l.beforeSleep()

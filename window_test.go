@@ -479,14 +479,24 @@ func TestJanitorGoroutine(t *testing.T) {
 }
 
 func TestDefaultJanitorInterval(t *testing.T) {
-	for _, tc := range []struct{ window, want time.Duration }{
-		{time.Millisecond, time.Second},
-		{10 * time.Second, 10 * time.Second},
-		{time.Hour, time.Minute},
+	for _, tc := range []struct {
+		windows []time.Duration
+		want    time.Duration
+	}{
+		{[]time.Duration{time.Millisecond}, time.Second},
+		{[]time.Duration{10 * time.Second}, 10 * time.Second},
+		{[]time.Duration{time.Hour}, time.Minute},
+		{[]time.Duration{time.Second, 20 * time.Second}, 20 * time.Second}, // the longest window
 	} {
-		cfg, err := newConfig(1, tc.window, nil)
+		var policies []Policy
+		for i, w := range tc.windows {
+			policies = append(policies, Policy{Name: fmt.Sprint(i), Limit: 1, Window: w})
+		}
+		def, err := newTier("policies", policies)
 		require.NoError(t, err)
-		assert.Equal(t, tc.want, cfg.janitorInterval, "window %v", tc.window)
+		cfg, _, err := newConfig(def, nil)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, cfg.janitorInterval, "windows %v", tc.windows)
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package backendtest is the behavioural suite every keyrate backend must
 // pass: the in-process Limiter and the Redis backend run the same scenarios
-// and must give the same Decisions, number for number.
+// and must give the same Decisions, number for number, each policy's part
+// (Decision.Policies) included. Run holds the scenarios of one policy,
+// RunPolicies those of several.
 //
 // Time comes from a keyrate.ManualClock that the suite moves; a backend
 // under test must decide at that clock's instants. Instants and durations

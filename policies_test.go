@@ -1,0 +1,486 @@
+package keyrate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// newPolicies returns a limiter of policies on a manual clock at t0, with no
+// janitor goroutine, closed when the test ends.
+func newPolicies(t *testing.T, policies []Policy, opts ...Option) (*Limiter, *ManualClock) {
+	t.Helper()
+	c := NewManualClock(t0)
+	l, err := NewPolicies(policies, append([]Option{WithClock(c), WithJanitorInterval(0)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, c
+}
+
+// fits is a policy's part when it has room; full, when it has not. The
+// trace fills in the policy itself.
+func fits(remaining int, refill, reset time.Duration) PolicyDecision {
+	return PolicyDecision{Allowed: true, Remaining: remaining, RefillAfter: refill, ResetAfter: reset}
+}
+
+func full(remaining int, retry, refill, reset time.Duration) PolicyDecision {
+	return PolicyDecision{Remaining: remaining, RetryAfter: retry, RefillAfter: refill, ResetAfter: reset}
+}
+
+// policyStep is one call in a trace under several policies: at offset at
+// from t0, Take(key, n) must be decided by the policy named bind, with each
+// policy's part as given.
+type policyStep struct {
+	at    time.Duration
+	n     int
+	bind  string
+	parts []PolicyDecision
+}
+
+// runPolicyTrace plays steps on a limiter of policies through Take, and on
+// a twin through AllowN, which must give the same answers.
+func runPolicyTrace(t *testing.T, policies []Policy, l, twin *Limiter, c *ManualClock, steps []policyStep) {
+	t.Helper()
+	for i, st := range steps {
+		c.Set(t0.Add(st.at))
+		require.Len(t, st.parts, len(policies))
+		for j := range st.parts {
+			st.parts[j].Policy = policies[j]
+		}
+		want := Combine(st.parts...)
+		got := l.Take("k", st.n)
+		assert.Equal(t, want, got, "step %d: Take(%d) at %v", i, st.n, st.at)
+		assert.Equal(t, st.bind, got.Policy, "step %d: binding policy", i)
+		assert.Equal(t, st.parts, got.Policies(), "step %d: parts", i)
+		assert.Equal(t, want.Allowed, twin.AllowN("k", st.n), "step %d: AllowN(%d) at %v", i, st.n, st.at)
+	}
+}
+
+// TestSecondAndDayTrace is the case the policies exist for: 10 per second
+// and 1,000 per day. 99 seconds of full bursts bring the day to 990; from
+// then on the day binds, and its refusals leave the second's budget whole.
+func TestSecondAndDayTrace(t *testing.T) {
+	const s, day = time.Second, 24 * time.Hour
+	ms := time.Millisecond
+	policies := []Policy{{"second", 10, s}, {"day", 1000, day}}
+	l, c := newPolicies(t, policies)
+	twin, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0))
+	require.NoError(t, err)
+	defer twin.Close()
+	for i := range 99 {
+		c.Set(t0.Add(time.Duration(i) * s))
+		require.True(t, l.Take("k", 10).Allowed, "burst at %ds", i)
+		require.True(t, twin.AllowN("k", 10), "burst at %ds", i)
+	}
+	runPolicyTrace(t, policies, l, twin, c, []policyStep{
+		// The day's 1,000th event: both spent, the second binds (a tie goes
+		// to the first given). The day's oldest events, from 0s, leave at 24h.
+		{99 * s, 10, "second", []PolicyDecision{fits(0, s, s), fits(0, day-99*s, day)}},
+		// Both refuse; the day's wait is the longer.
+		{99*s + 500*ms, 1, "day", []PolicyDecision{
+			full(0, 500*ms, 500*ms, 500*ms),
+			full(0, day-99*s-500*ms, day-99*s-500*ms, day-500*ms)}},
+		// The second has room, the day has none: refused, and nothing is
+		// recorded against the second, whatever the weight.
+		{100 * s, 1, "day", []PolicyDecision{fits(10, 0, 0), full(0, day-100*s, day-100*s, day-s)}},
+		{100 * s, 10, "day", []PolicyDecision{fits(10, 0, 0), full(0, day-100*s, day-100*s, day-s)}},
+		// Above the second's limit: it can never fit, so the second binds
+		// with RetryAfter 0, though the day would make room for 11 at 24h+1s.
+		{100 * s, 11, "second", []PolicyDecision{full(10, 0, 0, 0), full(0, day-99*s, day-100*s, day-s)}},
+		// At 24h the events of 0s leave the day: room for 10.
+		{day, 10, "second", []PolicyDecision{fits(0, s, s), fits(0, s, day)}},
+		// Both refuse, both until 24h+1s (the second's events of 24h, the
+		// day's of 1s): the tie goes to the second.
+		{day, 1, "second", []PolicyDecision{full(0, s, s, s), full(0, s, s, day)}},
+		{day + s, 10, "second", []PolicyDecision{fits(0, s, s), fits(0, s, day)}},
+	})
+	assert.Equal(t, l.Peek("k"), twin.Peek("k"), "the two paths recorded the same events")
+}
+
+// TestRefusalByLongPolicyRecordsNothing is the stacking bug: two limiters
+// in a row record a request in the first even when the second refuses it.
+// Here the refusals at 55s, by the minute, must not fill the short window,
+// or the pair at 60s, when the minute frees two, would be refused.
+func TestRefusalByLongPolicyRecordsNothing(t *testing.T) {
+	l, c := newPolicies(t, []Policy{{"burst", 2, 10 * time.Second}, {"minute", 3, time.Minute}})
+	require.True(t, l.AllowN("k", 2))
+	c.Set(t0.Add(10 * time.Second))
+	require.True(t, l.Allow("k"))
+	c.Set(t0.Add(55 * time.Second))
+	for range 5 {
+		d := l.Take("k", 1)
+		require.False(t, d.Allowed)
+		require.Equal(t, "minute", d.Policy)
+		require.True(t, d.Policies()[0].Allowed, "the burst alone has room")
+		require.Equal(t, 2, d.Policies()[0].Remaining, "and keeps all of it")
+	}
+	c.Set(t0.Add(60 * time.Second))
+	assert.True(t, l.AllowN("k", 2), "the minute freed two and the burst window holds nothing")
+}
+
+// TestPoliciesConcurrent fires 50 goroutines at one instant on 3 per second
+// and 5 per minute: exactly 3 are admitted. A second later the second has
+// room again but the minute only for 2; a second after that, for none.
+func TestPoliciesConcurrent(t *testing.T) {
+	l, c := newPolicies(t, []Policy{{"second", 3, time.Second}, {"minute", 5, time.Minute}})
+	for _, phase := range []struct {
+		admitted int
+		bind     string // of the refusals
+		retry    time.Duration
+	}{
+		{3, "second", time.Second},
+		{2, "minute", 59 * time.Second},
+		{0, "minute", 58 * time.Second},
+	} {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		refusals := map[string]int{}
+		start := make(chan struct{})
+		for g := range 50 {
+			wg.Go(func() {
+				<-start
+				if g%2 == 0 {
+					if l.Allow("hot") {
+						admitted.Add(1)
+					}
+					return
+				}
+				d := l.Take("hot", 1)
+				if d.Allowed {
+					admitted.Add(1)
+					return
+				}
+				mu.Lock()
+				refusals[fmt.Sprint(d.Policy, " ", d.RetryAfter)]++
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int64(phase.admitted), admitted.Load(), "at %v", c.Now().Sub(t0))
+		for k := range refusals {
+			assert.Equal(t, fmt.Sprint(phase.bind, " ", phase.retry), k, "at %v", c.Now().Sub(t0))
+		}
+		c.Advance(time.Second)
+	}
+}
+
+// TestCombine checks the binding rule on its own, as every backend applies
+// it.
+func TestCombine(t *testing.T) {
+	p := func(name string, allowed bool, remaining int, retry time.Duration) PolicyDecision {
+		return PolicyDecision{Policy: Policy{name, 10, time.Minute}, Allowed: allowed, Remaining: remaining,
+			RetryAfter: retry, ResetAfter: time.Minute, RefillAfter: time.Second}
+	}
+	cases := []struct {
+		name    string
+		parts   []PolicyDecision
+		allowed bool
+		bind    string
+	}{
+		{"one part allowed", []PolicyDecision{p("a", true, 3, 0)}, true, "a"},
+		{"one part refused", []PolicyDecision{p("a", false, 0, 5)}, false, "a"},
+		{"allowed: least remaining", []PolicyDecision{p("a", true, 4, 0), p("b", true, 2, 0), p("c", true, 3, 0)}, true, "b"},
+		{"allowed: ties to the first", []PolicyDecision{p("a", true, 4, 0), p("b", true, 2, 0), p("c", true, 2, 0)}, true, "b"},
+		{"refused: longest wait", []PolicyDecision{p("a", false, 0, 5), p("b", false, 0, 9), p("c", false, 0, 7)}, false, "b"},
+		{"refused: ties to the first", []PolicyDecision{p("a", false, 0, 5), p("b", false, 0, 9), p("c", false, 0, 9)}, false, "b"},
+		{"refused: a part with room never binds", []PolicyDecision{p("a", true, 0, 0), p("b", false, 3, 4)}, false, "b"},
+		{"refused: never fits binds first", []PolicyDecision{p("a", false, 0, 9), p("b", false, 5, 0), p("c", false, 5, 0)}, false, "b"},
+		{"refused: fewer remaining does not matter", []PolicyDecision{p("a", false, 9, 9), p("b", false, 0, 1)}, false, "a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Combine(tc.parts...)
+			assert.Equal(t, tc.allowed, d.Allowed)
+			var b PolicyDecision
+			for _, p := range tc.parts {
+				if p.Name == tc.bind {
+					b = p
+				}
+			}
+			assert.Equal(t, tc.bind, d.Policy)
+			assert.Equal(t, []any{b.Limit, b.Window, b.Remaining, b.RetryAfter, b.ResetAfter, b.RefillAfter},
+				[]any{d.Limit, d.Window, d.Remaining, d.RetryAfter, d.ResetAfter, d.RefillAfter})
+			assert.Equal(t, tc.parts, d.Policies())
+			assert.False(t, d.Overflow)
+		})
+	}
+	t.Run("no parts: refused", func(t *testing.T) {
+		d := Combine()
+		assert.Equal(t, Decision{}, d)
+		assert.Empty(t, d.Policies())
+	})
+	t.Run("more than MaxPolicies", func(t *testing.T) {
+		parts := []PolicyDecision{p("a", true, 5, 0), p("b", true, 5, 0), p("c", true, 5, 0), p("d", true, 5, 0), p("e", false, 0, 3)}
+		require.Greater(t, len(parts), MaxPolicies)
+		d := Combine(parts...)
+		assert.False(t, d.Allowed, "every part counts")
+		assert.Equal(t, "e", d.Policy)
+		assert.Equal(t, time.Duration(3), d.RetryAfter)
+		assert.Equal(t, parts[:MaxPolicies], d.Policies())
+	})
+	t.Run("Policies does not let appends write into the Decision", func(t *testing.T) {
+		d := Combine(p("a", true, 1, 0))
+		_ = append(d.Policies(), p("x", false, 0, 0))
+		assert.Len(t, d.Policies(), 1)
+		assert.Equal(t, PolicyDecision{}, d.parts[1])
+	})
+}
+
+// TestTiers gives keys tiers by the prefix before "-": free keys get the
+// default tier, "pro" keys their own, and keys naming a missing tier or
+// whose tier function panics get the default tier.
+func TestTiers(t *testing.T) {
+	minute := time.Minute
+	tierOf := func(key string) string {
+		name, _, _ := strings.Cut(key, "-")
+		if name == "panic" {
+			panic("tier lookup failed")
+		}
+		return name
+	}
+	l, c := newPolicies(t, []Policy{{"minute", 3, minute}},
+		WithTiers(tierOf, map[string][]Policy{"pro": {{"minute", 10, minute}}}))
+	admitted := func(key string) int {
+		n := 0
+		for range 20 {
+			if l.Allow(key) {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 3, admitted("free-a"))
+	assert.Equal(t, 10, admitted("pro-a"))
+	assert.Equal(t, 3, admitted("gold-a"), "a tier the map lacks: the default tier")
+	assert.Equal(t, 3, admitted("panic-a"), "a tier function that panics: the default tier")
+	d := l.Take("panic-a", 1)
+	assert.Equal(t, Policy{"minute", 3, minute}, d.Policies()[0].Policy)
+	assert.Equal(t, 0, l.Take("pro-a", 0).Remaining, "pro-a spent its 10")
+
+	// A new tier takes effect at the next decision, and counts the events
+	// its keys already have.
+	require.NoError(t, l.SetTier("gold", []Policy{{"burst", 2, time.Second}, {"minute", 5, minute}}))
+	d = l.Take("gold-a", 1)
+	require.False(t, d.Allowed, "gold-a's 3 events are in the burst window")
+	assert.Equal(t, "burst", d.Policy)
+	c.Advance(time.Second)
+	d = l.Take("gold-a", 2)
+	require.True(t, d.Allowed)
+	assert.Equal(t, []int{0, 0}, []int{d.Policies()[0].Remaining, d.Policies()[1].Remaining}, "3 old events and 2 new against the minute")
+
+	// Replacing a tier does the same, for every key in it.
+	require.NoError(t, l.SetTier("pro", []Policy{{"minute", 12, minute}}))
+	assert.Equal(t, 2, admitted("pro-a"))
+	require.NoError(t, l.SetTier("", []Policy{{"minute", 4, minute}}))
+	assert.Equal(t, 1, admitted("free-a"))
+	assert.Equal(t, []Policy{{"minute", 4, minute}}, l.Policies())
+	assert.Equal(t, 4, l.Limit())
+	assert.Equal(t, minute, l.Window())
+}
+
+// TestTierChangeKeepsOnlyRetainedEvents moves a key from a tier of short
+// windows to one of long windows: the events its old tier had already
+// dropped do not count, those it still held do.
+func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
+	var tierName atomic.Value
+	tierName.Store("short")
+	l, c := newPolicies(t, []Policy{{"hour", 100, time.Hour}}, WithTiers(
+		func(string) string { return tierName.Load().(string) },
+		map[string][]Policy{"short": {{"ten", 5, 10 * time.Second}}, "long": {{"minute", 5, time.Minute}}}))
+	require.True(t, l.AllowN("k", 3))
+	c.Set(t0.Add(20 * time.Second))
+	require.True(t, l.AllowN("k", 2)) // drops the events at 0s, gone from the ten-second window
+	tierName.Store("long")
+	d := l.Take("k", 0)
+	assert.Equal(t, "minute", d.Policy)
+	assert.Equal(t, 3, d.Remaining, "only the 2 events at 20s count against the minute")
+
+	// A limit lowered below what a key holds leaves it no room, not less.
+	require.NoError(t, l.SetTier("long", []Policy{{"minute", 1, time.Minute}}))
+	d = l.Take("k", 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 0, d.Remaining)
+	assert.Equal(t, time.Minute, d.RetryAfter, "both events at 20s must leave")
+}
+
+// TestSetTierUnderTraffic swaps the default tier between two policy sets
+// while goroutines decide on a few keys, for the race detector. Every
+// Decision lists one set or the other, never a mix, and the events recorded
+// under both are exactly the ones later decisions count.
+func TestSetTierUnderTraffic(t *testing.T) {
+	a := []Policy{{"a", 5, time.Minute}}
+	b := []Policy{{"b1", 3, time.Minute}, {"b2", 4, time.Hour}}
+	l, _ := newPolicies(t, a)
+	keys := []string{"k0", "k1", "k2", "k3"}
+	var admitted [4]atomic.Int64
+	stop := make(chan struct{})
+	var setter sync.WaitGroup
+	setter.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			next := a
+			if i%2 == 0 {
+				next = b
+			}
+			assert.NoError(t, l.SetTier("", next))
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				k := (g + i) % len(keys)
+				d := l.Take(keys[k], 1)
+				var names []string
+				for _, p := range d.Policies() {
+					names = append(names, p.Name)
+				}
+				if s := strings.Join(names, ","); s != "a" && s != "b1,b2" {
+					t.Errorf("a Decision mixing policy sets: %s", s)
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	setter.Wait()
+	require.NoError(t, l.SetTier("", a))
+	for k, key := range keys {
+		n := int(admitted[k].Load())
+		assert.LessOrEqual(t, n, 5, "key %s", key)
+		assert.GreaterOrEqual(t, n, 3, "key %s: each set admits at least 3", key)
+		assert.Equal(t, 5-n, l.Take(key, 0).Remaining, "key %s: every admitted event counts", key)
+	}
+}
+
+func TestPoliciesConfigErrors(t *testing.T) {
+	s := time.Second
+	tierOf := func(string) string { return "" }
+	cases := []struct {
+		name     string
+		policies []Policy
+		opts     []Option
+		field    string
+	}{
+		{"none", nil, nil, "policies is empty"},
+		{"too many", []Policy{{"a", 1, s}, {"b", 1, s}, {"c", 1, s}, {"d", 1, s}, {"e", 1, s}}, nil, "policies has 5 policies"},
+		{"zero limit", []Policy{{"a", 1, s}, {"b", 0, s}}, nil, "policies[1].Limit"},
+		{"huge limit", []Policy{{"a", 1 << 31, s}}, nil, "policies[0].Limit"},
+		{"zero window", []Policy{{"a", 1, 0}}, nil, "policies[0].Window"},
+		{"negative window", []Policy{{"a", 1, s}, {"b", 1, -s}}, nil, "policies[1].Window"},
+		{"duplicate names", []Policy{{"a", 1, s}, {"b", 2, s}, {"a", 3, s}}, nil, `policies[2].Name "a" repeats policies[0].Name`},
+		{"unnamed among several", []Policy{{"a", 1, s}, {"", 2, s}}, nil, "policies[1].Name is empty"},
+		{"nil tier function", []Policy{{"a", 1, s}}, []Option{WithTiers(nil, nil)}, "tier function"},
+		{"invalid tier", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {{"a", 1, 0}}})}, `tiers["pro"][0].Window`},
+		{"empty tier", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {}})}, `tiers["pro"] is empty`},
+		{"default tier in the map", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"": {{"a", 1, s}}})}, `tiers[""]`},
+		{"tier window within the coarse clock", []Policy{{"a", 1, s}}, []Option{WithCoarseClock(10 * time.Millisecond),
+			WithTiers(tierOf, map[string][]Policy{"pro": {{"a", 1, 5 * time.Millisecond}}})}, "coarse clock"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewPolicies(tc.policies, tc.opts...)
+			assert.Nil(t, l)
+			require.ErrorIs(t, err, ErrConfig)
+			assert.Contains(t, err.Error(), tc.field)
+		})
+	}
+
+	t.Run("SetTier", func(t *testing.T) {
+		plain, _ := newPolicies(t, []Policy{{"a", 1, s}})
+		err := plain.SetTier("pro", []Policy{{"a", 2, s}})
+		require.ErrorIs(t, err, ErrConfig, "no tier function: no key could be in it")
+		assert.Contains(t, err.Error(), "WithTiers")
+		require.ErrorIs(t, plain.SetTier("", nil), ErrConfig)
+		err = plain.SetTier("", []Policy{{"a", 0, s}})
+		require.ErrorIs(t, err, ErrConfig)
+		assert.Contains(t, err.Error(), "policies[0].Limit")
+		assert.Equal(t, []Policy{{"a", 1, s}}, plain.Policies(), "a refused SetTier changes nothing")
+
+		tiered, _ := newPolicies(t, []Policy{{"a", 1, s}}, WithTiers(tierOf, nil))
+		err = tiered.SetTier("pro", []Policy{{"a", 1, s}, {"a", 2, s}})
+		require.ErrorIs(t, err, ErrConfig)
+		assert.Contains(t, err.Error(), `tiers["pro"][1].Name`)
+
+		coarse, err := NewPolicies([]Policy{{"a", 1, s}}, WithCoarseClock(time.Millisecond), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer coarse.Close()
+		err = coarse.SetTier("", []Policy{{"a", 1, time.Millisecond}})
+		require.ErrorIs(t, err, ErrConfig)
+		assert.Contains(t, err.Error(), "coarse clock")
+	})
+}
+
+// TestSweepWithPolicies evicts a key only once no event is left in the
+// longest window of the tier that last decided it.
+func TestSweepWithPolicies(t *testing.T) {
+	tierOf := func(key string) string { name, _, _ := strings.Cut(key, "-"); return name }
+	l, c := newPolicies(t, []Policy{{"second", 1, time.Second}, {"minute", 5, time.Minute}},
+		WithTiers(tierOf, map[string][]Policy{"hourly": {{"hour", 10, time.Hour}}}))
+	require.True(t, l.Allow("free-a"))
+	require.True(t, l.Allow("hourly-a"))
+	c.Set(t0.Add(30 * time.Second))
+	assert.Equal(t, 0, l.sweep(l.now()), "both still hold an event in their longest window")
+	c.Set(t0.Add(time.Minute))
+	before := l.Peek("hourly-a")
+	assert.Equal(t, 1, l.sweep(l.now()), "free-a is idle under its minute")
+	assert.Equal(t, before, l.Peek("hourly-a"))
+	c.Set(t0.Add(time.Hour))
+	assert.Equal(t, 1, l.sweep(l.now()), "hourly-a is idle under its hour")
+	assert.Equal(t, 0, l.Len())
+}
+
+// TestWaitWithPolicies waits for the policy with the longest wait: the
+// second frees a slot a second after each event, the ten-second policy only
+// when its oldest event leaves.
+func TestWaitWithPolicies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewPolicies([]Policy{{"second", 1, time.Second}, {"ten", 2, 10 * time.Second}})
+		require.NoError(t, err)
+		defer l.Close()
+		start := time.Now()
+		var at []time.Duration
+		for range 4 {
+			require.NoError(t, l.Wait(context.Background(), "k"))
+			at = append(at, time.Since(start))
+		}
+		assert.Equal(t, []time.Duration{0, time.Second, 10 * time.Second, 11 * time.Second}, at)
+		require.ErrorIs(t, l.WaitN(context.Background(), "k", 2), ErrExceedsLimit, "2 never fits the second")
+	})
+}
+
+// TestErrorsCarryNoKey: keys are often credentials, so no error names one.
+func TestErrorsCarryNoKey(t *testing.T) {
+	const key = "sk-live-0123456789"
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewPolicies([]Policy{{"second", 1, time.Second}, {"hour", 2, time.Hour}})
+		require.NoError(t, err)
+		defer l.Close()
+		require.True(t, l.Allow(key))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		err = l.Wait(ctx, key)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotContains(t, err.Error(), key)
+		err = l.WaitN(context.Background(), key, 2)
+		require.ErrorIs(t, err, ErrExceedsLimit)
+		assert.NotContains(t, err.Error(), key)
+	})
+}

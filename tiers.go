@@ -1,0 +1,166 @@
+package keyrate
+
+import (
+	"fmt"
+	"maps"
+	"math"
+)
+
+// WithTiers gives keys different policies, such as one set for a free plan
+// and another for a paid one: tier(key) names the key's tier and tiers maps
+// each name to its policies. A key whose tier is not in the map, or whose
+// tier is "", gets the default tier: the policies given to NewPolicies (or
+// New). SetTier changes or adds tiers later.
+//
+// tier is called on every decision (Allow, Take, Peek, each attempt of
+// Wait), outside any lock of the limiter, so a key that changes plan is
+// decided under its new policies from its next request on. It must be safe
+// for concurrent use, and cheap: a map lookup or a prefix test, not a
+// database query. If it panics, the panic is recovered and the key gets the
+// default tier: a failing tier function never crashes the limiter and never
+// leaves a key unlimited.
+//
+// A key's log keeps its events for the longest window of the tier that last
+// decided it. When a key moves to a tier with a longer window, events older
+// than its old tier's longest window have already been dropped and count
+// for nothing; every event that remains counts against the new policies at
+// once.
+//
+// Each tier has 1 to MaxPolicies policies, validated as NewPolicies'. A nil
+// tier function, an invalid policy or a tier named "" (the default tier is
+// NewPolicies') make the constructor return an error wrapping ErrConfig.
+// Default: no tiers, every key under the default tier.
+func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
+	return func(cfg *config) {
+		cfg.tierSet = true
+		cfg.tierOf = tier
+		cfg.tiers = maps.Clone(tiers)
+	}
+}
+
+// tierTable is every tier of a Limiter, immutable once published: SetTier
+// builds a new table and swaps it in, so a decision reads tiers with one
+// atomic load and no lock.
+type tierTable struct {
+	def   *tier            // the default tier, byID[0]
+	named map[string]*tier // by name, the default as ""
+	byID  []*tier          // by tier.id; ids are never reused
+	// longest is the longest window of every tier: how long any log may
+	// need to keep its events.
+	longest int64
+}
+
+func newTierTable(def *tier) *tierTable {
+	return &tierTable{def: def, named: map[string]*tier{"": def}, byID: []*tier{def}, longest: def.longest}
+}
+
+// with returns a copy of tab in which name's policies are t's. A name keeps
+// its id when replaced, so logs it decided stay attributed to it.
+func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
+	next := &tierTable{named: maps.Clone(tab.named), byID: append([]*tier(nil), tab.byID...)}
+	if old, ok := tab.named[name]; ok {
+		t.id = old.id
+		next.byID[t.id] = t
+	} else {
+		if len(tab.byID) > math.MaxUint16 {
+			return nil, fmt.Errorf("%w: %d tiers, want at most %d", ErrConfig, len(tab.byID)+1, math.MaxUint16+1)
+		}
+		t.id = uint16(len(tab.byID))
+		next.byID = append(next.byID, t)
+	}
+	next.named[name] = t
+	next.def = next.byID[0]
+	for _, t := range next.byID {
+		next.longest = max(next.longest, t.longest)
+	}
+	return next, nil
+}
+
+// SetTier replaces the policies of the tier called name, or adds the tier;
+// name "" is the default tier. It is safe to call while the limiter is in
+// use: each decision sees either the old policies or the new ones, whole.
+//
+// Keys keep their recorded events, and the new policies count them from
+// each key's next decision on. Events that had already left the longest
+// window of a key's old tier are gone, and do not count against a new,
+// longer window.
+//
+// It returns an error wrapping ErrConfig, and changes nothing, for policies
+// New or NewPolicies would refuse, a window not longer than WithCoarseClock's
+// resolution, or a name other than "" on a limiter made without WithTiers
+// (no key could ever be in that tier).
+func (l *Limiter) SetTier(name string, policies []Policy) error {
+	if name != "" && l.tierOf == nil {
+		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
+	}
+	field := "policies"
+	if name != "" {
+		field = fmt.Sprintf("tiers[%q]", name)
+	}
+	t, err := newTier(field, policies)
+	if err != nil {
+		return err
+	}
+	if err := checkCoarse(l.coarseResolution, t); err != nil {
+		return err
+	}
+	l.setTier.Lock()
+	defer l.setTier.Unlock()
+	next, err := l.tiers.Load().with(name, t)
+	if err != nil {
+		return err
+	}
+	l.publish(next)
+	return nil
+}
+
+// publish makes tab the limiter's tiers.
+func (l *Limiter) publish(tab *tierTable) {
+	l.tiers.Store(tab)
+	if l.tierOf == nil {
+		l.only.Store(tab.def)
+	}
+}
+
+// tierFor returns the tier that decides key now. A limiter without tiers
+// pays one load for it; Allow and Take spell it out, as the compiler would
+// not inline it.
+func (l *Limiter) tierFor(key string) *tier {
+	t := l.only.Load()
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	return t
+}
+
+// namedTier returns the tier the tier function names for key, or the
+// default tier when there is no such tier.
+func (l *Limiter) namedTier(key string) *tier {
+	name := l.tierName(key)
+	tab := l.tiers.Load()
+	if t, ok := tab.named[name]; ok {
+		return t
+	}
+	return tab.def
+}
+
+// tierName returns the tier function's answer for key, or "", the default
+// tier, when it panics.
+func (l *Limiter) tierName(key string) (name string) {
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	return l.tierOf(key)
+}
+
+// retention returns how long g keeps its events: the longest window of the
+// tier that last decided it. Called with g.mu held.
+func (l *Limiter) retention(g *eventLog) int64 {
+	tab := l.tiers.Load()
+	if int(g.tier) < len(tab.byID) {
+		return tab.byID[g.tier].longest
+	}
+	return tab.longest // unreachable: ids are published before logs get them
+}
