@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/redis/go-redis/v9"
@@ -28,23 +26,33 @@ type store struct {
 
 // backend returns rt's budget. local is the in-process Limiter behind it,
 // nil for a Redis one, so that its keys can be counted; close releases it.
+// Both stores decide all of a route's policies in one atomic step, and give
+// "pro-" keys the route's Pro policies.
 func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err error) {
-	if len(rt.Policies) != 1 {
-		return nil, nil, fmt.Errorf("route %s: %d policies; this build limits a route by one", rt.Name, len(rt.Policies))
+	var tiers map[string][]keyrate.Policy
+	if rt.Pro != nil {
+		tiers = map[string][]keyrate.Policy{proTier: rt.Pro}
 	}
-	p := rt.Policies[0]
 	if s.redis != nil {
 		// One prefix per route: each route has its own limit, so its own keys.
-		l, err := redislimit.New(s.redis, p.Limit, p.Window,
-			redislimit.WithPrefix(redisPrefix+rt.Name+":"),
-			redislimit.WithDenyCache(denyCacheKeys))
+		opts := []redislimit.Option{
+			redislimit.WithPrefix(redisPrefix + rt.Name + ":"),
+			redislimit.WithDenyCache(denyCacheKeys),
+		}
+		if tiers != nil {
+			opts = append(opts, redislimit.WithTiers(tierOf, tiers))
+		}
+		l, err := redislimit.NewPolicies(s.redis, rt.Policies, opts...)
 		return l, nil, err
 	}
 	opts := []keyrate.Option{keyrate.WithMaxKeys(maxKeys)}
 	if s.clock != nil {
 		opts = append(opts, keyrate.WithClock(s.clock))
 	}
-	l, err := keyrate.New(p.Limit, p.Window, opts...)
+	if tiers != nil {
+		opts = append(opts, keyrate.WithTiers(tierOf, tiers))
+	}
+	l, err := keyrate.NewPolicies(rt.Policies, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

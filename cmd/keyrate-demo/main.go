@@ -3,14 +3,19 @@
 //
 //	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
 //
-// GET /api/status allows 3 requests per 60 s, GET /api/search 20 per 60 s and
-// GET /api/burst 10 per 10 s, each its own budget per client. The last is the
-// one to try bursts on: 10 requests at :09 and 10 more at :11 get 10 through,
-// where a fixed window of 10 s would let all 20 in. A client is its X-API-Key header when it
-// sends one, else its IP address (read from X-Forwarded-For only with
-// -trusted-proxies). Every decision is logged in one line, and streamed to
-// the page at / that draws it live beside what a fixed window would have
-// done (see internal/live).
+// GET /api/status allows 3 requests per 60 s (10 for an API key starting
+// with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
+// each its own budget per client. The last is the one to try bursts on: 10
+// requests at :09 and 10 more at :11 get 10 through, where a fixed window of
+// 10 s would let all 20 in. GET /api/export is under two policies at once,
+// "export-burst" 2 per 10 s and "export-hourly" 5 per hour: a request must
+// fit both, and a refusal names the one that refused it.
+//
+// A client is its X-API-Key header when it sends one, else its IP address
+// (read from X-Forwarded-For only with -trusted-proxies). Every decision is
+// logged in one line, and streamed to the page at / that draws it live
+// beside what a fixed window would have done, or one lane per policy (see
+// internal/live). Neither shows an API key, only a fingerprint of it.
 //
 // GET /metrics serves Prometheus metrics (package promlimit): requests by
 // route and result, decision latency, backend errors, refusals per policy,
@@ -164,12 +169,18 @@ func hints(base string, cfg config) string {
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
-		fmt.Fprintf(&b, "  %-6s %-12s %s\n", rt.Method, rt.Path, describe(rt.Policies))
+		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies))
+		if rt.Pro != nil {
+			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, `
   curl -i %[1]s/api/status
   for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/status; done; echo
   curl -i -H '%[2]s: alice' %[1]s/api/status
+  curl -i -H '%[2]s: pro-alice' %[1]s/api/status   # the pro tier: 10 per 60s
+  for i in 1 2 3; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/export; done; echo   # 200 200 429: export-burst refused
   curl -i '%[1]s/api/search?q=limits'
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
   curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
@@ -195,6 +206,11 @@ func decisionLogger(out io.Writer) func(decision) {
 			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
 		default:
 			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
+		}
+		if p := d.Decision.Policy; p != "" {
+			// A route under several policies: the binding one, which
+			// refused, or has the least left.
+			line += " policy=" + p
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -106,7 +106,13 @@ func TestDemoBinary(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exited with %v", err)
 	}
-	for _, hint := range []string{"/api/status  3 per 60s", "/api/search  20 per 60s", "/api/burst   10 per 10s", "/api/burst; done", "/metrics | grep"} {
+	for _, hint := range []string{
+		"/api/status  3 per 60s; 10 per 60s for a key starting with pro-\n",
+		"/api/search  20 per 60s\n",
+		"/api/burst   10 per 10s\n",
+		"/api/export  2 per 10s (export-burst) and 5 per 3600s (export-hourly)\n",
+		"/api/burst; done", "/metrics | grep",
+	} {
 		if !strings.Contains(out, hint) {
 			t.Errorf("start-up hints lack %q:\n%s", hint, out)
 		}

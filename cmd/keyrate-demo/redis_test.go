@@ -136,3 +136,39 @@ func TestDialRedisFailsFast(t *testing.T) {
 		t.Fatalf("dialRedis(%s) = %v, want an error naming the address", addr, err)
 	}
 }
+
+// On Redis too, /api/export is decided under both its policies at once and
+// "pro-" keys get their tier, across servers.
+func TestRedisPoliciesAndTiers(t *testing.T) {
+	client, _ := startRedis(t)
+	a, _ := newTestServer(t, config{Redis: client})
+	b, seen := newTestServer(t, config{Redis: client})
+
+	for i, h := range []http.Handler{a, b} {
+		if rec := do(h, "/api/export", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != exportPolicy {
+			t.Fatalf("export %d: %d %v", i+1, rec.Code, rec.Header())
+		}
+	}
+	rec := do(b, "/api/export", "X-API-Key", "alice")
+	if rec.Code != 429 || !strings.HasPrefix(rec.Header().Get("RateLimit"), `"export-burst";r=0;t=10, "export-hourly";r=3;t=3600`) ||
+		!strings.Contains(rec.Body.String(), "export-burst") || strings.Contains(rec.Body.String(), "export-hourly") {
+		t.Fatalf("third export: %d %v %s, want 429 by export-burst alone", rec.Code, rec.Header(), rec.Body)
+	}
+	parts := (*seen)[len(*seen)-1].Decision.Policies()
+	if len(parts) != 2 || parts[0].Allowed || !parts[1].Allowed || parts[1].Remaining != 3 {
+		t.Errorf("third export's policies %+v, want export-burst refusing and export-hourly with 3 left", parts)
+	}
+
+	for i := range 10 {
+		h := []http.Handler{a, b}[i%2]
+		if rec := do(h, "/api/status", "X-API-Key", "pro-alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != `"status";q=10;w=60` {
+			t.Fatalf("pro status %d: %d %v", i+1, rec.Code, rec.Header())
+		}
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "pro-alice"); rec.Code != 429 {
+		t.Errorf("eleventh pro status: %d, want 429 after 10 on both servers", rec.Code)
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != `"status";q=3;w=60` {
+		t.Errorf("a free key: %d %v, want the default tier", rec.Code, rec.Header())
+	}
+}

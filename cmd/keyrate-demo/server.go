@@ -18,10 +18,14 @@ type route struct {
 	Method string
 	Path   string
 	// Policies are the route's budget per client: a request is admitted
-	// only when it fits every one of them. One unnamed policy is named
-	// after the route in the RateLimit fields.
+	// only when it fits every one of them, and then counts against all of
+	// them. One unnamed policy is named after the route in the RateLimit
+	// fields.
 	Policies []keyrate.Policy
-	serve    http.HandlerFunc
+	// Pro, when set, are the policies of a client whose API key starts
+	// with "pro-" (the pro tier) instead of Policies.
+	Pro   []keyrate.Policy
+	serve http.HandlerFunc
 }
 
 // limit is the one unnamed policy of a route: limit requests per window.
@@ -30,13 +34,33 @@ func limit(n int, window time.Duration) []keyrate.Policy {
 }
 
 // routes are the demo's limited routes: two as in the classic tutorial
-// setup, and "burst" with a window short enough to watch the 00:09 / 00:11
-// boundary burst without waiting a minute for the next boundary. Each has
-// its own limiter, so its own budget per client.
+// setup (status with a more generous tier for "pro-" keys), "burst" with a
+// window short enough to watch the 00:09 / 00:11 boundary burst without
+// waiting a minute for the next boundary, and "export" under two policies
+// at once, a short burst limit and an hourly one. Each has its own
+// limiter, so its own budget per client.
 var routes = []route{
-	{"status", http.MethodGet, "/api/status", limit(3, time.Minute), serveStatus},
-	{"search", http.MethodGet, "/api/search", limit(20, time.Minute), serveSearch},
-	{"burst", http.MethodGet, "/api/burst", limit(10, 10*time.Second), serveBurst},
+	{Name: "status", Method: http.MethodGet, Path: "/api/status", Policies: limit(3, time.Minute), Pro: limit(10, time.Minute), serve: serveStatus},
+	{Name: "search", Method: http.MethodGet, Path: "/api/search", Policies: limit(20, time.Minute), serve: serveSearch},
+	{Name: "burst", Method: http.MethodGet, Path: "/api/burst", Policies: limit(10, 10*time.Second), serve: serveBurst},
+	{Name: "export", Method: http.MethodGet, Path: "/api/export", Policies: []keyrate.Policy{
+		{Name: "export-burst", Limit: 2, Window: 10 * time.Second},
+		{Name: "export-hourly", Limit: 5, Window: time.Hour},
+	}, serve: serveExport},
+}
+
+// proTier names the tier of the clients whose API key starts with "pro-".
+const proTier = "pro"
+
+// tierOf is the limiters' tier function. It gets the key the middleware
+// asks about, the route and the identity joined by a zero byte, and must be
+// cheap: a prefix test.
+func tierOf(key string) string {
+	_, identity, _ := strings.Cut(key, "\x00")
+	if strings.HasPrefix(identity, keyPrefix+"pro-") {
+		return proTier
+	}
+	return ""
 }
 
 // describe says a route's policies for people: "3 per 60s", or "2 per 10s
@@ -162,6 +186,12 @@ func serveSearch(w http.ResponseWriter, r *http.Request) {
 		fmt.Sprintf("%s: the first result", q),
 		fmt.Sprintf("%s: another result", q),
 	}})
+}
+
+// serveExport stands for an expensive call, worth a burst limit and an
+// hourly one.
+func serveExport(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"export": "ok", "rows": 3, "time": time.Now().UTC().Format(time.RFC3339)})
 }
 
 // serveBurst answers with the time to the millisecond, so the requests of a
