@@ -34,35 +34,7 @@ func TestLivePage(t *testing.T) {
 	}
 
 	// The boundary burst may wait a whole window for the next boundary.
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute+window)
-	defer cancel()
-	ctx, cancel = chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 1000),
-	)
-	defer cancel()
-	ctx, cancel = chromedp.NewContext(ctx)
-	defer cancel()
-
-	console := collectConsole(ctx)
-	defer func() { saveScreenshot(t, ctx) }()
-
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
-		t.Fatalf("open the page: %v", err)
-	}
-	waitFor[bool](t, ctx, "the page to load its routes and connect its stream", 60*time.Second,
-		`document.body.dataset.state === 'idle' && document.getElementById('conn').dataset.conn === 'live'`)
+	ctx, console := openPage(t, browser, base+"/", 3*time.Minute+window, "live-page.png")
 	if got := selection(t, ctx); got != (selected{boundary.Name, fmt.Sprint(boundary.Limit)}) {
 		t.Errorf("the page opens on %+v, want route %q with a burst of its limit %d", got, boundary.Name, boundary.Limit)
 	}
@@ -133,20 +105,47 @@ func TestLivePage(t *testing.T) {
 			got.Dots, got.Crosses, got.More, 3*limit, limit)
 	}
 
-	// The page itself must log nothing but the browser's note for each 429
-	// it received, which are the refusals it asked for.
-	refusals := 0
-	for _, m := range console.all() {
-		switch {
-		case m.Source == "network" && strings.Contains(m.Text, "status of 429"):
-			refusals++
-		case m.Type == chromedp.ConsoleError || m.IsException():
-			t.Errorf("console %s", m)
-		default:
-			t.Logf("console %s", m)
-		}
+	console.check(t)
+}
+
+// openPage starts headless Chromium (browser), opens url and waits until
+// the page has loaded its routes and connected its stream. Everything ends
+// with the test or after timeout; a screenshot named shot is kept (see
+// saveScreenshot).
+func openPage(t *testing.T, browser, url string, timeout time.Duration, shot string) (context.Context, *consoleLog) {
+	t.Helper()
+	// Not t.Context(), which ends before the cleanups that take the
+	// screenshot and close the browser.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	ctx, cancel = chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1000),
+	)
+	t.Cleanup(cancel)
+	ctx, cancel = chromedp.NewContext(ctx)
+	// Cleanups run last first: the screenshot, then the browser's end.
+	t.Cleanup(cancel)
+	t.Cleanup(func() { saveScreenshot(t, ctx, shot) })
+
+	console := collectConsole(ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("open the page: %v", err)
 	}
-	t.Logf("console: %d notes of a 429 response, nothing else of level error", refusals)
+	waitFor[bool](t, ctx, "the page to load its routes and connect its stream", 60*time.Second,
+		`document.body.dataset.state === 'idle' && document.getElementById('conn').dataset.conn === 'live'`)
+	return ctx, console
 }
 
 // fingerprint is how the demo shows an API key, in its log and on its page,
@@ -276,9 +275,27 @@ func (c *consoleLog) all() []chromedp.ConsoleMessage {
 	return append([]chromedp.ConsoleMessage(nil), c.msgs...)
 }
 
+// check fails the test for anything the page logged but the browser's note
+// for each 429 it received, which are the refusals it asked for.
+func (c *consoleLog) check(t *testing.T) {
+	t.Helper()
+	refusals := 0
+	for _, m := range c.all() {
+		switch {
+		case m.Source == "network" && strings.Contains(m.Text, "status of 429"):
+			refusals++
+		case m.Type == chromedp.ConsoleError || m.IsException():
+			t.Errorf("console %s", m)
+		default:
+			t.Logf("console %s", m)
+		}
+	}
+	t.Logf("console: %d notes of a 429 response, nothing else of level error", refusals)
+}
+
 // saveScreenshot keeps a picture of the page, pass or fail, in
 // $KEYRATE_ARTIFACTS when set.
-func saveScreenshot(t *testing.T, ctx context.Context) {
+func saveScreenshot(t *testing.T, ctx context.Context, name string) {
 	dir := os.Getenv("KEYRATE_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
@@ -291,7 +308,7 @@ func saveScreenshot(t *testing.T, ctx context.Context) {
 		t.Logf("no screenshot: %v", err)
 		return
 	}
-	path := filepath.Join(dir, "live-page.png")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Errorf("screenshot: %v", err)
 		return
