@@ -27,6 +27,9 @@ go test "${flags[@]}" -cpu "$CPU" -bench '^BenchmarkHTTP$' -timeout 30m . | tee 
 echo "== floor ($(date +%T))"
 go test "${flags[@]}" -cpu 1 -bench '^BenchmarkFloor$' . | tee "$RAW/floor.txt"
 
+echo "== the core's own benchmarks: one policy and two ($(date +%T))"
+(cd .. && go test "${flags[@]}" -cpu 1 -bench '^Benchmark(Allow|Take|AllowPolicies|TakePolicies)$' .) | tee "$RAW/core.txt"
+
 echo "== accuracy, memory, latency ($(date +%T))"
 go run ./cmd/tables | tee "$RAW/tables.md"
 
@@ -41,6 +44,20 @@ go run ./cmd/results -allow "$RAW/allow.csv" -http "$RAW/http.csv" -floor "$RAW/
   -tables "$RAW/tables.md" -count "$COUNT" \
   -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
   > RESULTS.md
+$BENCHSTAT "$RAW/core.txt" > "$RAW/core.benchstat.txt"
+{
+  echo
+  echo "## The core: one policy and two"
+  echo
+  echo "The core package's own benchmarks, run in the repository root with the flags above at"
+  echo "\`-cpu 1\` (\`-bench '^Benchmark(Allow|Take|AllowPolicies|TakePolicies)\$'\`), benchstat"
+  echo "medians. \`AllowPolicies\` and \`TakePolicies\` hold one hot key to two policies at once;"
+  echo "compare them with the \`keys=1\` rows of \`Allow\` and with \`Take\`, one policy on one hot key."
+  echo
+  echo '```'
+  cat "$RAW/core.benchstat.txt"
+  echo '```'
+} >> RESULTS.md
 echo "== wrote benchmarks/RESULTS.md ($(date +%T))"
 
 # Copy RESULTS.md's throughput and HTTP tables (each section up to its

@@ -59,3 +59,35 @@ func ExampleWithShadow() {
 	// would refuse 192.0.2.1 for 40s (shadow true)
 	// 200 RateLimit: "export";r=0;t=40
 }
+
+// Two policies on one route, 2 a second and 3 a minute: every response
+// lists both. The third request within a second is refused by the short
+// one and names it; a second later the long one still has room for one
+// more, then refuses with its own wait.
+func Example_policies() {
+	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := keyrate.NewPolicies([]keyrate.Policy{
+		{Name: "second", Limit: 2, Window: time.Second},
+		{Name: "minute", Limit: 3, Window: time.Minute},
+	}, keyrate.WithClock(clock))
+	defer l.Close()
+	mw, _ := httplimit.New(l, httplimit.WithRoute("search"))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for _, wait := range []time.Duration{0, 0, 0, time.Second, 0} {
+		clock.Advance(wait)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/search", nil))
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", rec.Code, rec.Header().Get("RateLimit"), rec.Header().Get("Retry-After"))
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/search", nil))
+	fmt.Println("RateLimit-Policy:", rec.Header().Get("RateLimit-Policy"))
+	// Output:
+	// 200 RateLimit: "second";r=1;t=1, "minute";r=2;t=60 Retry-After: ""
+	// 200 RateLimit: "second";r=0;t=1, "minute";r=1;t=60 Retry-After: ""
+	// 429 RateLimit: "second";r=0;t=1, "minute";r=1;t=60 Retry-After: "1"
+	// 200 RateLimit: "second";r=1;t=1, "minute";r=0;t=59 Retry-After: ""
+	// 429 RateLimit: "second";r=1;t=1, "minute";r=0;t=59 Retry-After: "59"
+	// RateLimit-Policy: "second";q=2;w=1, "minute";q=3;w=60
+}

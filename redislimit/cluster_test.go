@@ -36,6 +36,8 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
+	t.Run("BackendPoliciesSuite", func(t *testing.T) { backendtest.RunPolicies(t, newPoliciesBackend(client)) })
+
 	t.Run("TenPerSecondThousandPerDay", func(t *testing.T) { tenPerSecondThousandPerDay(t, client) })
 
 	t.Run("PoliciesConcurrent", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/keyrate/keyrate/internal/backendtest"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // prefixes makes each limiter's keys unique on the shared server, so that
@@ -32,4 +33,23 @@ func TestBackendSuite(t *testing.T) {
 		}
 		return l
 	})
+}
+
+// TestBackendPoliciesSuite runs the shared multi-policy scenarios against
+// the sliding log in Redis: several policies per key, one script run.
+func TestBackendPoliciesSuite(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	backendtest.RunPolicies(t, newPoliciesBackend(client))
+}
+
+// newPoliciesBackend makes the multi-policy suite's backends on client.
+func newPoliciesBackend(client redis.UniversalClient) backendtest.NewPoliciesBackend {
+	return func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := redislimit.NewPolicies(client, policies,
+			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
 }

@@ -2,18 +2,12 @@ package ratelimitfield
 
 import "github.com/keyrate/keyrate"
 
-// policyLister is what a backend that can list its policies has, as
-// *keyrate.Limiter and the Redis backend do (with tiers, the default
-// tier's). It is optional, as keyrate.Quota is: found by a type assertion.
-type policyLister interface {
-	Policies() []keyrate.Policy
-}
-
 // BackendPolicies returns the policies b says it enforces, to advertise
-// when there is no Decision at hand: its Policies, else its keyrate.Quota
+// when there is no Decision at hand: its keyrate.PolicyLister policies
+// (with tiers, the default tier's), else its keyrate.Quota
 // as one unnamed policy; nil when it says nothing.
 func BackendPolicies(b keyrate.Backend) []keyrate.Policy {
-	if l, ok := b.(policyLister); ok {
+	if l, ok := b.(keyrate.PolicyLister); ok {
 		if ps := l.Policies(); len(ps) > 0 {
 			return ps
 		}
