@@ -18,7 +18,9 @@ import (
 // for concurrent use, and cheap: a map lookup or a prefix test, not a
 // database query. If it panics, the panic is recovered and the key gets the
 // default tier: a failing tier function never crashes the limiter and never
-// leaves a key unlimited.
+// leaves a key unlimited. It sees the key as the limiter gets it: behind
+// httplimit or grpclimit that is the route (or method), a zero byte, then
+// the client's identity.
 //
 // A key's log keeps its events for the longest window of the tier that last
 // decided it. When a key moves to a tier with a longer window, events older
