@@ -40,81 +40,76 @@ func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e Event) {
 			"This request costs more than the limit of "+strconv.Itoa(d.Limit)+" allows; it can never be admitted.")
 		return
 	}
-	wait := strconv.FormatInt(ratelimitfield.CeilSeconds(d.RetryAfter), 10)
+	wait := ratelimitfield.CeilSeconds(d.RetryAfter)
 	if d.Overflow {
-		writeProblem(w, http.StatusTooManyRequests, "Too many clients are being tracked; retry in "+wait+" seconds.")
+		writeProblem(w, http.StatusTooManyRequests, "Too many clients are being tracked; retry in "+strconv.FormatInt(wait, 10)+" seconds.")
 		return
 	}
-	p := problem{
-		typ:      quotaExceeded,
-		title:    quotaExceededTitle,
-		status:   http.StatusTooManyRequests,
-		detail:   "Rate limit exceeded; retry in " + wait + " seconds.",
-		violated: appendViolated(nil, e.Route, &d),
-	}
-	p.write(w)
+	// The refusal a client over its budget gets again and again, so it is
+	// written in one buffer: the constant start, the wait, the names.
+	body := make([]byte, 0, 192)
+	body = append(body, quotaExceededStart...)
+	body = strconv.AppendInt(body, wait, 10)
+	body = append(body, ` seconds.","violated-policies":[`...)
+	body = appendViolated(body, e.Route, &d)
+	body = append(body, "]}\n"...)
+	writeBody(w, http.StatusTooManyRequests, body)
 }
+
+// quotaExceededStart is a quota-exceeded body up to the wait in its detail.
+const quotaExceededStart = `{"type":"` + quotaExceeded + `","title":"` + quotaExceededTitle +
+	`","status":429,"detail":"Rate limit exceeded; retry in `
 
 // appendViolated appends the names of the policies that refused d, quoted
 // and separated by commas: every refusing part, or the binding policy for
-// a Decision whose parts say none refused.
+// a Decision whose parts say none refused. The names are quoted as
+// structured-field strings: printable ASCII with " and \ escaped, which is
+// also how JSON quotes them.
 func appendViolated(b []byte, route string, d *keyrate.Decision) []byte {
+	start := len(b)
 	var one [1]keyrate.PolicyDecision
 	for _, p := range ratelimitfield.Parts(d, 0, &one) {
 		if p.Allowed {
 			continue
 		}
-		if len(b) > 0 {
+		if len(b) > start {
 			b = append(b, ',')
 		}
 		b = ratelimitfield.AppendName(b, route, p.Name)
 	}
-	if len(b) == 0 {
+	if len(b) == start {
 		b = ratelimitfield.AppendName(b, route, d.Policy)
 	}
 	return b
 }
 
-// problem is an RFC 9457 problem body.
-type problem struct {
-	typ, title string // "" for about:blank, titled by the status
-	status     int
-	detail     string // must need no JSON escaping
-	violated   []byte // quoted names, comma-separated (see appendViolated)
-}
-
-// writeProblem writes a problem body of type about:blank, whose title is
-// the status's reason phrase.
+// writeProblem writes an RFC 9457 problem body of type about:blank, whose
+// title is the status's reason phrase. detail must need no JSON escaping.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	problem{status: status, detail: detail}.write(w)
+	body := make([]byte, 0, 96+len(detail))
+	body = append(body, `{"type":"about:blank","title":`...)
+	body = strconv.AppendQuote(body, http.StatusText(status))
+	body = append(body, `,"status":`...)
+	body = strconv.AppendInt(body, int64(status), 10)
+	body = append(body, `,"detail":`...)
+	body = strconv.AppendQuote(body, detail)
+	body = append(body, "}\n"...)
+	writeBody(w, status, body)
 }
 
-func (p problem) write(w http.ResponseWriter) {
-	typ, title := p.typ, p.title
-	if typ == "" {
-		typ, title = "about:blank", http.StatusText(p.status)
-	}
-	body := make([]byte, 0, 160+len(p.detail))
-	body = append(body, `{"type":`...)
-	body = strconv.AppendQuote(body, typ)
-	body = append(body, `,"title":`...)
-	body = strconv.AppendQuote(body, title)
-	body = append(body, `,"status":`...)
-	body = strconv.AppendInt(body, int64(p.status), 10)
-	body = append(body, `,"detail":`...)
-	body = strconv.AppendQuote(body, p.detail)
-	if len(p.violated) > 0 {
-		// The names are quoted as structured-field strings: printable
-		// ASCII with " and \ escaped, which is also how JSON quotes them.
-		body = append(body, `,"violated-policies":[`...)
-		body = append(body, p.violated...)
-		body = append(body, ']')
-	}
-	body = append(body, "}\n"...)
+// writeBody sends a problem body. Its two fields' values share one
+// allocation; net/http adds Content-Length, the body being written whole
+// in one call.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	vals := make([]string, 2)
+	vals[0], vals[1] = "application/problem+json", "nosniff"
 	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(p.status)
+	h[hContentType], h[hNoSniff] = vals[0:1:1], vals[1:2:2]
+	w.WriteHeader(status)
 	w.Write(body)
 }
+
+var (
+	hContentType = http.CanonicalHeaderKey("Content-Type")
+	hNoSniff     = http.CanonicalHeaderKey("X-Content-Type-Options")
+)
