@@ -15,12 +15,12 @@ import (
 	"github.com/keyrate/keyrate/internal/bypasstest"
 )
 
-// storeKeyLimit is the longest key storeKeyRules accepts, as the Redis
-// backend's MaxKeyLen.
+// storeKeyLimit is the longest key storeKeyRules accepts: a store that
+// refuses long keys, as the Redis backend did before it hashed them.
 const storeKeyLimit = 1024
 
-// storeKeyRules returns a backend with the Redis backend's rules for keys,
-// in front of b: an empty key or one over storeKeyLimit bytes is an error
+// storeKeyRules returns a backend with strict rules for keys, in front of
+// b: an empty key or one over storeKeyLimit bytes is an error
 // wrapping keyrate.ErrInvalidKey, anything else goes to b.
 func storeKeyRules(b keyrate.Backend) httplimit.BackendFunc {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
