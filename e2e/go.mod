@@ -2,7 +2,12 @@ module github.com/keyrate/keyrate/e2e
 
 go 1.26
 
-require github.com/chromedp/chromedp v0.23.0
+require (
+	github.com/chromedp/chromedp v0.23.0
+	github.com/keyrate/keyrate v0.1.0
+)
+
+replace github.com/keyrate/keyrate => ../
 
 require (
 	github.com/chromedp/cdproto v0.159.0 // indirect

@@ -2,84 +2,26 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/keyrate/keyrate/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 
-// startRedis runs a redis-server on a free loopback port for the test and
-// returns a client of it, as dialRedis makes one. Without redis-server the
-// test skips with an install hint, and fails under KEYRATE_INTEGRATION=1.
+// startRedis runs a redis-server on a free loopback port for the test (see
+// redisserver.Start) and returns a client of it, as dialRedis makes one.
 func startRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
+	addr := redisserver.Start(t)
+	c, err := dialRedis(context.Background(), addr)
 	if err != nil {
-		const hint = "redis-server not found; install it with: apt-get install -y redis-server"
-		if os.Getenv("KEYRATE_INTEGRATION") == "1" {
-			t.Fatal(hint + " (required: KEYRATE_INTEGRATION=1)")
-		}
-		t.Skip(hint)
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	var last error
-	for range 5 { // a free port may be taken before redis-server binds it
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		stop := func() {
-			cmd.Process.Kill()
-			<-exited
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		c, err := waitForRedis(addr, exited)
-		if err == nil {
-			t.Cleanup(func() { c.Close(); stop() })
-			return c, addr
-		}
-		stop()
-		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-		last = fmt.Errorf("%w; its log:\n%s", err, log)
-	}
-	t.Fatalf("redis-server did not start: %v", last)
-	return nil, ""
-}
-
-func waitForRedis(addr string, exited <-chan struct{}) (*redis.Client, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := dialRedis(context.Background(), addr)
-		if err == nil {
-			return c, nil
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("redis-server on %s exited", addr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return nil, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	t.Cleanup(func() { c.Close() })
+	return c, addr
 }
 
 // Two demo servers on one Redis share each client's budget: what one
