@@ -28,8 +28,16 @@
 // lists every policy's numbers (keyrate.Decision.Policies).
 //
 // WithDenyCache refuses a key that Redis has just refused locally, with no
-// round trip, for as long as Redis's refusal must stand; it never admits,
-// so the limit stays exact across replicas.
+// round trip, for as long as Redis's refusal must stand, and at most a
+// maximum hold (1s by default, WithDenyCacheMaxHold); it never admits, so
+// the limit stays exact across replicas.
+//
+// When Redis loses a key's events (FLUSHALL, a DEL, a restart without
+// persistence, a failover that lost writes, an eviction under maxmemory),
+// the key starts over with an empty window: its client can get up to one
+// more limit through, once per loss. The deny cache goes on refusing such
+// a key for at most its maximum hold, then asks Redis, which admits. Keys
+// Redis kept are decided as before.
 //
 // Every call has a time budget (WithTimeout, 250ms by default) on top of
 // the caller's context. A stopped, paused or unreachable Redis makes
@@ -134,7 +142,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if cfg.denyKeys > 0 {
 		// With a clock set by tests, the script and the cache read the same
 		// clock: no rates to allow for.
-		l.deny = newDenyCache(cfg.denyKeys, cfg.clock == nil)
+		l.deny = newDenyCache(cfg.denyKeys, cfg.denyHold, cfg.clock == nil)
 	}
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
