@@ -53,7 +53,10 @@
 // budget short of a SHA-256 collision. Each key's state sits under a hash
 // tag made from a hash of the key, so a Redis Cluster spreads keys over its
 // slots whatever bytes they contain, and errors name a key by that tag,
-// never by the key itself, which is often a credential.
+// never by the key itself, which is often a credential. Without a secret
+// anyone can compute that hash, so a client that picks its own keys can aim
+// them at one slot or master; WithHashTagSecret keys the hash so that no
+// client can.
 //
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
 // with it set stops at the budget's deadline by itself, and TakeContext
@@ -95,7 +98,8 @@ type Limiter struct {
 	clock   keyrate.Clock
 	direct  bool       // the client stops at ctx's deadline by itself
 	deny    *denyCache // nil without WithDenyCache
-	base    time.Time  // the origin of local instants, on the monotonic clock
+	tags    hashTags
+	base    time.Time // the origin of local instants, on the monotonic clock
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -137,6 +141,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		clock:   cfg.clock,
 		base:    time.Now(),
 		tierOf:  cfg.tierOf,
+		tags:    newHashTags(cfg.tagSecret),
 	}
 	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
@@ -208,7 +213,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
-	t := tag(id)
+	t := l.tags.of(id)
 	keys := []string{l.storeKey(id, t)}
 	args := make([]any, 2+len(tr.args))
 	args[0], args[1] = n, ""
