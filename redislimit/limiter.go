@@ -85,6 +85,12 @@ import (
 // Keys of any other length are limited (see "Keys" in the package doc).
 var ErrInvalidKey = keyrate.ErrInvalidKey
 
+// ErrOutOfMemory is wrapped by the error TakeContext and Allow return when
+// Redis refuses to record an admission because it is at its maxmemory with
+// the noeviction policy ("OOM command not allowed"). It is
+// keyrate.ErrOutOfMemory.
+var ErrOutOfMemory = keyrate.ErrOutOfMemory
+
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no goroutines or state of its own beyond its
 // configuration (and the deny cache, when on), and needs no Close: the
@@ -187,7 +193,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
 // before Redis answers; an error wrapping context.DeadlineExceeded when
 // Redis has not answered within the time budget; and Redis's or the
-// network's error otherwise. ctx's deadline ends the call at once. Its
+// network's error otherwise, wrapping ErrOutOfMemory when Redis is at its
+// maxmemory and refuses to record (see "Redis memory" in the README for the
+// settings that evict instead). ctx's deadline ends the call at once. Its
 // cancellation does too, except with a client TakeContext calls directly
 // (see the package doc), which watches only deadlines: there a cancelled
 // call ends at the budget at the latest. With an error the Decision is not
@@ -246,6 +254,11 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 		if err := ctx.Err(); err != nil {
 			return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
+		}
+		if redis.IsOOMError(r.err) {
+			// Redis runs a script until its first write, so a key at its
+			// limit is still refused; only what must be recorded fails.
+			return tr.failed(), fmt.Errorf("redislimit: take %s: %w: %w", keyRef(t), ErrOutOfMemory, r.err)
 		}
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
 	}
