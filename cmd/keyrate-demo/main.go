@@ -74,7 +74,7 @@ func main() {
 // run serves until ctx ends, writing the address, the curl hints and one
 // line per decision to out.
 func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
-	hub, err := newLive()
+	hub, err := newLive(cfg)
 	if err != nil {
 		return err
 	}
