@@ -125,12 +125,12 @@ func WithTimeout(d time.Duration) Option {
 // the longest window (a day, under a daily policy). With the bound it
 // refuses wrongly for at most the maximum hold.
 //
-// Under several policies a refusal is held until the oldest event of any
-// policy's window leaves it (the least RefillAfter among the policies that
-// hold events), so that every policy's numbers in the local Decision stay
-// Redis's; past that instant Redis is asked again. A refusal is used only
-// for the policies it was made under: once SetTier changes the key's tier,
-// or the key moves to another tier, Redis is asked again.
+// Under several policies a refusal is held at most until the oldest event
+// of any policy's window leaves it (the least RefillAfter among the
+// policies that hold events), so that every policy's numbers in the local
+// Decision stay Redis's; past that instant Redis is asked again. A refusal
+// is used only for the policies it was made under: once SetTier changes the
+// key's tier, or the key moves to another tier, Redis is asked again.
 //
 // It holds at most maxKeys keys (about 500 bytes each, every policy's
 // numbers included, plus the key, which is at most 128 bytes, see the
