@@ -102,9 +102,11 @@ func TestDenyCache(t *testing.T) {
 // TestDenyCacheServerTime runs the cache on the production path, where
 // Redis decides on its own TIME: once Redis refuses, further refusals cost
 // no round trip, and their RetryAfter counts down from Redis's, never up.
+// The maximum hold is an hour, so that a stall of the test machine cannot
+// send a refusal to Redis.
 func TestDenyCacheServerTime(t *testing.T) {
 	srv := redistest.Shared(t)
-	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Hour, redislimit.WithDenyCache(10))
+	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Hour, redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour))
 	mustTake(t, l, "k", 1)
 	mustTake(t, l, "k", 1)
 	first := mustTake(t, l, "k", 1)
@@ -267,7 +269,8 @@ func TestDenyCacheTiers(t *testing.T) {
 	client := srv.Client(t)
 	rt := new(redistest.RoundTrips)
 	client.AddHook(rt)
-	l, err := redislimit.New(client, 2, time.Hour, redislimit.WithPrefix(uniquePrefix()), redislimit.WithDenyCache(10),
+	l, err := redislimit.New(client, 2, time.Hour, redislimit.WithPrefix(uniquePrefix()),
+		redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour), // no lapse on the system clock mid-test
 		redislimit.WithTiers(tierOf, map[string][]keyrate.Policy{"pro": {{Limit: 4, Window: time.Hour}}}))
 	if err != nil {
 		t.Fatal(err)
