@@ -32,6 +32,16 @@ type Backend interface {
 // through, whatever its failure mode.
 var ErrInvalidKey = errors.New("keyrate: invalid key")
 
+// ErrOutOfMemory is wrapped by a backend's error when its store is out of
+// memory and refuses to record (a Redis at maxmemory under the noeviction
+// policy). It is a store failure like an outage, so middleware fails open
+// or closed on it as configured; it has a sentinel of its own because its
+// remedy differs (the store's memory settings, see the Redis backend's
+// README), and because under fail-open a flood of new keys that fills the
+// store would otherwise pass for an outage while it serves every new
+// client unlimited.
+var ErrOutOfMemory = errors.New("keyrate: store out of memory")
+
 // Quota is implemented by backends that know their limit and window, as
 // *Limiter and the Redis backend do. Middleware reads it once to advertise
 // the policy (the IETF RateLimit-Policy field). Under several policies it

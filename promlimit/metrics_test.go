@@ -92,6 +92,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 	}{
 		{"store down", fail(errors.New("connection refused")), nil, "unavailable", 1},
 		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
+		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", keyrate.ErrOutOfMemory)), nil, "oom", 1},
 		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
 		{"over the time budget",
 			backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -110,7 +111,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 			if got := requests(t, reg, "search", "error"); got != 1 {
 				t.Errorf("error requests %v, want 1", got)
 			}
-			for _, kind := range []string{"timeout", "unavailable", "invalid"} {
+			for _, kind := range []string{"timeout", "unavailable", "invalid", "oom"} {
 				want := 0.0
 				if kind == tc.kind {
 					want = 1
@@ -215,10 +216,10 @@ func TestLabelsNeverNameClients(t *testing.T) {
 			}
 		}
 	}
-	// 4 results + 3 error kinds + 1 histogram + 1 policy's violations + 1
+	// 4 results + 4 error kinds + 1 histogram + 1 policy's violations + 1
 	// gauge, for one route.
-	if n != 10 {
-		t.Errorf("%d series, want 10", n)
+	if n != 11 {
+		t.Errorf("%d series, want 11", n)
 	}
 	if got := value(t, reg, "keyrate_policy_violations_total", map[string]string{"route": "search", "policy": ""}); got != 200 {
 		t.Errorf("violations of the unnamed policy %v, want 200", got)

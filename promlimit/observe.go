@@ -28,7 +28,8 @@ func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool,
 // ObserveError counts a request of route for which the backend gave no
 // decision within took, and classifies err: timeout when it matches
 // context.DeadlineExceeded (as a call over its time budget does), invalid
-// when it wraps keyrate.ErrInvalidKey, unavailable otherwise. A request its
+// when it wraps keyrate.ErrInvalidKey, oom when it wraps
+// keyrate.ErrOutOfMemory, unavailable otherwise. A request its
 // client cancelled (context.Canceled) counts as result="error" but not as a
 // backend error: it says nothing of the store.
 func (m *Metrics) ObserveError(route string, err error, took time.Duration) {

@@ -15,7 +15,7 @@ import (
 // is an atomic add and not a label lookup.
 type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
-	timeout, unavailable, invalid            prometheus.Counter
+	timeout, unavailable, invalid, oom       prometheus.Counter
 	duration                                 prometheus.Observer
 	policies                                 *policyCounters
 }
@@ -31,6 +31,7 @@ func (m *Metrics) route(name string) *route {
 		timeout:       m.errors.WithLabelValues(name, kindTimeout),
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
+		oom:           m.errors.WithLabelValues(name, kindOOM),
 		duration:      m.duration.WithLabelValues(name),
 		policies:      &policyCounters{vec: m.violations, route: name},
 	}
@@ -65,6 +66,8 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 		r.timeout.Inc()
 	case errors.Is(err, context.Canceled):
 		return
+	case errors.Is(err, keyrate.ErrOutOfMemory):
+		r.oom.Inc()
 	default:
 		r.unavailable.Inc()
 	}

@@ -29,7 +29,8 @@ var benchKeys = func() []string {
 // round trips per decision, counted by a go-redis hook. The clients have
 // ContextTimeoutEnabled set, as recommended; the Goroutine cases use a
 // client without it, to show what enforcing the budget in Take costs, and
-// the DenyCache cases refuse the hot key locally once Redis has, and the
+// the DenyCache cases refuse the hot key locally once Redis has (asking
+// Redis again once a second, the default maximum hold), and the
 // TwoPolicies cases add a day's limit to the minute's.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Shared(b)

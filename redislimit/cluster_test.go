@@ -91,6 +91,75 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("HashTagSecret", func(t *testing.T) {
+		// Two limiters with one secret, on two cluster clients, share a
+		// budget; a limiter with another secret keeps its own.
+		prefix := uniquePrefix()
+		mk := func(secret []byte) *redislimit.Limiter {
+			t.Helper()
+			l, err := redislimit.New(cluster.Client(t), 3, time.Hour, redislimit.WithPrefix(prefix), redislimit.WithHashTagSecret(secret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		a, b := mk(tagSecret), mk(tagSecret)
+		for i, l := range []*redislimit.Limiter{a, b, a, b, a} {
+			if d := mustTake(t, l, "shared", 1); d.Allowed != (i < 3) {
+				t.Fatalf("call %d, alternating between two limiters with one secret: %+v; want 3 admitted in all", i, d)
+			}
+		}
+		other := mk([]byte("another secret of 32 bytes......"))
+		if d := mustTake(t, other, "shared", 1); !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("under another secret: %+v, want a budget of its own", d)
+		}
+
+		// 300 keys aimed, with the unkeyed tag, at the slots of one master
+		// (the lowest third: redis-cli gives one master slots 0-5460) land
+		// there without a secret, and on every master with one.
+		keys := aimedKeys(t, 300, func(slot int) bool { return slot <= 5460 })
+		for _, secret := range [][]byte{nil, tagSecret} {
+			var opts []redislimit.Option
+			if secret != nil {
+				opts = append(opts, redislimit.WithHashTagSecret(secret))
+			}
+			prefix := uniquePrefix()
+			l, err := redislimit.New(client, 1, time.Hour, append(opts, redislimit.WithPrefix(prefix))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				mustTake(t, l, k, 1)
+			}
+			perNode := map[string]int{}
+			var mu sync.Mutex
+			err = client.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				n := 0
+				iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+				for iter.Next(ctx) {
+					n++
+				}
+				mu.Lock()
+				perNode[node.Options().Addr] = n
+				mu.Unlock()
+				return iter.Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			busiest := 0
+			for _, n := range perNode {
+				busiest = max(busiest, n)
+			}
+			if secret == nil && busiest != len(keys) {
+				t.Fatalf("aimed keys without a secret, per master: %v; want all %d on one (the aim did not work)", perNode, len(keys))
+			}
+			if secret != nil && (len(perNode) != 3 || busiest > len(keys)/2) {
+				t.Errorf("aimed keys with a secret, per master: %v; want them spread over 3", perNode)
+			}
+		}
+	})
+
 	t.Run("Slots", func(t *testing.T) {
 		l := newLimiter(t, client, 1, time.Hour)
 		perNode := map[string]int{}

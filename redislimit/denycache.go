@@ -31,7 +31,14 @@ import (
 // the other policies. A key refused by its daily policy whose per-second
 // window still holds events is thus asked again within the second; the
 // refusal Redis then gives (the second's window now empty) is held until
-// the daily window's oldest event leaves.
+// the daily window's oldest event leaves, or maxHold passes.
+//
+// All of this holds while Redis keeps the key's events. One that loses
+// them (FLUSHALL, a DEL, a restart without persistence, a failover that
+// lost writes) admits the key again at once, which the cache cannot see:
+// so no entry is held longer than maxHold, which bounds the wrong
+// refusals after such a loss, at the cost of one round trip per maxHold
+// for a key refused without pause.
 //
 // An entry belongs to the tier that decided it (compared by address, and
 // SetTier makes a new tier): a key that has moved to another tier, or
@@ -52,12 +59,14 @@ import (
 // The one thing the cache cannot see is a forward step of the server's
 // clock (a failover to a replica whose clock is ahead, or a wall-clock
 // reset): Redis then admits up to the step earlier than the cache, for at
-// most the time an entry is held. With a clock set by tests (withClock) the
-// script and the cache read the same clock, and the countdown is exact.
+// most the time an entry is held, maxHold at most. With a clock set by
+// tests (withClock) the script and the cache read the same clock, and the
+// countdown is exact.
 type denyCache struct {
 	mu      sync.Mutex
 	max     int
-	stretch bool // allow for the local and server clocks' rates to differ
+	maxHold time.Duration // the longest an entry is held (WithDenyCacheMaxHold)
+	stretch bool          // allow for the local and server clocks' rates to differ
 	entries map[string]*denied
 	order   byExpiry // a heap: the soonest to lapse first
 }
@@ -74,8 +83,8 @@ type denied struct {
 	index   int              // in the heap
 }
 
-func newDenyCache(max int, stretch bool) *denyCache {
-	return &denyCache{max: max, stretch: stretch, entries: make(map[string]*denied)}
+func newDenyCache(max int, maxHold time.Duration, stretch bool) *denyCache {
+	return &denyCache{max: max, maxHold: maxHold, stretch: stretch, entries: make(map[string]*denied)}
 }
 
 // elapsed converts local nanoseconds since a call was sent to the server
@@ -152,15 +161,16 @@ func countDown(v, el time.Duration) time.Duration {
 }
 
 // store remembers Redis's refusal d of a request of weight n for key
-// under tier t, sent at the local instant sent. Only refusals of a request
-// that can fit later (RetryAfter > 0) are worth remembering. When the
-// cache is full, the entry that lapses soonest goes, which may be the new
-// one.
+// under tier t, sent at the local instant sent, for its hold or maxHold,
+// whichever is shorter. Only refusals of a request that can fit later
+// (RetryAfter > 0) are worth remembering. When the cache is full, the
+// entry that lapses soonest goes, which may be the new one.
 func (c *denyCache) store(key string, t *tier, n int, sent int64, d keyrate.Decision) {
 	h := hold(&d)
 	if d.Allowed || d.RetryAfter <= 0 || h <= 0 {
 		return
 	}
+	h = min(h, c.maxHold)
 	expires := c.lapse(sent, h)
 	c.mu.Lock()
 	defer c.mu.Unlock()

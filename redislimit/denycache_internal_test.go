@@ -42,7 +42,7 @@ func TestDenyCacheClock(t *testing.T) {
 		{true, 1, 3996 * ms, at(3999996 * time.Microsecond), true},
 		{true, 1, 3997 * ms, keyrate.Decision{}, false},
 	} {
-		dc := newDenyCache(10, c.stretch)
+		dc := newDenyCache(10, time.Hour, c.stretch)
 		dc.store("k", tr, 1, sent, refusal)
 		got, ok := dc.refuse("k", tr, c.n, sent+int64(c.at))
 		if ok != c.ok || got != c.want {
@@ -80,7 +80,7 @@ func TestDenyCachePolicies(t *testing.T) {
 	if hold(&refusal) != 700*time.Millisecond {
 		t.Fatalf("hold %v, want 700ms", hold(&refusal))
 	}
-	dc := newDenyCache(10, false)
+	dc := newDenyCache(10, time.Hour, false)
 	dc.store("k", tr, 1, 0, refusal)
 
 	el := 699 * time.Millisecond
@@ -107,7 +107,7 @@ func TestDenyCachePolicies(t *testing.T) {
 // that would lapse sooner than all), and that refusals that can never fit
 // or admissions are not kept.
 func TestDenyCacheBound(t *testing.T) {
-	dc := newDenyCache(2, false)
+	dc := newDenyCache(2, time.Hour, false)
 	tr := mustTier(t, keyrate.Policy{Limit: 1, Window: time.Minute})
 	refusal := func(refill time.Duration) keyrate.Decision {
 		return keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
@@ -137,5 +137,43 @@ func TestDenyCacheBound(t *testing.T) {
 	dc.forget("b")
 	if _, ok := dc.refuse("b", tr, 1, 0); ok || len(dc.entries) != 1 || len(dc.order) != 1 {
 		t.Errorf("after forget: b cached %v, %d entries", ok, len(dc.entries))
+	}
+}
+
+// TestDenyCacheMaxHold traces a refusal that Redis would stand by for an
+// hour under a cache whose maximum hold is 1s: held, counted down, for
+// just under the second, then asked of Redis again; and a refusal whose
+// own hold is shorter than the maximum lapses at its own instant. With the
+// clocks' rates allowed for, the bound lapses 0.1% early, like any hold.
+func TestDenyCacheMaxHold(t *testing.T) {
+	const s = time.Second
+	tr := mustTier(t, keyrate.Policy{Limit: 1, Window: time.Hour})
+	refusal := func(refill time.Duration) keyrate.Decision {
+		return keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
+	}
+	for _, c := range []struct {
+		stretch bool
+		refill  time.Duration // Redis's RefillAfter: the refusal's own hold
+		at      time.Duration // local, since the call was sent
+		ok      bool
+	}{
+		{false, time.Hour, 0, true},
+		{false, time.Hour, s - time.Microsecond, true},
+		{false, time.Hour, s, false},
+		{false, time.Hour, time.Minute, false},
+		{false, 300 * time.Millisecond, 299 * time.Millisecond, true},
+		{false, 300 * time.Millisecond, 300 * time.Millisecond, false},
+		{true, time.Hour, 999 * time.Millisecond, true},
+		{true, time.Hour, 999001 * time.Microsecond, false},
+	} {
+		dc := newDenyCache(10, s, c.stretch)
+		dc.store("k", tr, 1, 0, refusal(c.refill))
+		got, ok := dc.refuse("k", tr, 1, int64(c.at))
+		if ok != c.ok {
+			t.Errorf("stretch %v, refill %v, at +%v: cached %v, want %v", c.stretch, c.refill, c.at, ok, c.ok)
+		}
+		if ok && got.RetryAfter != c.refill-dc.elapsed(int64(c.at)) {
+			t.Errorf("stretch %v, refill %v, at +%v: RetryAfter %v, want Redis's counted down", c.stretch, c.refill, c.at, got.RetryAfter)
+		}
 	}
 }

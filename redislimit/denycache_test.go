@@ -33,14 +33,17 @@ func countedLimiter(t *testing.T, srv *redistest.Server, prefix string, limit in
 // a manual clock: after Redis's refusal the same request is refused with
 // no round trip, with exactly the Decision Redis gives at that instant (a
 // twin limiter without the cache asks Redis each time to compare), until
-// the oldest event leaves, when Redis is asked again and admits.
+// the oldest event leaves, when Redis is asked again and admits. The
+// maximum hold is set past the window, so that the refusal's own hold is
+// what is traced (TestDenyCacheLostState traces the bound).
 func TestDenyCache(t *testing.T) {
 	srv := redistest.Shared(t)
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := keyrate.NewManualClock(start)
 	prefix := uniquePrefix()
 	const limit, window = 3, 10 * time.Second
-	l, rt := countedLimiter(t, srv, prefix, limit, window, redislimit.WithDenyCache(100), redislimit.WithClock(clock))
+	l, rt := countedLimiter(t, srv, prefix, limit, window, redislimit.WithDenyCache(100),
+		redislimit.WithDenyCacheMaxHold(time.Hour), redislimit.WithClock(clock))
 	twin, _ := countedLimiter(t, srv, prefix, limit, window, redislimit.WithClock(clock))
 
 	take := func(n int, wantTrips int64) keyrate.Decision {
@@ -99,9 +102,11 @@ func TestDenyCache(t *testing.T) {
 // TestDenyCacheServerTime runs the cache on the production path, where
 // Redis decides on its own TIME: once Redis refuses, further refusals cost
 // no round trip, and their RetryAfter counts down from Redis's, never up.
+// The maximum hold is an hour, so that a stall of the test machine cannot
+// send a refusal to Redis.
 func TestDenyCacheServerTime(t *testing.T) {
 	srv := redistest.Shared(t)
-	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Hour, redislimit.WithDenyCache(10))
+	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Hour, redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour))
 	mustTake(t, l, "k", 1)
 	mustTake(t, l, "k", 1)
 	first := mustTake(t, l, "k", 1)
@@ -182,6 +187,14 @@ func TestDenyCacheConfig(t *testing.T) {
 			t.Errorf("WithDenyCache(%d): %v, want keyrate.ErrConfig", n, err)
 		}
 	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := redislimit.New(client, 1, time.Second, redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(d)); !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("WithDenyCacheMaxHold(%v): %v, want keyrate.ErrConfig", d, err)
+		}
+	}
+	if _, err := redislimit.New(client, 1, time.Second, redislimit.WithDenyCacheMaxHold(time.Second)); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("WithDenyCacheMaxHold without WithDenyCache: %v, want keyrate.ErrConfig", err)
+	}
 }
 
 // TestDenyCachePolicies runs the cache under 3 per second and 5 per minute
@@ -191,6 +204,7 @@ func TestDenyCacheConfig(t *testing.T) {
 // asked again then, Redis refuses with the second's window empty, and that
 // refusal is held until the minute's oldest event leaves, when Redis
 // admits. Every cached Decision is Redis's, every policy's part included.
+// The maximum hold is set past the minute, as in TestDenyCache.
 func TestDenyCachePolicies(t *testing.T) {
 	srv := redistest.Shared(t)
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -208,7 +222,7 @@ func TestDenyCachePolicies(t *testing.T) {
 		mustTake(t, l, "warm-up", 0)
 		return l, rt
 	}
-	l, rt := limiter(redislimit.WithDenyCache(100))
+	l, rt := limiter(redislimit.WithDenyCache(100), redislimit.WithDenyCacheMaxHold(time.Hour))
 	twin, _ := limiter()
 
 	const ms = time.Millisecond
@@ -255,7 +269,8 @@ func TestDenyCacheTiers(t *testing.T) {
 	client := srv.Client(t)
 	rt := new(redistest.RoundTrips)
 	client.AddHook(rt)
-	l, err := redislimit.New(client, 2, time.Hour, redislimit.WithPrefix(uniquePrefix()), redislimit.WithDenyCache(10),
+	l, err := redislimit.New(client, 2, time.Hour, redislimit.WithPrefix(uniquePrefix()),
+		redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour), // no lapse on the system clock mid-test
 		redislimit.WithTiers(tierOf, map[string][]keyrate.Policy{"pro": {{Limit: 4, Window: time.Hour}}}))
 	if err != nil {
 		t.Fatal(err)
@@ -282,4 +297,67 @@ func TestDenyCacheTiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill("a", 1) // pro raised: one more
+}
+
+// TestDenyCacheLostState: Redis forgets a key it had refused, by FLUSHALL
+// (as after a restart without persistence or a failover that lost the
+// writes) or by a DEL of the key. The cache may keep refusing it only up
+// to the maximum hold, 1s by default: at +1s Redis is asked again and
+// admits, where the refusal itself would have stood for a day. The manual
+// clock drives the script and the cache alike.
+func TestDenyCacheLostState(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		hold time.Duration // 0: the default
+		lose func(ctx context.Context, client *redis.Client, storeKey string) error
+	}{
+		{"FLUSHALL", 0, func(ctx context.Context, client *redis.Client, _ string) error {
+			return client.FlushAll(ctx).Err()
+		}},
+		{"DEL", 0, func(ctx context.Context, client *redis.Client, k string) error {
+			return client.Del(ctx, k).Err()
+		}},
+		{"DEL/MaxHold250ms", 250 * time.Millisecond, func(ctx context.Context, client *redis.Client, k string) error {
+			return client.Del(ctx, k).Err()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Shared(t)
+			if c.name == "FLUSHALL" {
+				srv = redistest.StartT(t) // FLUSHALL must not touch the other tests' keys
+			}
+			start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			clock := keyrate.NewManualClock(start)
+			opts := []redislimit.Option{redislimit.WithDenyCache(10), redislimit.WithClock(clock)}
+			maxHold := redislimit.DefaultDenyCacheMaxHold
+			if c.hold > 0 {
+				maxHold = c.hold
+				opts = append(opts, redislimit.WithDenyCacheMaxHold(c.hold))
+			}
+			l, rt := countedLimiter(t, srv, uniquePrefix(), 2, 24*time.Hour, opts...)
+			take := func(wantAllowed bool, wantTrips int64) {
+				t.Helper()
+				before := rt.Load()
+				d := mustTake(t, l, "api-key", 1)
+				if got := rt.Load() - before; d.Allowed != wantAllowed || got != wantTrips {
+					t.Fatalf("at +%v: %+v after %d round trips; want allowed %v after %d",
+						clock.Now().Sub(start), d, got, wantAllowed, wantTrips)
+				}
+			}
+			take(true, 1)
+			take(true, 1)
+			take(false, 1) // Redis refuses for a day; the cache holds it
+			take(false, 0)
+
+			if err := c.lose(context.Background(), srv.Client(t), l.StoreKey("api-key")); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(maxHold - time.Microsecond)
+			take(false, 0) // within the bound: still the cached refusal
+			clock.Advance(time.Microsecond)
+			take(true, 1) // Redis, which has forgotten the key, admits
+			take(true, 1)
+			take(false, 1)
+		})
+	}
 }

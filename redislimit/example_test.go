@@ -99,6 +99,66 @@ func ExampleWithDenyCache() {
 	}
 }
 
+// A refusal is held locally for at most the maximum hold. When Redis loses
+// a key's events (here FLUSHDB; a restart without persistence does the
+// same), the key is admitted again as soon as that hold has passed, not
+// when the forgotten refusal would have run out, a day later.
+func ExampleWithDenyCacheMaxHold() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, 2, 24*time.Hour,
+		redislimit.WithDenyCache(10_000), redislimit.WithDenyCacheMaxHold(50*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	allow := func() bool {
+		ok, err := limiter.Allow(ctx, "tenant-7")
+		if err != nil {
+			log.Fatal(err)
+		}
+		return ok
+	}
+	fmt.Println(allow(), allow(), allow(), allow()) // the last refused locally
+	if err := client.FlushDB(ctx).Err(); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the hold has passed: the next call asks Redis
+	fmt.Println(allow())
+	// Output:
+	// true true false false
+	// true
+}
+
+// Replicas of one service give their limiters the same hash tag secret
+// (from the service's secret store; a constant only here), so that they
+// share each key's budget while no client can choose the Cluster slot its
+// keys land in.
+func ExampleWithHashTagSecret() {
+	secret := []byte("32 random bytes from the secrets") // the same on every replica
+	addr := exampleRedis()
+	replica := func() *redislimit.Limiter {
+		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		l, err := redislimit.New(client, 3, time.Minute, redislimit.WithHashTagSecret(secret))
+		if err != nil {
+			log.Fatal(err)
+		}
+		return l
+	}
+	a, b := replica(), replica()
+	var admitted []bool
+	for _, l := range []*redislimit.Limiter{a, b, a, b} {
+		ok, err := l.Allow(context.Background(), "api-key-123")
+		if err != nil {
+			log.Fatal(err)
+		}
+		admitted = append(admitted, ok)
+	}
+	fmt.Println(admitted)
+	// Output: [true true true false]
+}
+
 // A client may send 10 requests a minute and 1,000 a day: one script run
 // decides both, and the Decision names the policy that refused and lists
 // every policy's numbers (for RateLimit headers).

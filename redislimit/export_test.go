@@ -21,5 +21,5 @@ func EventsStored(ctx context.Context, c redis.UniversalClient, k string) (int64
 // StoreKey returns the Redis key that holds key's state.
 func (l *Limiter) StoreKey(key string) string {
 	id := clientkey.Bound(key)
-	return l.storeKey(id, tag(id))
+	return l.storeKey(id, l.tags.of(id))
 }

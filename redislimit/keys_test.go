@@ -61,21 +61,24 @@ func TestKeySlot(t *testing.T) {
 // TestHashTagSpreadsSlots checks that keys built to end the hash tag early
 // or to carry one of their own still spread over the Cluster's slots: for
 // each family of 1,000 adversarial keys, the Redis keys land in at least
-// 940 distinct slots of 16,384 (random keys give about 970).
+// 940 distinct slots of 16,384 (random keys give about 970), with a hash
+// tag secret or without.
 func TestHashTagSpreadsSlots(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer client.Close()
-	l, err := redislimit.New(client, 1, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, family := range []string{"a}%d", "}%d", "{}%d", "{a}%d", "x{y}%d", "%d{", "{%d}", strings.Repeat("}", 200) + "%d"} {
-		slots := map[int]bool{}
-		for i := range 1000 {
-			slots[keySlot(l.StoreKey(fmt.Sprintf(family, i)))] = true
+	for _, opts := range [][]redislimit.Option{nil, {redislimit.WithHashTagSecret(tagSecret)}} {
+		l, err := redislimit.New(client, 1, time.Hour, opts...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(slots) < 940 {
-			t.Errorf("1,000 keys %q: %d distinct slots, want at least 940", family, len(slots))
+		for _, family := range []string{"a}%d", "}%d", "{}%d", "{a}%d", "x{y}%d", "%d{", "{%d}", strings.Repeat("}", 200) + "%d"} {
+			slots := map[int]bool{}
+			for i := range 1000 {
+				slots[keySlot(l.StoreKey(fmt.Sprintf(family, i)))] = true
+			}
+			if len(slots) < 940 {
+				t.Errorf("secret %v, 1,000 keys %q: %d distinct slots, want at least 940", opts != nil, family, len(slots))
+			}
 		}
 	}
 }
@@ -203,5 +206,107 @@ func (replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			c.SetVal([]any{int64(1)})
 		}
 		return err
+	}
+}
+
+// tagSecret is a hash tag secret for the tests: 32 bytes, as from
+// crypto/rand.
+var tagSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// aimedKeys returns n keys whose Redis keys, under the unkeyed hash tag
+// (which anyone can compute: it is SHA-256 of the key), all land in a slot
+// that aim accepts, found by trying keys in turn as an attacker would.
+func aimedKeys(t *testing.T, n int, aim func(slot int) bool) []string {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	unkeyed, err := redislimit.New(client, 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("aimed-%d", i)
+		if aim(keySlot(unkeyed.StoreKey(k))) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestHashTagSecret: with a secret, a key's hash tag is another than the
+// unkeyed one, the same for every limiter given the same secret (replicas
+// share budgets), and another for another secret. Keys aimed at a few
+// slots with the unkeyed tag all land there without the secret, and
+// spread over the slots with it.
+func TestHashTagSecret(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	mk := func(opts ...redislimit.Option) *redislimit.Limiter {
+		t.Helper()
+		l, err := redislimit.New(client, 1, time.Hour, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	unkeyed := mk()
+	keyed, replica := mk(redislimit.WithHashTagSecret(tagSecret)), mk(redislimit.WithHashTagSecret(tagSecret))
+	other := mk(redislimit.WithHashTagSecret([]byte("another secret of 32 bytes......")))
+	for i := range 100 {
+		k := fmt.Sprintf("user-%d", i)
+		switch sk := keyed.StoreKey(k); {
+		case sk == unkeyed.StoreKey(k):
+			t.Fatalf("key %d: the keyed Redis key %q is the unkeyed one", i, sk)
+		case sk != replica.StoreKey(k):
+			t.Fatalf("key %d: %q, and %q under the same secret", i, sk, replica.StoreKey(k))
+		case sk == other.StoreKey(k):
+			t.Fatalf("key %d: %q under two secrets", i, sk)
+		case !strings.HasSuffix(sk, "}"+k+":sl"):
+			t.Fatalf("key %d: %q does not end in the key", i, sk)
+		}
+	}
+
+	// 100 keys aimed at 16 slots of 16,384: about 1,000 tries each.
+	aimed := func(slot int) bool { return slot < 16 }
+	keys := aimedKeys(t, 100, aimed)
+	slots, hits := map[int]bool{}, 0
+	for _, k := range keys {
+		s := keySlot(keyed.StoreKey(k))
+		slots[s] = true
+		if aimed(s) {
+			hits++
+		}
+		if !aimed(keySlot(unkeyed.StoreKey(k))) {
+			t.Fatalf("key %q was not aimed", k)
+		}
+	}
+	// Spread at random, 100 keys would take about 99.7 slots and land in
+	// the 16 about 0.1 times.
+	if len(slots) < 95 || hits > 2 {
+		t.Errorf("100 keys aimed at 16 slots, with a secret: %d distinct slots, %d in the aimed ones; want at least 95 and at most 2", len(slots), hits)
+	}
+}
+
+// TestHashTagSecretConfig: a secret shorter than 16 bytes, or none, is an
+// error; the secret is copied, so changing the caller's slice afterwards
+// changes nothing.
+func TestHashTagSecretConfig(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	for _, s := range [][]byte{nil, {}, []byte("fifteen bytes..")} {
+		if _, err := redislimit.New(client, 1, time.Hour, redislimit.WithHashTagSecret(s)); !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("WithHashTagSecret of %d bytes: %v, want keyrate.ErrConfig", len(s), err)
+		}
+	}
+	secret := append([]byte(nil), tagSecret...)
+	l, err := redislimit.New(client, 1, time.Hour, redislimit.WithHashTagSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.StoreKey("k")
+	secret[0] ^= 0xff
+	if after := l.StoreKey("k"); after != before {
+		t.Errorf("changing the caller's secret moved the key from %q to %q", before, after)
 	}
 }

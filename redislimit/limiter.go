@@ -28,8 +28,16 @@
 // lists every policy's numbers (keyrate.Decision.Policies).
 //
 // WithDenyCache refuses a key that Redis has just refused locally, with no
-// round trip, for as long as Redis's refusal must stand; it never admits,
-// so the limit stays exact across replicas.
+// round trip, for as long as Redis's refusal must stand, and at most a
+// maximum hold (1s by default, WithDenyCacheMaxHold); it never admits, so
+// the limit stays exact across replicas.
+//
+// When Redis loses a key's events (FLUSHALL, a DEL, a restart without
+// persistence, a failover that lost writes, an eviction under maxmemory),
+// the key starts over with an empty window: its client can get up to one
+// more limit through, once per loss. The deny cache goes on refusing such
+// a key for at most its maximum hold, then asks Redis, which admits. Keys
+// Redis kept are decided as before.
 //
 // Every call has a time budget (WithTimeout, 250ms by default) on top of
 // the caller's context. A stopped, paused or unreachable Redis makes
@@ -45,7 +53,10 @@
 // budget short of a SHA-256 collision. Each key's state sits under a hash
 // tag made from a hash of the key, so a Redis Cluster spreads keys over its
 // slots whatever bytes they contain, and errors name a key by that tag,
-// never by the key itself, which is often a credential.
+// never by the key itself, which is often a credential. Without a secret
+// anyone can compute that hash, so a client that picks its own keys can aim
+// them at one slot or master; WithHashTagSecret keys the hash so that no
+// client can.
 //
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
 // with it set stops at the budget's deadline by itself, and TakeContext
@@ -74,6 +85,12 @@ import (
 // Keys of any other length are limited (see "Keys" in the package doc).
 var ErrInvalidKey = keyrate.ErrInvalidKey
 
+// ErrOutOfMemory is wrapped by the error TakeContext and Allow return when
+// Redis refuses to record an admission because it is at its maxmemory with
+// the noeviction policy ("OOM command not allowed"). It is
+// keyrate.ErrOutOfMemory.
+var ErrOutOfMemory = keyrate.ErrOutOfMemory
+
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no goroutines or state of its own beyond its
 // configuration (and the deny cache, when on), and needs no Close: the
@@ -87,7 +104,8 @@ type Limiter struct {
 	clock   keyrate.Clock
 	direct  bool       // the client stops at ctx's deadline by itself
 	deny    *denyCache // nil without WithDenyCache
-	base    time.Time  // the origin of local instants, on the monotonic clock
+	tags    hashTags
+	base    time.Time // the origin of local instants, on the monotonic clock
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -129,12 +147,13 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		clock:   cfg.clock,
 		base:    time.Now(),
 		tierOf:  cfg.tierOf,
+		tags:    newHashTags(cfg.tagSecret),
 	}
 	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
 		// With a clock set by tests, the script and the cache read the same
 		// clock: no rates to allow for.
-		l.deny = newDenyCache(cfg.denyKeys, cfg.clock == nil)
+		l.deny = newDenyCache(cfg.denyKeys, cfg.denyHold, cfg.clock == nil)
 	}
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
@@ -174,7 +193,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
 // before Redis answers; an error wrapping context.DeadlineExceeded when
 // Redis has not answered within the time budget; and Redis's or the
-// network's error otherwise. ctx's deadline ends the call at once. Its
+// network's error otherwise, wrapping ErrOutOfMemory when Redis is at its
+// maxmemory and refuses to record (see "Redis memory" in the README for the
+// settings that evict instead). ctx's deadline ends the call at once. Its
 // cancellation does too, except with a client TakeContext calls directly
 // (see the package doc), which watches only deadlines: there a cancelled
 // call ends at the budget at the latest. With an error the Decision is not
@@ -200,7 +221,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 
-	t := tag(id)
+	t := l.tags.of(id)
 	keys := []string{l.storeKey(id, t)}
 	args := make([]any, 2+len(tr.args))
 	args[0], args[1] = n, ""
@@ -233,6 +254,11 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 		if err := ctx.Err(); err != nil {
 			return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
+		}
+		if redis.IsOOMError(r.err) {
+			// Redis runs a script until its first write, so a key at its
+			// limit is still refused; only what must be recorded fails.
+			return tr.failed(), fmt.Errorf("redislimit: take %s: %w: %w", keyRef(t), ErrOutOfMemory, r.err)
 		}
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
 	}

@@ -18,7 +18,11 @@ type config struct {
 	clock     keyrate.Clock // nil: the Redis server's TIME (tests only set it)
 	denyKeys  int           // 0: no deny cache
 	denySet   bool          // WithDenyCache was given
+	denyHold  time.Duration // the deny cache's longest hold
+	holdSet   bool          // WithDenyCacheMaxHold was given
 	tierSet   bool          // WithTiers was given
+	tagSecret []byte        // WithHashTagSecret; nil: the unkeyed tag
+	tagSet    bool          // WithHashTagSecret was given
 	tierOf    func(key string) string
 	tiers     map[string][]keyrate.Policy
 }
@@ -104,19 +108,29 @@ func WithTimeout(d time.Duration) Option {
 // that Redis has just refused and that must still be refused: after Redis
 // refuses a request of weight n for a key, the same request is refused
 // locally, with zero round trips, until the oldest event in the key's
-// window leaves it. Until then no event leaves, whatever other clients and
-// replicas do, so the refusal stands; the local Decision is Redis's,
-// counted down (RetryAfter, RefillAfter and ResetAfter shrink with the time
-// elapsed). The cache never admits, so the limit stays exact across every
-// replica. It pays off against a client that keeps hammering a key past
-// its limit: each such request costs a map lookup instead of a round trip.
+// window leaves it or the maximum hold passes (WithDenyCacheMaxHold, 1s by
+// default), whichever comes first. Until the oldest event leaves, no event
+// leaves, whatever other clients and replicas do, so the refusal stands as
+// long as Redis keeps the key; the local Decision is Redis's, counted down
+// (RetryAfter, RefillAfter and ResetAfter shrink with the time elapsed).
+// The cache never admits, so the limit stays exact across every replica.
+// It pays off against a client that keeps hammering a key past its limit:
+// each such request costs a map lookup instead of a round trip, and the
+// key costs Redis one round trip per maximum hold.
 //
-// Under several policies a refusal is held until the oldest event of any
-// policy's window leaves it (the least RefillAfter among the policies that
-// hold events), so that every policy's numbers in the local Decision stay
-// Redis's; past that instant Redis is asked again. A refusal is used only
-// for the policies it was made under: once SetTier changes the key's tier,
-// or the key moves to another tier, Redis is asked again.
+// The maximum hold is there for a Redis that loses the key's events
+// (FLUSHALL, a DEL, a restart without persistence, a failover that lost
+// writes): Redis then admits the key again, and the cache would otherwise
+// keep refusing it for as long as the forgotten refusal had to run, up to
+// the longest window (a day, under a daily policy). With the bound it
+// refuses wrongly for at most the maximum hold.
+//
+// Under several policies a refusal is held at most until the oldest event
+// of any policy's window leaves it (the least RefillAfter among the
+// policies that hold events), so that every policy's numbers in the local
+// Decision stay Redis's; past that instant Redis is asked again. A refusal
+// is used only for the policies it was made under: once SetTier changes the
+// key's tier, or the key moves to another tier, Redis is asked again.
 //
 // It holds at most maxKeys keys (about 500 bytes each, every policy's
 // numbers included, plus the key, which is at most 128 bytes, see the
@@ -125,12 +139,57 @@ func WithTimeout(d time.Duration) Option {
 // call was sent, stretched by 0.1% for the clocks' rates, so an entry
 // lapses up to a round trip and 0.1% early, never late; a forward step of
 // the Redis server's clock is the one thing it cannot see (Redis then
-// admits up to the step earlier than the cache does). Default: no cache;
-// maxKeys must be positive.
+// admits up to the step earlier than the cache does, for at most the
+// maximum hold). Default: no cache; maxKeys must be positive.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) {
 		cfg.denyKeys = maxKeys
 		cfg.denySet = true
+	}
+}
+
+// DefaultDenyCacheMaxHold is the longest the deny cache holds a refusal
+// without asking Redis, unless WithDenyCacheMaxHold sets another.
+const DefaultDenyCacheMaxHold = time.Second
+
+// WithDenyCacheMaxHold sets the longest the deny cache (WithDenyCache)
+// refuses a key without asking Redis: a refusal is held until the key's
+// oldest event leaves its window or d has passed, whichever comes first.
+// Default: DefaultDenyCacheMaxHold (1s). The trade-off: a key refused
+// without pause costs Redis one round trip per d, and after Redis loses
+// the key's events (see WithDenyCache) the cache goes on refusing it for
+// up to d. A longer d saves little (at 1s a hot key already costs one
+// round trip a second, whatever its traffic); it is bounded for the loss.
+// d must be positive, and the option needs WithDenyCache.
+func WithDenyCacheMaxHold(d time.Duration) Option {
+	return func(cfg *config) {
+		cfg.denyHold = d
+		cfg.holdSet = true
+	}
+}
+
+// WithHashTagSecret keys the hash tag that places each key's state in a
+// Redis Cluster slot (see "Keys" in the package doc) with secret, through
+// HMAC-SHA256, so that no client can choose where its keys land. Without a
+// secret the tag is a plain hash of the key: it spreads keys over the slots
+// whatever bytes they contain, against accidents, but a client that picks
+// its own keys (API keys it registers, addresses it controls) can compute
+// the tag and pile its keys onto one slot in about 16,000 tries per key, or
+// onto one master of three in three.
+//
+// Every limiter that shares budgets (the replicas of a service) must be
+// given the same secret and prefix: under another secret a key's state is
+// another Redis key, so changing the secret starts every key over with an
+// empty window, as a new prefix does. Keep it like any credential (32
+// random bytes, from the service's secret store); it is copied. It must be
+// at least 16 bytes. Default: no secret. A single Redis server has no
+// slots, so it gains nothing there; the cost is an HMAC per call, well
+// under a microsecond.
+func WithHashTagSecret(secret []byte) Option {
+	secret = append([]byte{}, secret...) // the caller's slice may change
+	return func(cfg *config) {
+		cfg.tagSecret = secret
+		cfg.tagSet = true
 	}
 }
 
@@ -144,7 +203,7 @@ func withClock(c keyrate.Clock) Option {
 // newConfig applies opts and validates them (the tiers are validated with
 // the tier table).
 func newConfig(opts []Option) (config, error) {
-	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout}
+	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout, denyHold: DefaultDenyCacheMaxHold}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -159,6 +218,12 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: prefix is %d bytes, want at most %d", keyrate.ErrConfig, len(cfg.prefix), maxPrefixLen)
 	case cfg.denySet && cfg.denyKeys <= 0:
 		return config{}, fmt.Errorf("%w: deny cache of %d keys, want > 0", keyrate.ErrConfig, cfg.denyKeys)
+	case cfg.holdSet && !cfg.denySet:
+		return config{}, fmt.Errorf("%w: a deny cache hold without a deny cache (WithDenyCache)", keyrate.ErrConfig)
+	case cfg.denyHold <= 0:
+		return config{}, fmt.Errorf("%w: deny cache hold is %v, want > 0", keyrate.ErrConfig, cfg.denyHold)
+	case cfg.tagSet && len(cfg.tagSecret) < minTagSecret:
+		return config{}, fmt.Errorf("%w: hash tag secret is %d bytes, want at least %d", keyrate.ErrConfig, len(cfg.tagSecret), minTagSecret)
 	case cfg.timeout <= 0:
 		return config{}, fmt.Errorf("%w: timeout is %v, want > 0", keyrate.ErrConfig, cfg.timeout)
 	case cfg.tierSet && cfg.tierOf == nil:

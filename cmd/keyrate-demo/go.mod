@@ -8,6 +8,7 @@ require (
 	github.com/keyrate/keyrate/redislimit v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/net v0.60.0
 )
 
 require (

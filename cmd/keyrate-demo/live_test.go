@@ -15,7 +15,7 @@ import (
 // The demo serves the page and its stream beside the API, and every
 // decision the API makes reaches the stream keyed as the limiter keys it.
 func TestLiveViewIsWired(t *testing.T) {
-	hub, err := newLive()
+	hub, err := newLive(config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +146,42 @@ func TestShutdownWithPageOpen(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v (an open event stream held up shutdown)", err)
+	}
+}
+
+// Behind a trusted proxy the page's event streams are capped per client as
+// X-Forwarded-For names it, not per proxy: a client's 5th stream gets 503
+// while another client behind the same proxy still gets one.
+func TestEventStreamsPerClientBehindProxy(t *testing.T) {
+	hub, err := newLive(config{TrustedProxies: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+	stream := func(client string) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/live/events", nil)
+		req.Header.Set("X-Forwarded-For", client)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() }) // open until the test ends
+		return resp
+	}
+	for i := range 4 {
+		if resp := stream("203.0.113.1"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d of 203.0.113.1: %d", i+1, resp.StatusCode)
+		}
+	}
+	if resp := stream("203.0.113.1"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("5th stream of 203.0.113.1: %d, want 503", resp.StatusCode)
+	}
+	if resp := stream("203.0.113.2"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a stream of 203.0.113.2 behind the same proxy: %d, want 200", resp.StatusCode)
 	}
 }

@@ -2,6 +2,7 @@
 // rate limiting with curl:
 //
 //	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
+//	                          [-max-conns 1024] [-max-conns-per-addr 128]
 //
 // GET /api/status allows 3 requests per 60 s (10 for an API key starting
 // with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
@@ -24,6 +25,12 @@
 // Budgets live in the process by default. With -redis they live in that
 // Redis server (keys under "keyrate-demo:"), so that several demo processes
 // using it share them: replicas behind one budget per client.
+//
+// The server holds at most -max-conns connections at once (more wait until
+// one closes) and at most -max-conns-per-addr from one client address
+// (more are closed at once), so that no one address can take every
+// connection or the process's file descriptors; and at most 4 of the
+// page's event streams per client.
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -53,11 +60,17 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
 	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
+	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
+	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
 	flag.Parse()
+	if *maxConns < 1 || *maxPerAddr < 1 {
+		fmt.Fprintln(os.Stderr, "keyrate-demo: -max-conns and -max-conns-per-addr must be at least 1")
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := config{TrustedProxies: *hops}
+	cfg := config{TrustedProxies: *hops, Conns: connLimits{Total: *maxConns, PerAddr: *maxPerAddr}}
 	if *redisAddr != "" {
 		c, err := dialRedis(ctx, *redisAddr)
 		if err != nil {
@@ -74,7 +87,7 @@ func main() {
 // run serves until ctx ends, writing the address, the curl hints and one
 // line per decision to out.
 func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
-	hub, err := newLive()
+	hub, err := newLive(cfg)
 	if err != nil {
 		return err
 	}
@@ -96,6 +109,7 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ln = limitConns(ln, cfg.Conns.orDefault())
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg))
 

@@ -114,6 +114,9 @@ type config struct {
 	RedisAddr string
 	// Timeouts are the server's; zero fields get defaultTimeouts'.
 	Timeouts timeouts
+	// Conns bound the connections the server holds; zero fields get
+	// defaultConnLimits'.
+	Conns connLimits
 }
 
 // newServer assembles the demo: a mux with each route behind its own

@@ -61,7 +61,7 @@ var testTimeouts = timeouts{ReadHeader: time.Second, Read: 2 * time.Second, Writ
 // pipeListener, inside the calling synctest bubble; it stops with the test.
 func serveDemo(t *testing.T, to timeouts) *pipeListener {
 	t.Helper()
-	hub, err := newLive()
+	hub, err := newLive(config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 
 // The defaults bound every phase of a connection.
 func TestDefaultTimeouts(t *testing.T) {
-	hub, err := newLive()
+	hub, err := newLive(config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,9 @@
 // Admitted), a hot key's decisions per second with the deny cache against
 // redis_rate's (HotKey, lib keyrate-SlidingLog-DenyCache), and round trips
 // per decision (the roundtrips/op metric). admitted/op shows what share of
-// each workload's calls were admitted. Every library talks to the same
+// each workload's calls were admitted. With the deny cache's default
+// maximum hold of 1s, the hot key goes to Redis about once a second of the
+// run, so its round trips per decision fall with the run's length. Every
+// library talks to the same
 // redis-server, started by the tests on a free loopback port.
 package benchcmp

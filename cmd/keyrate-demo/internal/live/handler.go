@@ -145,7 +145,7 @@ func (h *Hub) serveKey(w http.ResponseWriter, r *http.Request) {
 // away, a write to it fails or times out, or the Hub is closed.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	lastID, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
-	s, past, err := h.subscribe(lastID)
+	s, past, err := h.subscribe(lastID, h.cfg.ClientOf(r))
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

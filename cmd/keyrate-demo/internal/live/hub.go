@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,17 @@ type Config struct {
 	// MaxSubscribers bounds the number of open event streams; further
 	// requests get 503. Default: 32.
 	MaxSubscribers int
+	// MaxSubscribersPerClient bounds the open event streams of one client,
+	// as ClientOf names it, so that one client cannot take every stream;
+	// its further requests get 503 while other clients still get streams.
+	// Default: 4 (a page open in a few tabs).
+	MaxSubscribersPerClient int
+	// ClientOf names the client a request comes from, for
+	// MaxSubscribersPerClient. Default: the IP address of the request's
+	// RemoteAddr, an IPv6 address by its /64 (a host can pick any address
+	// in it), or RemoteAddr as it is when it holds no IP address. Behind a
+	// reverse proxy, pass what reads the client from the proxy's headers.
+	ClientOf func(r *http.Request) string
 	// KeepAlive is how often an idle stream gets a tick event carrying the
 	// server time, which keeps proxies from closing it and lets the page
 	// correct its clock. Default: 10s.
@@ -91,6 +103,7 @@ type Hub struct {
 	history []sent // ring of recent decision frames, oldest at head
 	head    int
 	subs    map[*subscriber]struct{}
+	clients map[string]int // open streams per client, for clients with any
 	closed  bool
 	done    chan struct{}
 }
@@ -143,6 +156,12 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.MaxSubscribers <= 0 {
 		cfg.MaxSubscribers = 32
 	}
+	if cfg.MaxSubscribersPerClient <= 0 {
+		cfg.MaxSubscribersPerClient = 4
+	}
+	if cfg.ClientOf == nil {
+		cfg.ClientOf = remoteClient
+	}
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 10 * time.Second
 	}
@@ -150,10 +169,11 @@ func New(cfg Config) (*Hub, error) {
 		cfg.WriteTimeout = 10 * time.Second
 	}
 	return &Hub{
-		cfg:    cfg,
-		routes: describe(cfg),
-		subs:   make(map[*subscriber]struct{}),
-		done:   make(chan struct{}),
+		cfg:     cfg,
+		routes:  describe(cfg),
+		subs:    make(map[*subscriber]struct{}),
+		clients: make(map[string]int),
+		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -300,6 +320,7 @@ func (h *Hub) Close() {
 
 // subscriber is one open event stream.
 type subscriber struct {
+	client  string // as Config.ClientOf names it
 	frames  chan []byte
 	dropped atomic.Uint64
 }
@@ -310,12 +331,12 @@ type sent struct {
 	frame []byte
 }
 
-// subscribe registers a subscriber and returns it with the history it must
-// send first: the events after lastID, the last event id a reconnecting
-// browser saw, or all of them for a new browser or one whose id is from
-// before a restart. Both are taken under one lock, so nothing is seen twice
-// or missed in between.
-func (h *Hub) subscribe(lastID uint64) (*subscriber, [][]byte, error) {
+// subscribe registers a subscriber for client and returns it with the
+// history it must send first: the events after lastID, the last event id a
+// reconnecting browser saw, or all of them for a new browser or one whose
+// id is from before a restart. Both are taken under one lock, so nothing is
+// seen twice or missed in between.
+func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -324,8 +345,12 @@ func (h *Hub) subscribe(lastID uint64) (*subscriber, [][]byte, error) {
 	if len(h.subs) >= h.cfg.MaxSubscribers {
 		return nil, nil, errBusy
 	}
-	s := &subscriber{frames: make(chan []byte, h.cfg.Buffer)}
+	if h.clients[client] >= h.cfg.MaxSubscribersPerClient {
+		return nil, nil, errClientBusy
+	}
+	s := &subscriber{client: client, frames: make(chan []byte, h.cfg.Buffer)}
 	h.subs[s] = struct{}{}
+	h.clients[client]++
 	if lastID > h.seq {
 		lastID = 0
 	}
@@ -344,12 +369,31 @@ func (h *Hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
+	if h.clients[s.client]--; h.clients[s.client] == 0 {
+		delete(h.clients, s.client)
+	}
 }
 
 var (
-	errClosed = errors.New("live: hub closed")
-	errBusy   = errors.New("live: too many event streams")
+	errClosed     = errors.New("live: hub closed")
+	errBusy       = errors.New("live: too many event streams")
+	errClientBusy = errors.New("live: too many event streams from this client")
 )
+
+// remoteClient is the default Config.ClientOf: the IP address of
+// r.RemoteAddr, an IPv6 one as its /64.
+func remoteClient(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
 
 func unixMillis(t time.Time) float64 {
 	return float64(t.UnixMicro()) / 1e3

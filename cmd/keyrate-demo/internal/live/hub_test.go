@@ -85,7 +85,8 @@ func TestNewFillsDefaults(t *testing.T) {
 	h := newHub(t, Config{})
 	c := h.cfg
 	if c.KeyHeader != "X-API-Key" || c.Buffer != 512 || c.History != 1000 ||
-		c.MaxSubscribers != 32 || c.KeepAlive != 10*time.Second || c.WriteTimeout != 10*time.Second {
+		c.MaxSubscribers != 32 || c.MaxSubscribersPerClient != 4 || c.ClientOf == nil ||
+		c.KeepAlive != 10*time.Second || c.WriteTimeout != 10*time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	if c.Routes[0].Method != http.MethodGet {
@@ -383,14 +384,15 @@ func TestStreamOverRealConnection(t *testing.T) {
 // writer nobody reads.
 type stream struct {
 	header http.Header
+	code   int // the status written, if any
 	writes chan []byte
 	done   chan struct{}
 	cancel context.CancelFunc
 }
 
-func (s *stream) Header() http.Header { return s.header }
-func (s *stream) WriteHeader(int)     {}
-func (s *stream) Flush()              {}
+func (s *stream) Header() http.Header  { return s.header }
+func (s *stream) WriteHeader(code int) { s.code = code }
+func (s *stream) Flush()               {}
 func (s *stream) Write(b []byte) (int, error) {
 	s.writes <- bytes.Clone(b)
 	return len(b), nil
@@ -650,4 +652,110 @@ func TestConcurrentRecord(t *testing.T) {
 	if hub.Dropped() != 0 {
 		t.Errorf("Dropped = %d, want 0", hub.Dropped())
 	}
+}
+
+// openFrom is open for a request from the client address remote.
+func openFrom(h *Hub, remote string) *stream {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{header: http.Header{}, writes: make(chan []byte), done: make(chan struct{}), cancel: cancel}
+	req := httptest.NewRequest(http.MethodGet, EventsPath, nil).WithContext(ctx)
+	req.RemoteAddr = remote
+	go func() {
+		defer close(s.done)
+		h.Handler().ServeHTTP(s, req)
+	}()
+	return s
+}
+
+// refused reports whether the handler of s answered 503 with Retry-After
+// and returned; a stream it serves instead is ended.
+func refused(s *stream) bool {
+	s.drain()
+	select {
+	case <-s.done:
+		return s.code == http.StatusServiceUnavailable && s.header.Get("Retry-After") != ""
+	default:
+		s.cancel()
+		<-s.done
+		return false
+	}
+}
+
+// One client may hold MaxSubscribersPerClient streams (4 by default): its
+// next one gets 503 while another client still gets a stream, an IPv6
+// client is its /64, and a stream that ends frees its client's slot.
+func TestMaxSubscribersPerClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{})
+		var open []*stream
+		hello := func(s *stream) bool { return types(parseSSE(t, s.drain())) == "hello" }
+		for i := range 4 {
+			s := openFrom(h, "192.0.2.1:"+strconv.Itoa(1000+i))
+			if !hello(s) {
+				t.Fatalf("stream %d of one client refused", i+1)
+			}
+			open = append(open, s)
+		}
+		if busy := openFrom(h, "192.0.2.1:2000"); !refused(busy) {
+			t.Errorf("the 5th stream of one client: status %d, headers %v; want 503 with Retry-After", busy.code, busy.header)
+		}
+		other := openFrom(h, "198.51.100.7:1000")
+		if !hello(other) {
+			t.Error("another client was refused while the first held 4 streams")
+		}
+		for i := range 4 {
+			s := openFrom(h, fmt.Sprintf("[2001:db8:1:2::%x]:1000", i+1))
+			if !hello(s) {
+				t.Fatalf("IPv6 stream %d refused", i+1)
+			}
+			open = append(open, s)
+		}
+		if same64 := openFrom(h, "[2001:db8:1:2:ffff::1]:1000"); !refused(same64) {
+			t.Error("a 5th stream from the same IPv6 /64 was served")
+		}
+		open[0].cancel()
+		<-open[0].done
+		again := openFrom(h, "192.0.2.1:3000")
+		if !hello(again) {
+			t.Error("after one of its streams ended, the client was still refused")
+		}
+		for _, s := range append(open[1:], other, again) {
+			s.cancel()
+			<-s.done
+		}
+		if n := h.Subscribers(); n != 0 {
+			t.Errorf("%d subscribers after every stream ended", n)
+		}
+	})
+}
+
+// ClientOf names the client, as behind a proxy that says who it is.
+func TestClientOf(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{MaxSubscribersPerClient: 1, ClientOf: func(r *http.Request) string { return r.Header.Get("X-Client") }})
+		from := func(client string) *stream {
+			ctx, cancel := context.WithCancel(context.Background())
+			s := &stream{header: http.Header{}, writes: make(chan []byte), done: make(chan struct{}), cancel: cancel}
+			req := httptest.NewRequest(http.MethodGet, EventsPath, nil).WithContext(ctx)
+			req.Header.Set("X-Client", client)
+			go func() {
+				defer close(s.done)
+				h.Handler().ServeHTTP(s, req)
+			}()
+			return s
+		}
+		a, b := from("a"), from("b") // one socket address, two clients
+		for _, s := range []*stream{a, b} {
+			if got := types(parseSSE(t, s.drain())); got != "hello" {
+				t.Fatalf("first stream of a client: %s", got)
+			}
+		}
+		if a2 := from("a"); !refused(a2) {
+			t.Error("client a's second stream was served, over its cap of 1")
+		}
+		a.cancel()
+		b.cancel()
+		<-a.done
+		<-b.done
+	})
 }

@@ -1,0 +1,72 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// fillRedis writes values under keys of its own until Redis refuses even
+// a small one with OOM, and fails t if it never does: 10 KB values first,
+// then 100 bytes (a large request can be refused while small writes still
+// fit).
+func fillRedis(t *testing.T, client *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	i := 0
+	for _, size := range []int{10_000, 100} {
+		value := strings.Repeat("x", size)
+		for full := false; !full; i++ {
+			if i == 1_000_000 {
+				t.Fatal("a million values fitted under maxmemory")
+			}
+			err := client.Set(ctx, fmt.Sprintf("filler:%d", i), value, 0).Err()
+			if err != nil && !redis.IsOOMError(err) {
+				t.Fatal(err)
+			}
+			full = err != nil
+		}
+	}
+}
+
+// TestOutOfMemory runs both algorithms on a redis-server at its maxmemory
+// under the noeviction policy: an admission, which must write, fails with
+// an error wrapping ErrOutOfMemory (and keyrate.ErrOutOfMemory) that does
+// not quote the key, while a key already at its limit is still refused,
+// as a refusal writes nothing.
+func TestOutOfMemory(t *testing.T) {
+	srv := redistest.StartT(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	client := srv.Client(t)
+	const secret = "sk_live_4f2a9c"
+	var limiters []*redislimit.Limiter
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		l := newLimiter(t, client, 2, time.Hour, redislimit.WithAlgorithm(alg))
+		for range 2 {
+			if d := mustTake(t, l, "full-"+secret, 1); !d.Allowed {
+				t.Fatalf("%v: %+v before Redis is full", alg, d)
+			}
+		}
+		limiters = append(limiters, l)
+	}
+	fillRedis(t, client)
+	for i, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		l := limiters[i]
+		d, err := l.TakeContext(context.Background(), "fresh-"+secret, 1)
+		if !errors.Is(err, redislimit.ErrOutOfMemory) || !errors.Is(err, keyrate.ErrOutOfMemory) || d.Allowed {
+			t.Errorf("%v, a new key on a full Redis: %+v, %v; want an error wrapping ErrOutOfMemory", alg, d, err)
+		} else if strings.Contains(err.Error(), "sk_live") {
+			t.Errorf("%v: error %q reveals the key", alg, err)
+		}
+		if d, err := l.TakeContext(context.Background(), "full-"+secret, 1); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Errorf("%v, a key at its limit on a full Redis: %+v, %v; want refused", alg, d, err)
+		}
+	}
+}
