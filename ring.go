@@ -243,11 +243,12 @@ func (g *eventLog) drop(k uint32, s *scale) {
 	}
 }
 
-// push records weight k at instant now: k entries in an exact log, growing
-// the ring (up to bound entries, or what the events need if that is more);
-// under WithResolution one entry, or none when the newest has now's tick.
-func (g *eventLog) push(now int64, k uint32, bound int, s *scale) {
-	t := uint32(s.ceil(now))
+// push records weight k at tick r, that of the instant decided at: k
+// entries in an exact log, growing the ring (up to bound entries, or what
+// the events need if that is more); under WithResolution one entry, or none
+// when the newest has tick r.
+func (g *eventLog) push(r int64, k uint32, bound int, s *scale) {
+	t := uint32(r)
 	if s.wide() {
 		g.pushCounted(t, k, bound, s)
 		return
@@ -358,7 +359,7 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 	if g.count(0, &t.scale)+n > t.minLimit {
 		return false
 	}
-	g.push(now, uint32(n), t.entries, &t.scale)
+	g.push(t.scale.ceil(now), uint32(n), t.entries, &t.scale)
 	return true
 }
 
@@ -389,7 +390,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 			return false
 		}
 	}
-	g.push(now, uint32(n), t.entries, s)
+	g.push(r, uint32(n), t.entries, s)
 	return true
 }
 
@@ -410,10 +411,6 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	r := s.ceil(now)
 	d.nparts = len(t.policies)
 	allowed := true
-	var newest int64 // the newest event's instant, which ends every window's events
-	if g.n > 0 {
-		newest = g.instant(g.n-1, r, s)
-	}
 	for i := range t.policies {
 		p := &t.policies[i]
 		part := &d.parts[i]
@@ -426,9 +423,7 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		held := g.count(first, s)
 		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
 		if held > 0 {
-			oldest := g.instant(first, r, s)
-			part.RefillAfter = time.Duration(oldest + w - now)
-			part.ResetAfter = time.Duration(newest + w - now)
+			part.RefillAfter = time.Duration(g.instant(first, r, s) + w - now)
 		}
 		switch {
 		case n == 0:
@@ -449,17 +444,25 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	if allowed && n > 0 {
 		// Admitted: each window also holds the request's own events, the
 		// newest, at now rounded up to the tick.
-		own := s.instant(r) - now
+		own := time.Duration(s.instant(r) - now)
 		for i := range d.nparts {
 			part := &d.parts[i]
 			part.Remaining -= n
-			part.ResetAfter = time.Duration(own) + part.Window
+			part.ResetAfter = own + part.Window
 			if part.RefillAfter == 0 {
 				part.RefillAfter = part.ResetAfter
 			}
 		}
 		if record {
-			g.push(now, uint32(n), t.entries, s)
+			g.push(r, uint32(n), t.entries, s)
+		}
+	} else if g.n > 0 {
+		// Every window that holds events ends with the newest of them.
+		newest := time.Duration(g.instant(g.n-1, r, s) - now)
+		for i := range d.nparts {
+			if part := &d.parts[i]; part.RefillAfter > 0 {
+				part.ResetAfter = newest + part.Window
+			}
 		}
 	}
 	if d.nparts == 1 {
