@@ -223,3 +223,49 @@ func BenchmarkTakePolicies(b *testing.B) {
 	b.Run("admit", func(b *testing.B) { run(b, primedPolicies(b, admit, keys), true) })
 	b.Run("deny", func(b *testing.B) { run(b, primedPolicies(b, deny, keys), false) })
 }
+
+// steppingClock is a Clock that moves on by step at every reading, so that
+// a benchmark's calls on one key spread over simulated time: a client
+// calling every step, however fast the loop runs.
+type steppingClock struct {
+	at   atomic.Int64
+	step int64
+}
+
+func (c *steppingClock) Now() time.Time { return t0.Add(time.Duration(c.at.Add(c.step))) }
+
+// BenchmarkTakeFourPolicies is Take on one key that calls every 50ms (20 a
+// second) under 10/s, 600/min, 20k/hour and 100k/day, against the same
+// calls under the day's policy alone. The stepping clock moves a simulated
+// week or so per run, so the day's log fills to its 100k events and the
+// shorter policies refuse their share: policies=4 over policies=1 is what
+// the three shorter limits cost.
+func BenchmarkTakeFourPolicies(b *testing.B) {
+	four := []Policy{
+		{"second", 10, time.Second},
+		{"minute", 600, time.Minute},
+		{"hour", 20_000, time.Hour},
+		{"day", 100_000, 24 * time.Hour},
+	}
+	for _, policies := range [][]Policy{four[3:], four} {
+		b.Run(fmt.Sprintf("policies=%d", len(policies)), func(b *testing.B) {
+			c := &steppingClock{step: int64(50 * time.Millisecond)}
+			l, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			for range 2_000_000 { // a day and more: every window at its steady state
+				l.Take("k", 1)
+			}
+			var admitted int64
+			b.ResetTimer()
+			for range b.N {
+				if l.Take("k", 1).Allowed {
+					admitted++
+				}
+			}
+			b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
+		})
+	}
+}

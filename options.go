@@ -14,6 +14,8 @@ type Option func(*config)
 type config struct {
 	clock           Clock
 	coarse          time.Duration
+	resolution      time.Duration
+	resolutionSet   bool
 	janitorInterval time.Duration
 	janitorSet      bool
 	maxKeys         int
@@ -48,6 +50,38 @@ func WithClock(c Clock) Option {
 // finely), and the option cannot be combined with WithClock.
 func WithCoarseClock(resolution time.Duration) Option {
 	return func(cfg *config) { cfg.coarse = resolution }
+}
+
+// WithResolution bounds every key's memory by its windows instead of its
+// limits: events that fall in the same tick of d share one entry of the
+// key's log (an instant and a count, 8 bytes), so a key holds at most
+// longest window / d + 2 entries, whatever the limits. Without it, the log
+// holds 4 bytes per event in the window.
+//
+// Every event counts from the end of its tick, never earlier than it
+// happened, so no window of the real instants ever holds more than the
+// limit. The cost is on the other side: an event leaves its window up to d
+// late, so a request may be refused up to d before it would fit, and
+// RetryAfter, ResetAfter and RefillAfter may be up to d long.
+//
+// Bytes per key with every event of the limit held, spread over the window
+// (the key's string and its map entry, about 110 bytes, included):
+//
+//	window  limit    d      bytes      refused early by at most
+//	1m      100      -      520        50ns (the exact log's tick)
+//	1h      1,000    -      4,220      2µs
+//	1h      1,000    1m     620        1m
+//	1d      100,000  -      401,500    50µs
+//	1d      100,000  1m     12,400     1m
+//	1d      100,000  1s     691,300    1s: more than without, as 86,402 ticks > 100,000/2
+//
+// It pays where the window holds fewer than half as many ticks of d as the
+// limit has events. d must be positive, no longer than any policy's window
+// (SetTier refuses a window shorter than d), and at least the longest
+// window / (2^31-2), as a log counts its window in 32-bit ticks. Default:
+// off, 4 bytes per event.
+func WithResolution(d time.Duration) Option {
+	return func(cfg *config) { cfg.resolution, cfg.resolutionSet = d, true }
 }
 
 // WithJanitorInterval sets how often a background goroutine sweeps the map
@@ -99,6 +133,8 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		return config{}, nil, fmt.Errorf("%w: clock is nil", ErrConfig)
 	case cfg.coarse > 0 && cfg.clock != (systemClock{}):
 		return config{}, nil, fmt.Errorf("%w: coarse clock cannot be combined with WithClock", ErrConfig)
+	case cfg.resolution < 0 || cfg.resolutionSet && cfg.resolution == 0:
+		return config{}, nil, fmt.Errorf("%w: resolution is %v, want > 0", ErrConfig, cfg.resolution)
 	case cfg.coarse < 0:
 		return config{}, nil, fmt.Errorf("%w: coarse clock resolution is %v, want > 0", ErrConfig, cfg.coarse)
 	case cfg.janitorInterval < 0:
@@ -124,6 +160,9 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 	}
 	for _, t := range tab.byID {
 		if err := checkCoarse(cfg.coarse, t); err != nil {
+			return config{}, nil, err
+		}
+		if err := t.setResolution(cfg.resolution); err != nil {
 			return config{}, nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package keyrate
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -37,6 +38,17 @@ type tier struct {
 	// id is the tier's index in tierTable.byID. A log keeps the id of the
 	// tier that last decided it, for the janitor.
 	id uint16
+	// scale is how the tier's logs write instants (see scale); entries
+	// bounds their rings, and spans[i] the entries policy i's window holds:
+	// its limit, or under WithResolution what its window's ticks number if
+	// that is less.
+	scale   scale
+	entries int
+	spans   [MaxPolicies]uint32
+	// cursors[i] is the inline slot of a log that keeps policy i's cursor
+	// (eventLog.cursor), or -1: the policies shorter than the longest, by
+	// widest span, take the free slots.
+	cursors [MaxPolicies]int8
 }
 
 // newTier validates policies and builds their tier. field names where they
@@ -91,23 +103,60 @@ func (t *tier) shortest() time.Duration {
 	return s
 }
 
-// decide answers a request of weight n at now on g under the tier's
-// policies into *d, which must be zero, recording the request when record
-// is set and it is admitted. One policy takes eventLog.decide, the path New
-// has always taken.
-func (t *tier) decide(d *Decision, g *eventLog, now int64, n int, record bool) {
-	if len(t.policies) == 1 {
-		g.decide(d, now, n, &t.policies[0], record)
-		return
+// setResolution sets the tier's scale for WithResolution's d (0: off), or
+// returns why d does not suit the tier's windows.
+func (t *tier) setResolution(d time.Duration) error {
+	res := int64(d)
+	switch {
+	case res > int64(t.shortest()):
+		return fmt.Errorf("%w: resolution is %v, want at most the shortest window, %v", ErrConfig, d, t.shortest())
+	case res > 0 && t.longest/res >= maxTicks:
+		return fmt.Errorf("%w: resolution is %v, want at least %v for the window %v",
+			ErrConfig, d, time.Duration(t.longest/maxTicks+1), time.Duration(t.longest))
 	}
-	g.decideAll(d, now, n, t, record)
+	t.scale = newScale(t.longest, res)
+	t.entries = t.capacity
+	for i, p := range t.policies {
+		t.spans[i] = uint32(p.Limit)
+		if res > 0 {
+			ticks := int64(p.Window)/res + 2
+			t.spans[i] = uint32(min(int64(p.Limit), ticks))
+			if int64(p.Window) == t.longest {
+				t.entries = int(min(int64(t.entries), ticks))
+			}
+		}
+	}
+	t.placeCursors()
+	return nil
+}
+
+// placeCursors gives the free inline slots of a heap log (two, or one under
+// WithResolution) to the policies whose windows are shorter than the
+// longest, widest span first: a cursor saves the most where a search would
+// cover the most entries.
+func (t *tier) placeCursors() {
+	free := []int8{0, 1}
+	if t.scale.wide() {
+		free = free[1:]
+	}
+	order := make([]int, 0, len(t.policies))
+	for i, p := range t.policies {
+		t.cursors[i] = -1
+		if int64(p.Window) < t.longest {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return int(t.spans[b]) - int(t.spans[a]) })
+	for k, i := range order[:min(len(order), len(free))] {
+		t.cursors[i] = free[k]
+	}
 }
 
 // untracked decides for a key with no log, on an empty one that is never
 // stored. An empty log's answer does not depend on the instant.
 func (t *tier) untracked(d *Decision, now int64, n int) {
 	var empty eventLog
-	t.decide(d, &empty, now, n, false)
+	empty.decide(d, now, n, t, false)
 }
 
 // overflow is the refusal of an untracked key while WithMaxKeys is full.

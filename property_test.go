@@ -507,3 +507,105 @@ func TestClockReadBeforeLockIsClamped(t *testing.T) {
 	c.Set(t0.Add(17 * s))
 	assert.Equal(t, single(10*s, allow(3, 0, 1*s, 10*s)), l.Peek("k"))
 }
+
+// drawWindows draws 1 to 3 policies with small limits and windows of any
+// length from a millisecond to two days, to the nanosecond.
+func drawWindows(t *rapid.T) []Policy {
+	policies := make([]Policy, rapid.IntRange(1, 3).Draw(t, "policies"))
+	for i := range policies {
+		policies[i] = Policy{
+			Name:   fmt.Sprint("p", i),
+			Limit:  rapid.IntRange(1, 8).Draw(t, "limit"),
+			Window: time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(48*time.Hour)).Draw(t, "window")),
+		}
+	}
+	return policies
+}
+
+// TestMatchesReferenceModelOnTicks is TestMatchesReferenceModel for windows
+// of any length, whose logs count in ticks of up to 50µs: at instants that
+// are whole ticks, an exact log decides exactly as the naive model does.
+func TestMatchesReferenceModelOnTicks(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		policies := drawWindows(t)
+		c := NewManualClock(t0)
+		l, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		m := newModel(policies)
+		tick := time.Duration(newScale(m.longest(), 0).unit)
+		longest := time.Duration(m.longest())
+
+		for i := range rapid.IntRange(1, 200).Draw(t, "steps") {
+			ticks := rapid.Int64Range(-2, int64(longest/tick)/4+2).Draw(t, "ticks")
+			c.Advance(time.Duration(ticks) * tick)
+			now := int64(c.Now().Sub(t0))
+			n := rapid.IntRange(0, 4).Draw(t, "n")
+			if rapid.Bool().Draw(t, "peek") {
+				require.Equal(t, m.decide("k", 1, now, false), l.Peek("k"), "step %d: Peek at %v", i, time.Duration(now))
+				continue
+			}
+			require.Equal(t, m.decide("k", n, now, true), l.Take("k", n), "step %d: Take(%d) at %v", i, n, time.Duration(now))
+		}
+		m.checkExact(t)
+	})
+}
+
+// TestNeverOverLimit drives a limiter with windows of any length, instants
+// to the nanosecond (some moving backwards) and, half the time, a
+// resolution d, and checks against the real instants of the calls that no
+// window of any policy ever holds more than its limit, and that a refusal
+// is never more than d early (without a resolution, one tick of the exact
+// log): an exact log whose windows were d longer would refuse it too.
+func TestNeverOverLimit(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		policies := drawWindows(t)
+		shortest, longest := policies[0].Window, policies[0].Window
+		for _, p := range policies {
+			shortest, longest = min(shortest, p.Window), max(longest, p.Window)
+		}
+		d := time.Duration(newScale(int64(longest), 0).unit)
+		opts := []Option{WithJanitorInterval(0)}
+		if rapid.Bool().Draw(t, "resolution") {
+			least := longest/maxTicks + 1
+			d = time.Duration(rapid.Int64Range(int64(least), int64(max(shortest, least))).Draw(t, "d"))
+			opts = append(opts, WithResolution(d))
+		}
+		c := NewManualClock(t0)
+		l, err := NewPolicies(policies, append(opts, WithClock(c))...)
+		if d > shortest {
+			require.ErrorIs(t, err, ErrConfig)
+			return
+		}
+		require.NoError(t, err)
+		defer l.Close()
+
+		var events []int64 // real instants of every admitted event
+		last := int64(0)   // the newest instant the key was decided at
+		minLimit := slices.MinFunc(policies, func(a, b Policy) int { return a.Limit - b.Limit }).Limit
+		for i := range rapid.IntRange(1, 300).Draw(t, "steps") {
+			c.Advance(time.Duration(rapid.Int64Range(-int64(shortest)/4, int64(shortest)).Draw(t, "step")))
+			n := rapid.IntRange(1, 3).Draw(t, "n")
+			now := max(int64(c.Now().Sub(t0)), last)
+			if l.Len() > 0 || n <= minLimit { // the key is, or is about to be, tracked
+				last = now
+			}
+			got := l.Take("k", n)
+			if got.Allowed {
+				for range n {
+					events = append(events, now)
+				}
+				for _, p := range policies {
+					in := len(inWindow(events, now, int64(p.Window)))
+					require.LessOrEqual(t, in, p.Limit, "step %d: policy %v holds %d", i, p, in)
+				}
+				continue
+			}
+			early := true
+			for _, p := range policies {
+				early = early && len(inWindow(events, now, int64(p.Window+d)))+n <= p.Limit
+			}
+			require.False(t, early, "step %d: refused %d at %v; an exact log of windows %v longer has room", i, n, time.Duration(now), d)
+		}
+	})
+}

@@ -91,17 +91,18 @@ func (k *keyMap) remove(key string) {
 
 // evictIdle walks the map and evicts every key whose log holds no event in
 // its window at now, raising the floor to the newest instant each was decided
-// at. window(g), called with g's mutex held, is how long g keeps its events.
+// at. retention(g), called with g's mutex held, is the tier whose longest
+// window g keeps its events for.
 // It returns how many keys it evicted. Each log is looked at under its own
 // mutex first, so that a busy key costs the walk no map lock.
-func (k *keyMap) evictIdle(now int64, window func(*eventLog) int64) int {
+func (k *keyMap) evictIdle(now int64, retention func(*eventLog) *tier) int {
 	evicted := 0
 	k.m.Range(func(key string, g *eventLog) bool {
 		g.mu.Lock()
-		idle := !g.dead && g.idle(now, window(g))
+		idle := !g.dead && g.idle(now, retention(g))
 		g.mu.Unlock()
 		if idle && k.removeIf(key, g, func(g *eventLog) bool {
-			if !g.idle(now, window(g)) {
+			if !g.idle(now, retention(g)) {
 				return false // an event arrived since the look above
 			}
 			k.raiseFloor(g.last) // idle moved last to at least now

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,11 +119,15 @@ func TestKeyMapRemoveIf(t *testing.T) {
 // window go, each marked dead, and the floor rises to the newest instant an
 // evicted log was decided at.
 func TestEvictIdle(t *testing.T) {
-	window := func(*eventLog) int64 { return 10 }
+	tenNanos, err := newTier("", []Policy{{Limit: 5, Window: 10}})
+	require.NoError(t, err)
+	require.NoError(t, tenNanos.setResolution(0))
+	window := func(*eventLog) *tier { return tenNanos }
 	m := newKeyMap(0)
 	busy, quiet, late := m.create("busy"), m.create("quiet"), m.create("late")
-	busy.push(15, 1, 5)
-	quiet.push(3, 1, 5)
+	busy.last, quiet.last = 15, 3 // decided at 15 and 3, each admitting one event
+	busy.push(15, 1, 5, &tenNanos.scale)
+	quiet.push(3, 1, 5, &tenNanos.scale)
 	late.last = 40 // decided at 40, a clock that has since stepped back
 	assert.Equal(t, 2, m.evictIdle(20, window))
 	assert.False(t, busy.dead)
@@ -175,4 +180,57 @@ func TestMemoryPerKey(t *testing.T) {
 		require.Equal(t, n, l.Len())
 		l.Close()
 	}
+}
+
+// TestMemoryPerFullKey fills keys to their whole limit and measures the
+// live heap they cost, key strings and the map included: 4 bytes per event
+// in an exact log, and under WithResolution one 8-byte entry per tick of
+// the window, whatever the limit.
+func TestMemoryPerFullKey(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("fills thousands of keys to their limit, slow under -short and the race detector")
+	}
+	// perKey returns the live heap per key after fill has filled keys keys.
+	perKey := func(keys int, fill func(key string)) float64 {
+		names := make([]string, keys)
+		before := heapInUse()
+		for i := range names {
+			names[i] = fmt.Sprintf("client-%08d", i)
+			fill(names[i])
+		}
+		after := heapInUse()
+		runtime.KeepAlive(names)
+		return float64(after-before) / float64(keys)
+	}
+	t.Run("1000 per hour", func(t *testing.T) {
+		l, err := New(1000, time.Hour, WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		bytes := perKey(4000, func(key string) {
+			for range 1000 {
+				require.True(t, l.Allow(key))
+			}
+			require.False(t, l.Allow(key), "full")
+		})
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 4400.0, "1,000 events of 4 bytes and the key's overhead")
+	})
+	t.Run("100000 per day at a minute", func(t *testing.T) {
+		c := NewManualClock(t0)
+		l, err := New(100_000, 24*time.Hour, WithResolution(time.Minute), WithClock(c), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		// 70 events a minute for a day, 99,960 of them admitted over 1,428
+		// ticks of a minute: a full day whose limit is reached.
+		bytes := perKey(500, func(key string) {
+			c.Set(t0)
+			for range 24 * 60 {
+				c.Advance(time.Minute)
+				l.AllowN(key, 70)
+			}
+			require.Equal(t, 39, l.Peek(key).Remaining, "40 left: one more would leave 39")
+		})
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 16_000.0)
+	})
 }

@@ -106,6 +106,9 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	if err := checkCoarse(l.coarseResolution, t); err != nil {
 		return err
 	}
+	if err := t.setResolution(l.resolution); err != nil {
+		return err
+	}
 	l.setTier.Lock()
 	defer l.setTier.Unlock()
 	next, err := l.tiers.Load().with(name, t)
@@ -157,12 +160,12 @@ func (l *Limiter) tierName(key string) (name string) {
 	return l.tierOf(key)
 }
 
-// retention returns how long g keeps its events: the longest window of the
-// tier that last decided it. Called with g.mu held.
-func (l *Limiter) retention(g *eventLog) int64 {
+// retention returns the tier whose longest window g keeps its events for:
+// the tier that last decided it. Called with g.mu held.
+func (l *Limiter) retention(g *eventLog) *tier {
 	tab := l.tiers.Load()
 	if int(g.tier) < len(tab.byID) {
-		return tab.byID[g.tier].longest
+		return tab.byID[g.tier]
 	}
-	return tab.longest // unreachable: ids are published before logs get them
+	return tab.def // unreachable: ids are published before logs get them
 }

@@ -13,10 +13,18 @@
 // limit records nothing against the others.
 //
 // It keeps, per key, the instants of the events it admitted in a ring buffer
-// (at most a limit's worth, 8 bytes each) that serves all the key's limits,
-// and decides each request with one comparison per limit. Keys live in a concurrent map (xsync.MapOf) with lock-free
-// lookups and a lock per key; a janitor goroutine evicts keys that have gone
-// idle, and WithMaxKeys bounds the map against floods of new keys.
+// that serves all the key's limits, 4 bytes an event, and decides each
+// request with a comparison or two per limit. An instant is kept to a tick
+// of 1, 2 or 5 times a power of ten nanoseconds, the finest in which 2^31
+// ticks span the key's longest window (5ns for a 10s window, 2µs for an
+// hour, 50µs for a day; a whole millisecond is always whole ticks), and
+// rounded up: an event may count as up to a tick later than it happened,
+// never earlier, so no window ever holds more than the limit. WithResolution
+// bounds a key's memory by its windows instead, for limits in the
+// thousands or more. Keys live in a concurrent map (xsync.MapOf) with
+// lock-free lookups and a lock per key; a janitor goroutine evicts keys
+// that have gone idle, and WithMaxKeys bounds the map against floods of
+// new keys.
 //
 // Most callers use Allow, or Take when they need the numbers behind the
 // answer (for RateLimit and Retry-After headers); Wait blocks until a request
@@ -58,6 +66,7 @@ type Limiter struct {
 	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
 
 	coarseResolution time.Duration // WithCoarseClock's; 0: off
+	resolution       time.Duration // WithResolution's; 0: off
 
 	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
 
@@ -86,9 +95,9 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 // (see Decision).
 //
 // One log per key serves every policy: it keeps the events of the longest
-// window, at most that window's limit of them, and each policy checks its
-// own window with one comparison, so a decision costs O(1) per policy
-// amortised (Take adds a binary search per policy for its numbers) and a
+// window, at most that window's limit of them, and each policy finds where
+// its own window starts from where it started last time (a cursor that
+// only moves forward), so a decision costs O(1) per policy amortised and a
 // key's memory is that of the largest log, not the sum.
 //
 // It takes 1 to MaxPolicies policies; each needs a Limit of 1 to
@@ -113,6 +122,8 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		clock:  cfg.clock,
 		keys:   newKeyMap(cfg.maxKeys),
 		done:   make(chan struct{}),
+
+		resolution: cfg.resolution,
 	}
 	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
@@ -164,7 +175,7 @@ func (l *Limiter) AllowN(key string, n int) bool {
 	g.tier = t.id
 	var ok bool
 	if len(t.policies) == 1 {
-		ok = g.allow(now, n, t.minLimit, t.longest)
+		ok = g.allow(now, n, t)
 	} else {
 		ok = g.allowAll(now, n, t)
 	}
@@ -205,7 +216,7 @@ func (l *Limiter) take(d *Decision, key string, n int) int64 {
 		return now
 	}
 	g.tier = t.id
-	t.decide(d, g, now, n, true)
+	g.decide(d, now, n, t, true)
 	at := g.last
 	g.mu.Unlock()
 	return at
@@ -226,7 +237,7 @@ func (l *Limiter) Peek(key string) (d Decision) {
 		return d
 	}
 	g.tier = t.id
-	t.decide(&d, g, now, 1, false)
+	g.decide(&d, now, 1, t, false)
 	g.mu.Unlock()
 	return d
 }

@@ -585,16 +585,19 @@ func TestRingGrowsLazilyAndShrinks(t *testing.T) {
 	g := l.keys.load("k")
 	assert.Same(t, &g.inline[0], g.ring, "a key with one event keeps it inside the log")
 	l.Allow("k")
-	assert.Equal(t, uint32(2), g.size, "the second event moves the ring to the heap")
+	assert.Same(t, &g.inline[0], g.ring, "and a second")
+	l.Allow("k")
+	assert.Equal(t, uint32(4), g.size, "the third event moves the ring to the heap")
 	assert.NotSame(t, &g.inline[0], g.ring)
 	l.Allow("k")
-	assert.Equal(t, uint32(4), g.size)
-	for range 97 {
+	l.Allow("k")
+	assert.Equal(t, uint32(8), g.size)
+	for range 95 {
 		l.Allow("k")
 	}
 	assert.Equal(t, uint32(128), g.size)
 	l.AllowN("k", 900)
-	assert.Equal(t, uint32(1000), g.size, "capped at the limit")
+	assert.Equal(t, uint32(1024), g.size, "capped at the limit, rounded up to the ring's size class: 4,096 bytes")
 	c.Advance(10 * time.Second)
 	l.Allow("k")
 	assert.Same(t, &g.inline[0], g.ring, "the ring gives memory back as it empties")
