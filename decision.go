@@ -51,10 +51,12 @@ type Decision struct {
 	// weight 1 under a single policy has RetryAfter == RefillAfter.
 	RefillAfter time.Duration
 	// Overflow reports a refusal because the limiter already tracks as many
-	// keys as WithMaxKeys allows and this key is not one of them. Such a
-	// Decision says nothing about the key's own budget; its RetryAfter,
-	// RefillAfter and ResetAfter are the longest window, an estimate of when
-	// idle keys will have been evicted.
+	// keys as WithMaxKeys allows, this key is not one of them, and
+	// WithRefuseNewKeys keeps new keys out. Such a Decision says nothing
+	// about the key's own budget; its RetryAfter, RefillAfter and ResetAfter
+	// are the longest window, an estimate of when idle keys will have been
+	// evicted. Without WithRefuseNewKeys a full limiter makes room for new
+	// keys instead, and never sets it.
 	Overflow bool
 
 	parts  [MaxPolicies]PolicyDecision

@@ -99,10 +99,36 @@ func ExampleLimiter_Wait() {
 	// deadline exceeded: true context still live: true
 }
 
-// WithMaxKeys bounds the keys tracked at once: during a flood of new keys,
-// the ones beyond the bound are refused without growing the map.
+// WithMaxKeys bounds the keys tracked at once. A new key is decided at
+// once all the same: the least recently decided key makes room for it, and
+// forgets its events.
 func ExampleWithMaxKeys() {
-	limiter, _ := keyrate.New(100, time.Minute, keyrate.WithMaxKeys(2))
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := keyrate.New(1, time.Minute, keyrate.WithMaxKeys(2), keyrate.WithClock(clock))
+	defer limiter.Close()
+
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		fmt.Println(ip, "allowed:", limiter.Allow(ip))
+		clock.Advance(time.Second)
+	}
+	fmt.Println("tracked:", limiter.Len())
+	// 192.0.2.1 made room for 192.0.2.3: it starts afresh. 192.0.2.3 was
+	// decided recently and keeps its event.
+	fmt.Println("192.0.2.1 again:", limiter.Allow("192.0.2.1"))
+	fmt.Println("192.0.2.3 again:", limiter.Allow("192.0.2.3"))
+	// Output:
+	// 192.0.2.1 allowed: true
+	// 192.0.2.2 allowed: true
+	// 192.0.2.3 allowed: true
+	// tracked: 2
+	// 192.0.2.1 again: true
+	// 192.0.2.3 again: false
+}
+
+// WithRefuseNewKeys keeps a full limiter's keys instead: during a flood of
+// new keys, the ones beyond the bound are refused without growing the map.
+func ExampleWithRefuseNewKeys() {
+	limiter, _ := keyrate.New(100, time.Minute, keyrate.WithMaxKeys(2), keyrate.WithRefuseNewKeys())
 	defer limiter.Close()
 
 	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {

@@ -19,6 +19,7 @@ type config struct {
 	janitorInterval time.Duration
 	janitorSet      bool
 	maxKeys         int
+	refuseNewKeys   bool
 	tierSet         bool // WithTiers was given
 	tierOf          func(key string) string
 	tiers           map[string][]Policy
@@ -99,19 +100,48 @@ func WithJanitorInterval(d time.Duration) Option {
 	return func(cfg *config) { cfg.janitorInterval, cfg.janitorSet = d, true }
 }
 
-// WithMaxKeys bounds the number of keys the limiter tracks at once. Once n
-// keys are tracked, a request for a key that is not tracked is refused (fail
-// closed): Take returns a Decision with Allowed false and Overflow true, and
-// nothing is stored. Tracked keys are decided as usual, and room comes back as
-// the janitor evicts idle keys.
+// WithMaxKeys bounds the number of keys the limiter tracks at once: Len
+// never exceeds n. Once n keys are tracked, a request for a key that is not
+// makes room: the least recently decided keys, n/16 of them (at least one),
+// are evicted and forget their events, and the new key is decided at once
+// like any other. Every key evicted was last decided no later than every key
+// kept, so the keys decided most recently keep their events, and only keys
+// idle longer than every other tracked key can lose theirs before their
+// window ends. That is the price of a memory bound: such a key gets its
+// whole limit back early. Size n a sixteenth above the number of clients
+// active within the longest window, and the keys evicted have no event left
+// in it: nothing is forgotten.
 //
 // This is the defence against key floods: random API keys or spoofed
-// addresses cannot grow the limiter's memory past about n keys' worth. Size n
-// above the number of clients active within one window, or legitimate new
-// clients are refused during a flood. Default: 0, no bound. Negative values
-// are an error.
+// addresses cannot grow the limiter's memory past about n keys' worth, and
+// cannot lock new clients out. A client that can mint keys can push its own
+// idle key out too, which gives it nothing a new key's budget did not
+// already: where that matters, bound how fast one client may mint keys,
+// with a budget of new identities per address, say.
+//
+// Making room walks the map, reading when each key was last decided, once
+// per n/16 new keys: O(1) per new key, amortised. A walk takes a while (10
+// to 25 ms at 100,000 keys, a quarter of a second or more at 1,000,000, on
+// a 2-core machine), and new keys that arrive meanwhile wait for it;
+// decisions for tracked keys do not. It keeps a scratch of 2 bytes per key
+// of n. WithRefuseNewKeys refuses new keys instead. Default: 0, no bound.
+// Negative values are an error.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
+}
+
+// WithRefuseNewKeys makes a limiter at its WithMaxKeys bound refuse keys it
+// does not track instead of making room for them (fail closed): Take returns
+// a Decision with Allowed false and Overflow true, and nothing is stored.
+// Tracked keys never lose their events early, but room comes back only as
+// the janitor evicts idle keys, so a flood of new keys turns every new
+// client away for up to the longest window. Use it where forgetting an idle
+// key's events is worse than refusing new clients.
+//
+// Default: off, a full limiter makes room. Without WithMaxKeys it is an
+// error.
+func WithRefuseNewKeys() Option {
+	return func(cfg *config) { cfg.refuseNewKeys = true }
 }
 
 // ErrConfig is wrapped by every error New, NewPolicies and SetTier return
@@ -141,6 +171,8 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		return config{}, nil, fmt.Errorf("%w: janitor interval is %v, want >= 0", ErrConfig, cfg.janitorInterval)
 	case cfg.maxKeys < 0:
 		return config{}, nil, fmt.Errorf("%w: max keys is %d, want >= 0", ErrConfig, cfg.maxKeys)
+	case cfg.refuseNewKeys && cfg.maxKeys == 0:
+		return config{}, nil, fmt.Errorf("%w: refusing new keys needs a bound: WithMaxKeys(n) with n > 0", ErrConfig)
 	case cfg.tierSet && cfg.tierOf == nil:
 		return config{}, nil, fmt.Errorf("%w: tier function is nil", ErrConfig)
 	}

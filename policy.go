@@ -159,7 +159,8 @@ func (t *tier) untracked(d *Decision, now int64, n int) {
 	empty.decide(d, now, n, t, false)
 }
 
-// overflow is the refusal of an untracked key while WithMaxKeys is full.
+// overflow is the refusal of an untracked key while WithMaxKeys is full
+// and WithRefuseNewKeys keeps new keys out.
 // Every policy's wait is the tier's longest window, an estimate of when the
 // janitor will have evicted keys gone idle.
 func (t *tier) overflow(d *Decision) {

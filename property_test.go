@@ -166,6 +166,35 @@ func overflowDecision(limit int, window time.Duration) Decision {
 	return newModel([]Policy{{Limit: limit, Window: window}}).overflow()
 }
 
+// makeRoom mirrors a limiter at its bound of maxKeys that makes room for a
+// new key: it reads which of the model's keys the limiter no longer tracks,
+// checks that they are as many as one batch evicts and that none of them
+// was decided after a key kept, and forgets them as the limiter did, raising
+// the floor. Which of several keys decided at one instant goes is the
+// limiter's choice.
+func (m *model) makeRoom(t require.TestingT, maxKeys int, tracked func(key string) bool) {
+	var gone []string
+	for key := range m.keys {
+		if !tracked(key) {
+			gone = append(gone, key)
+		}
+	}
+	require.Len(t, gone, min(max(maxKeys/roomShare, 1), len(m.keys)), "keys evicted to make room")
+	for key, k := range m.keys {
+		if slices.Contains(gone, key) {
+			continue
+		}
+		for _, g := range gone {
+			require.LessOrEqual(t, m.keys[g].last, k.last, "%q evicted, decided after %q that stays", g, key)
+		}
+	}
+	for _, g := range gone {
+		m.floor = max(m.floor, m.keys[g].last)
+		delete(m.keys, g)
+		m.history[g] = nil // its events are forgotten, as after Reset
+	}
+}
+
 func (m *model) sweep(now int64) int {
 	evicted := 0
 	for key, k := range m.keys {
@@ -213,13 +242,19 @@ func drawPolicies(t *rapid.T, label string) []Policy {
 // TestMatchesReferenceModel drives a limiter of 1 to 3 policies and the
 // model with one random sequence of calls, weights, clock moves (some
 // backwards), sweeps, Resets and changes of policies, and compares every
-// Decision whole, each policy's part included.
+// Decision whole, each policy's part included. A bound on the keys, when
+// drawn, either makes room for new keys or refuses them.
 func TestMatchesReferenceModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		policies := drawPolicies(t, "policies")
 		maxKeys := rapid.IntRange(0, 3).Draw(t, "maxKeys")
+		refuse := maxKeys > 0 && rapid.Bool().Draw(t, "refuse")
 		c := NewManualClock(t0)
-		l, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0), WithMaxKeys(maxKeys))
+		opts := []Option{WithClock(c), WithJanitorInterval(0), WithMaxKeys(maxKeys)}
+		if refuse {
+			opts = append(opts, WithRefuseNewKeys())
+		}
+		l, err := NewPolicies(policies, opts...)
 		require.NoError(t, err)
 		defer l.Close()
 		m := newModel(policies)
@@ -234,7 +269,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 			}
 			now := int64(c.Now().Sub(t0))
 			key := rapid.SampledFrom(keys).Draw(t, "key")
-			full := func() bool {
+			atBound := func() bool {
 				_, tracked := m.keys[key]
 				return !tracked && maxKeys > 0 && len(m.keys) >= maxKeys
 			}
@@ -243,8 +278,18 @@ func TestMatchesReferenceModel(t *testing.T) {
 				n := rapid.IntRange(-1, 7).Draw(t, "n")
 				allowN := rapid.Bool().Draw(t, "allowN")
 				admissible := n >= 1 && n <= m.minLimit()
+				makesRoom := admissible && atBound() && !refuse
+				var got Decision
+				if allowN {
+					got.Allowed = l.AllowN(key, n)
+				} else {
+					got = l.Take(key, n)
+				}
+				if makesRoom {
+					m.makeRoom(t, maxKeys, func(k string) bool { return l.keys.load(k) != nil })
+				}
 				var want Decision
-				if admissible && full() {
+				if admissible && atBound() {
 					want = m.overflow()
 				} else if admissible || !allowN {
 					want = m.decide(key, n, now, true)
@@ -252,16 +297,15 @@ func TestMatchesReferenceModel(t *testing.T) {
 					want.Allowed = n == 0 // AllowN answers these without looking at the key
 				}
 				if allowN {
-					require.Equal(t, want.Allowed, l.AllowN(key, n), "step %d: AllowN(%q, %d) at %v", i, key, n, time.Duration(now))
+					require.Equal(t, want.Allowed, got.Allowed, "step %d: AllowN(%q, %d) at %v", i, key, n, time.Duration(now))
 				} else {
-					got := l.Take(key, n)
 					require.Equal(t, want, got, "step %d: Take(%q, %d) at %v", i, key, n, time.Duration(now))
 					require.Equal(t, want.parts[:want.nparts], got.Policies())
 				}
 			case op < 16:
 				want := m.decide(key, 1, now, false)
-				if full() {
-					want = m.overflow()
+				if refuse && atBound() {
+					want = m.overflow() // a Take would be refused; otherwise it would make room
 				}
 				require.Equal(t, want, l.Peek(key), "step %d: Peek(%q) at %v", i, key, time.Duration(now))
 			case op < 18:

@@ -24,7 +24,10 @@
 // thousands or more. Keys live in a concurrent map (xsync.MapOf) with
 // lock-free lookups and a lock per key; a janitor goroutine evicts keys
 // that have gone idle, and WithMaxKeys bounds the map against floods of
-// new keys.
+// new keys. A full map makes room for a new key by evicting the keys decided
+// least recently, which forget their events: the price of a memory bound,
+// paid only by keys idle longer than every other (WithRefuseNewKeys refuses
+// new keys instead).
 //
 // Most callers use Allow, or Take when they need the numbers behind the
 // answer (for RateLimit and Retry-After headers); Wait blocks until a request
@@ -120,7 +123,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	l := &Limiter{
 		tierOf: cfg.tierOf,
 		clock:  cfg.clock,
-		keys:   newKeyMap(cfg.maxKeys),
+		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
 		done:   make(chan struct{}),
 
 		resolution: cfg.resolution,
@@ -244,7 +247,7 @@ func (l *Limiter) Peek(key string) (d Decision) {
 
 // lock returns key's log with its mutex held, creating the log first if
 // create is set. It returns nil when the key is not tracked and create is
-// unset, or when creating it would pass WithMaxKeys.
+// unset, or when creating it would pass WithMaxKeys under WithRefuseNewKeys.
 //
 // Callers read the clock before lock, off the key's critical section, and
 // decide at the later of that reading and the newest instant the key has
@@ -258,8 +261,9 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 			if !create {
 				return nil
 			}
-			if g = l.keys.create(key); g == nil {
-				return nil
+			var fresh bool
+			if g, fresh = l.keys.create(key); g == nil || fresh {
+				return g // refused, or created with its mutex held
 			}
 		}
 		g.mu.Lock()

@@ -221,6 +221,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative window", 1, -time.Second, nil, "window"},
 		{"negative janitor interval", 1, time.Second, []Option{WithJanitorInterval(-time.Second)}, "janitor interval"},
 		{"negative max keys", 1, time.Second, []Option{WithMaxKeys(-1)}, "max keys"},
+		{"refusing new keys without a bound", 1, time.Second, []Option{WithRefuseNewKeys()}, "WithMaxKeys"},
 		{"nil clock", 1, time.Second, []Option{WithClock(nil)}, "clock"},
 	}
 	for _, tc := range cases {
@@ -546,8 +547,10 @@ func TestEvictionFloorRace(t *testing.T) {
 		"the late event is at 00:30, where the one at 00:20 had left the window")
 }
 
-func TestMaxKeys(t *testing.T) {
-	l, c := newManual(t, 1, 10*time.Second, WithMaxKeys(2))
+// TestRefuseNewKeys checks the fail-closed bound: a full limiter refuses
+// new keys with Overflow and stores nothing, until the janitor makes room.
+func TestRefuseNewKeys(t *testing.T) {
+	l, c := newManual(t, 1, 10*time.Second, WithMaxKeys(2), WithRefuseNewKeys())
 	require.True(t, l.Allow("a"))
 	require.True(t, l.Allow("b"))
 	d := l.Take("c", 1)
@@ -561,7 +564,7 @@ func TestMaxKeys(t *testing.T) {
 	assert.True(t, l.Allow("c"), "room came back")
 
 	t.Run("exact under concurrency", func(t *testing.T) {
-		l, _ := newManual(t, 5, time.Minute, WithMaxKeys(10))
+		l, _ := newManual(t, 5, time.Minute, WithMaxKeys(10), WithRefuseNewKeys())
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 8 {

@@ -287,7 +287,7 @@ func TestCost(t *testing.T) {
 }
 
 func TestOverflowIs429(t *testing.T) {
-	l, _ := newLimiter(t, 3, time.Minute, keyrate.WithMaxKeys(1))
+	l, _ := newLimiter(t, 3, time.Minute, keyrate.WithMaxKeys(1), keyrate.WithRefuseNewKeys())
 	h := newHandler(t, l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	get(h, "/", "X-API-Key", "a")
 	rec := get(h, "/", "X-API-Key", "b")

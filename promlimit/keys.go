@@ -40,10 +40,11 @@ func (c *keysCollector) Collect(ch chan<- prometheus.Metric) {
 
 // TrackKeys exports l's Len, the keys it tracks, as keyrate_keys{route}. It
 // is read at each scrape. Watch it against WithMaxKeys: a Limiter at its
-// bound refuses new clients. A route can be tracked once; a Limiter that
-// serves several routes (grpclimit's, which serves every method) is tracked
-// under one name of your choosing. A nil l or a route tracked already gives
-// an error wrapping keyrate.ErrConfig.
+// bound evicts the keys decided least recently to make room for new ones
+// (under WithRefuseNewKeys, it refuses new clients). A route can be tracked
+// once; a Limiter that serves several routes (grpclimit's, which serves
+// every method) is tracked under one name of your choosing. A nil l or a
+// route tracked already gives an error wrapping keyrate.ErrConfig.
 func (m *Metrics) TrackKeys(route string, l *keyrate.Limiter) error {
 	if l == nil {
 		return fmt.Errorf("%w: promlimit: limiter for route %q is nil", keyrate.ErrConfig, route)

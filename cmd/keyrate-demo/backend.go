@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,4 +58,28 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 		return nil, nil, err
 	}
 	return l, l, nil
+}
+
+// newIdentities returns the budget of new API keys per address that guards
+// the in-process limiters, or nil with Redis: a Redis limiter bounds no map
+// (its keys expire in Redis once idle for a window) and has no Peek to
+// tell a new key from a known one.
+func (s store) newIdentities(identity, address httplimit.KeyFunc) (*newIdentities, error) {
+	if s.redis != nil {
+		return nil, nil
+	}
+	opts := []keyrate.Option{keyrate.WithMaxKeys(maxKeys)}
+	if s.clock != nil {
+		opts = append(opts, keyrate.WithClock(s.clock))
+	}
+	budget, err := keyrate.New(newIdentityLimit, newIdentityWindow, opts...)
+	if err != nil {
+		return nil, err
+	}
+	charged, err := keyrate.New(1, newIdentityWindow, opts...)
+	if err != nil {
+		budget.Close()
+		return nil, err
+	}
+	return &newIdentities{budget: budget, charged: charged, identity: identity, address: address}, nil
 }

@@ -18,6 +18,11 @@
 // beside what a fixed window would have done, or one lane per policy (see
 // internal/live). Neither shows an API key, only a fingerprint of it.
 //
+// Each in-process budget tracks at most 100,000 clients; a full one makes
+// room for a new client by evicting those decided least recently. An
+// address may bring at most 20 new API keys a minute, so that it cannot
+// force that at will: past that, a new key gets a 429 of its own.
+//
 // GET /metrics serves Prometheus metrics (package promlimit): requests by
 // route and result, decision latency, backend errors, refusals per policy,
 // and the keys each in-process limiter tracks.

@@ -83,7 +83,9 @@ func describe(policies []keyrate.Policy) string {
 const keyHeader = "X-API-Key"
 
 // maxKeys bounds each in-process limiter against floods of made-up API
-// keys. A Redis limiter's keys expire in Redis once idle for a window.
+// keys: a full one makes room for a new key by evicting the keys decided
+// least recently, and newIdentities keeps one address from forcing that at
+// will. A Redis limiter's keys expire in Redis once idle for a window.
 const maxKeys = 100_000
 
 // decision is one decided request, as every subscriber sees it.
@@ -151,6 +153,13 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 		}
 	}
 	budgets := store{redis: cfg.Redis, clock: cfg.Clock}
+	newcomers, err := budgets.newIdentities(identity, ip)
+	if err != nil {
+		return nil, nil, err
+	}
+	if newcomers != nil {
+		limiters = append(limiters, newcomers.budget, newcomers.charged)
+	}
 	for _, rt := range routes {
 		b, local, err := budgets.backend(rt)
 		if err != nil {
@@ -174,7 +183,11 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			close()
 			return nil, nil, err
 		}
-		mux.Handle(rt.Method+" "+rt.Path, m.Handler(rt.serve))
+		h := m.Handler(rt.serve)
+		if local != nil {
+			h = newcomers.handler(rt.Name, local, h)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, h)
 	}
 	return mux, close, nil
 }
