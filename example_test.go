@@ -223,3 +223,23 @@ func ExampleWithTiers() {
 	// pro-1 admitted: 10
 	// pro-1 admitted after SetTier: 5
 }
+
+// A request can count against several keys at once, such as a user's and
+// their organisation's: it is admitted only when both have room, and a
+// refusal by one records nothing against the other.
+func ExampleLimiter_TakeAll() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := keyrate.New(3, time.Minute, keyrate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	limiter.AllowN("org:acme", 3) // the organisation has spent its minute
+	ds, ok := limiter.TakeAll([]string{"user:alice", "org:acme"}, 1)
+	fmt.Println("allowed:", ok, "| alice has room:", ds[0].Allowed, "| acme has room:", ds[1].Allowed)
+	fmt.Println("alice's remaining, nothing recorded:", limiter.Peek("user:alice").Remaining+1)
+	// Output:
+	// allowed: false | alice has room: true | acme has room: false
+	// alice's remaining, nothing recorded: 3
+}

@@ -484,3 +484,103 @@ func TestErrorsCarryNoKey(t *testing.T) {
 		assert.NotContains(t, err.Error(), key)
 	})
 }
+
+// TestTakeAll checks a request that counts against several keys: admitted
+// only when every key has room, recorded against all of them, and a
+// refusal by one key leaves the others untouched.
+func TestTakeAll(t *testing.T) {
+	c := NewManualClock(t0)
+	plan := func(key string) string { return key[:strings.IndexByte(key, ':')] }
+	l, err := New(3, 10*time.Second, WithClock(c), WithJanitorInterval(0),
+		WithTiers(plan, map[string][]Policy{"org": {{"org", 4, 10 * time.Second}}}))
+	require.NoError(t, err)
+	defer l.Close()
+
+	ds, ok := l.TakeAll([]string{"user:a", "org:x"}, 2)
+	require.True(t, ok)
+	assert.Equal(t, []int{1, 2}, []int{ds[0].Remaining, ds[1].Remaining}, "each key under its own tier")
+
+	c.Advance(time.Second)
+	ds, ok = l.TakeAll([]string{"org:x", "user:b"}, 3)
+	require.False(t, ok, "the org has 2 left")
+	assert.False(t, ds[0].Allowed)
+	assert.Equal(t, 9*time.Second, ds[0].RetryAfter)
+	assert.True(t, ds[1].Allowed, "b had room")
+	assert.Equal(t, 3, ds[1].Remaining, "and is described as it stands: nothing recorded")
+	assert.Equal(t, 3, l.Peek("user:b").Remaining+1, "b holds nothing")
+	assert.Equal(t, 2, l.Peek("org:x").Remaining+1, "nor does the org hold more")
+
+	ds, ok = l.TakeAll([]string{"user:b", "org:x", "user:b"}, 1)
+	require.True(t, ok, "b counts twice: 2 of 3; the org once: 3 of 4")
+	assert.Equal(t, ds[0], ds[2], "one Decision for both places of b")
+	assert.Equal(t, 1, ds[0].Remaining)
+	assert.Equal(t, 1, ds[1].Remaining)
+
+	ds, ok = l.TakeAll([]string{"user:c", "org:x"}, 4)
+	require.False(t, ok)
+	assert.Zero(t, ds[0].RetryAfter, "4 can never fit user:c's limit of 3")
+	assert.False(t, ds[0].Allowed)
+	assert.Zero(t, l.Len()-3, "user:c was never tracked")
+
+	ds, ok = l.TakeAll(nil, 1)
+	assert.True(t, ok, "no key: nothing refuses")
+	assert.Empty(t, ds)
+}
+
+// TestTakeAllConcurrent runs requests over overlapping keys, given in every
+// order, from many goroutines while the janitor sweeps: no call waits on
+// another in a cycle, and each key admits exactly its limit, counting the
+// requests that named it.
+func TestTakeAllConcurrent(t *testing.T) {
+	keys := []string{"a", "b", "c", "d", "e"}
+	c := NewManualClock(t0)
+	l, err := New(40, time.Minute, WithClock(c), WithJanitorInterval(0))
+	require.NoError(t, err)
+	defer l.Close()
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				a, b := keys[(w+i)%len(keys)], keys[(w*3+i*7)%len(keys)]
+				if _, ok := l.TakeAll([]string{a, b}, 1); ok {
+					mu.Lock()
+					admitted[a]++
+					admitted[b]++
+					mu.Unlock()
+				}
+				if i%50 == 0 {
+					l.sweep(l.now())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range keys {
+		assert.LessOrEqual(t, admitted[k], 40, "key %s", k)
+		d, _ := l.TakeAll([]string{k}, 0)
+		assert.Equal(t, admitted[k], 40-d[0].Remaining, "key %s holds what was admitted", k)
+	}
+}
+
+// TestTakeAllWhileMakingRoom runs requests over two keys each, from more
+// goroutines than a tiny key bound can hold at once, so that new keys keep
+// evicting others between a call's lookups and its locks: every call
+// returns, and the bound holds.
+func TestTakeAllWhileMakingRoom(t *testing.T) {
+	l, err := New(1000, time.Minute, WithJanitorInterval(0), WithMaxKeys(6))
+	require.NoError(t, err)
+	defer l.Close()
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 300 {
+				ds, _ := l.TakeAll([]string{fmt.Sprint("k", (w+i)%9), fmt.Sprint("k", (w*5+i)%9)}, 1)
+				assert.Len(t, ds, 2)
+				assert.LessOrEqual(t, l.Len(), 6)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -39,6 +39,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,6 +225,124 @@ func (l *Limiter) take(d *Decision, key string, n int) int64 {
 	at := g.last
 	g.mu.Unlock()
 	return at
+}
+
+// TakeAll decides a request of weight n that counts against every one of
+// keys (a client's key and its organisation's, say, or the descriptors of
+// an Envoy rate limit request): it is admitted only when every key has room
+// for it, and then recorded against every key, atomically. A refusal by one
+// key records nothing against the others. It returns each key's Decision,
+// in the order of keys, and reports whether the request was admitted.
+//
+// When the request is refused, a key that had room is described as it
+// stands, the request not recorded, as Take(key, 0) would describe it. A
+// key given twice counts the request twice (its weight is 2n), and both
+// places get its one Decision. Each key is under its own tier (WithTiers).
+// No keys at all admit the request.
+//
+// The keys' logs are locked together, in the order of the keys, so that
+// concurrent calls over overlapping keys never wait on each other in a
+// cycle; each key is decided at the later of the clock and its own newest
+// instant, as Take decides it.
+func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
+	ds := make([]Decision, len(keys))
+	if len(keys) == 0 {
+		return ds, true
+	}
+	order := make([]int, len(keys)) // indices of keys, sorted by key
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	type place struct {
+		key    string
+		weight int
+		t      *tier
+		g      *eventLog // nil: not tracked
+		d      *Decision // in ds, at the key's first place
+	}
+	places := make([]place, 0, len(keys))
+	for _, i := range order {
+		if k := len(places) - 1; k >= 0 && places[k].key == keys[i] {
+			places[k].weight += n
+			continue
+		}
+		places = append(places, place{key: keys[i], weight: n, t: l.tierFor(keys[i]), d: &ds[i]})
+	}
+	admissible := func(p *place) bool { return n >= 1 && p.weight <= p.t.minLimit }
+	now := l.now()
+	for {
+		// Look every log up (or create it) holding no lock, since creating
+		// one may make room by evicting others under their locks; then lock
+		// them all in the order of the keys. A new log counts as decided
+		// now, so that making room for the next evicts older keys first.
+		for i := range places {
+			p := &places[i]
+			p.g = l.keys.load(p.key)
+			if p.g == nil && admissible(p) {
+				if g, fresh := l.keys.create(p.key); g != nil {
+					if fresh {
+						g.last = max(g.last, now)
+						g.mu.Unlock()
+					}
+					p.g = g
+				}
+			}
+		}
+		dead := false
+		for i := range places {
+			if g := places[i].g; g != nil {
+				g.mu.Lock()
+				dead = dead || g.dead
+			}
+		}
+		if !dead {
+			break
+		}
+		for i := range places { // one was evicted meanwhile: look again
+			if g := places[i].g; g != nil {
+				g.mu.Unlock()
+			}
+		}
+		runtime.Gosched()
+	}
+	allowed := true
+	for i := range places {
+		p := &places[i]
+		switch {
+		case p.g != nil:
+			p.g.tier = p.t.id
+			p.g.decide(p.d, now, p.weight, p.t, false)
+		case admissible(p):
+			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
+		default:
+			p.t.untracked(p.d, now, p.weight)
+		}
+		allowed = allowed && p.d.Allowed
+	}
+	for i := range places {
+		p := &places[i]
+		if p.g == nil {
+			continue
+		}
+		if allowed || p.d.Allowed {
+			// Admitted: record at the instant just decided at, whose answer
+			// is the same. Refused: a key with room stands as it is.
+			w := p.weight
+			if !allowed {
+				w = 0
+			}
+			*p.d = Decision{}
+			p.g.decide(p.d, p.g.last, w, p.t, allowed)
+		}
+		p.g.mu.Unlock()
+	}
+	for i, j := range order[1:] {
+		if keys[j] == keys[order[i]] {
+			ds[j] = ds[order[i]]
+		}
+	}
+	return ds, allowed
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
