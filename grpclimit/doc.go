@@ -31,6 +31,11 @@
 // codes.InvalidArgument in either mode: a client able to provoke it must not
 // go unlimited.
 //
+// A backend's tier function (keyrate.WithTiers) sees the client's identity
+// as the client sent it: the metadata key's value, whatever its length, or
+// the peer's address; never the method or the metadata key's name (see
+// keyrate.ContextWithIdentity).
+//
 // Install both interceptors, so that unary and streaming methods alike are
 // limited:
 //

@@ -14,8 +14,9 @@ type Event struct {
 	Context context.Context
 	// Method is the full method name, "/pkg.Service/Method": the route.
 	Method string
-	// Identity is the client the call was counted against: "name:value" for
-	// a metadata key, else the peer's address.
+	// Identity is the client the call was counted against: "name=value" for
+	// a metadata key (the value bounded as WithMetadataKey says), else the
+	// peer's address.
 	Identity string
 	// Key is the key the backend was asked about: Method + "\x00" +
 	// Identity.

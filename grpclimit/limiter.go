@@ -136,7 +136,8 @@ func (l *Limiter) routeFor(method string) *route {
 func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, error) {
 	r := l.routeFor(method)
 	ev := Event{Context: ctx, Method: method, Cost: 1}
-	ev.Identity = l.identity(ctx)
+	var sent string
+	ev.Identity, sent = l.identity(ctx)
 	ev.Key = r.prefix + ev.Identity
 	if l.cost != nil {
 		ev.Cost = l.cost(ctx, method, req)
@@ -145,7 +146,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if l.timed {
 		began = time.Now()
 	}
-	d, err := r.caller.Take(ctx, ev.Key, ev.Cost)
+	d, err := r.caller.Take(ctx, ev.Key, sent, ev.Cost)
 	if l.timed {
 		ev.Duration = time.Since(began)
 	}

@@ -48,11 +48,12 @@ const (
 
 // WithMetadataKey identifies a client by the first value of the named
 // request metadata key (an API key, say), sent to the backend as
-// "name:value", and by its peer address when the key is absent or empty.
+// "name=value", and by its peer address when the key is absent or empty.
 // Names are case-insensitive; New rejects one that is not a valid metadata
 // key. Values over 128 bytes are replaced by their SHA-256 digest, so a
-// client cannot make the store hold a large key. Default: the peer address
-// alone.
+// client cannot make the store hold a large key; a backend's tier function
+// still sees the value itself, as sent (see keyrate.ContextWithIdentity).
+// Default: the peer address alone.
 //
 // The value is taken as given: validate API keys before this interceptor
 // runs (chain an authenticating interceptor first), or a client can mint

@@ -53,6 +53,12 @@
 // store hold a large key or be refused for one, and two clients never share
 // a budget by accident.
 //
+// A backend's tier function (keyrate.WithTiers) sees the client's identity
+// as the client sent it, not the key: the API key for HeaderKey, whatever
+// its length, the address for ClientIP, and what your own KeyFunc returns
+// (see keyrate.ContextWithIdentity). The route, the header's name and the
+// digest of a long identity stay in the key.
+//
 // WithShadow tries a limit out without enforcing it: every request is
 // decided, reported and given the RateLimit fields, and every request is
 // served; Event.Shadow marks what enforcement would have refused.

@@ -122,6 +122,13 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // FailureMode), never served, never counted against a shared "" budget.
 // A KeyFunc that wants one budget for all anonymous clients returns a fixed
 // name for them, such as "anonymous".
+//
+// A backend's tier function sees the identity as the client sent it (see
+// keyrate.ContextWithIdentity), before the 128-byte bound: the address for
+// ClientIP; the header's value alone for HeaderKey; what your own KeyFunc
+// returns, whole, for it and for Join (save an identity in HeaderKey's
+// form, "Name:value" for a header a HeaderKey reads and the request
+// carries with that value, which counts as HeaderKey's).
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets the weight of a request, for routes where some requests

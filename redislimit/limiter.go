@@ -185,7 +185,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	if key == "" {
 		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
-	tr := l.tierFor(key)
+	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
 		return tr.failed(), err
 	}

@@ -1,8 +1,10 @@
 // Package call asks a keyrate.Backend for a decision the way every
 // middleware should: directly when the backend never blocks or bounds its
 // own calls, else on a goroutine under a time budget, so that even a backend
-// that ignores its context costs a request no more than the budget. httplimit
-// and grpclimit share it, so both classify and bound failures alike.
+// that ignores its context costs a request no more than the budget, with
+// the client's identity, as the client sent it, in the context for the
+// backend's tier function. httplimit and grpclimit share it, so both
+// classify and bound failures alike.
 package call
 
 import (
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/tierhint"
 )
 
 // ErrBudgetExceeded is wrapped by the error of a call that outlived the
@@ -22,6 +25,7 @@ var ErrBudgetExceeded = errors.New("keyrate: backend exceeded its time budget")
 type Caller struct {
 	backend   keyrate.Backend
 	inline    bool // the backend returns promptly by itself: no goroutine, no timer
+	identity  bool // the backend may read the identity: pass it
 	budget    time.Duration
 	budgetErr error // what a call that outlives the budget fails with
 }
@@ -32,6 +36,7 @@ type Caller struct {
 func New(b keyrate.Backend, budget time.Duration) *Caller {
 	c := &Caller{
 		backend:   b,
+		identity:  tierhint.ReadsIdentity(b),
 		budget:    budget,
 		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
 	}
@@ -44,13 +49,30 @@ func New(b keyrate.Backend, budget time.Duration) *Caller {
 	return c
 }
 
+// ReadsIdentity reports whether Take passes the backend the identity it is
+// given: whether the backend may read it. A caller may skip working it out
+// when not.
+func (c *Caller) ReadsIdentity() bool { return c.identity }
+
 type result struct {
 	d   keyrate.Decision
 	err error
 }
 
-// Take asks the backend about a request of weight n for key.
-func (c *Caller) Take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+// Take asks the backend about a request of weight n for key, made by the
+// client identity names as it sent it (see keyrate.ContextWithIdentity).
+func (c *Caller) Take(ctx context.Context, key, identity string, n int) (keyrate.Decision, error) {
+	// The backend falls back to the key when no identity is given, so an
+	// identity equal to the key costs nothing.
+	if c.identity && identity != key {
+		ctx = keyrate.ContextWithIdentity(ctx, identity)
+	}
+	return c.take(ctx, key, n)
+}
+
+// take calls the backend, bounding the call by the budget unless the
+// backend returns promptly by itself.
+func (c *Caller) take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	if c.inline {
 		return c.backend.TakeContext(ctx, key, n)
 	}

@@ -70,7 +70,7 @@ func TestTake(t *testing.T) {
 				caller := New(c.backend(probe{delay: c.delay, heeds: c.heeds, seen: seen}), budget)
 				ctx := context.WithValue(context.Background(), ctxKey{}, "request")
 				start := time.Now()
-				d, err := caller.Take(ctx, "k", 2)
+				d, err := caller.Take(ctx, "k", "k", 2)
 				took := time.Since(start)
 				time.Sleep(c.delay) // let a backend that outlived the budget finish
 				var calls []context.Context
@@ -103,11 +103,53 @@ func TestTakeCallerCancelled(t *testing.T) {
 		caller := New(probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 1)}, 100*time.Millisecond)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Millisecond, cancel)
-		_, err := caller.Take(ctx, "k", 1)
+		_, err := caller.Take(ctx, "k", "k", 1)
 		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrBudgetExceeded) {
 			t.Fatalf("err = %v, want context.Canceled alone", err)
 		}
 	})
+}
+
+// The backend gets the client's identity in its context when the identity
+// differs from the key, and the bare context when they are equal. A
+// limiter without tiers never reads it, so it never gets it.
+func TestTakePassesIdentity(t *testing.T) {
+	seen := make(chan context.Context, 1)
+	caller := New(nonBlocking{probe{seen: seen}}, time.Second)
+	ctx := context.WithValue(context.Background(), ctxKey{}, "request")
+	if _, err := caller.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1); err != nil {
+		t.Fatal(err)
+	}
+	got := <-seen
+	if id, ok := keyrate.IdentityFromContext(got); !ok || id != "pro-42" || got.Value(ctxKey{}) != "request" {
+		t.Errorf("backend saw identity %q (%v), want pro-42 inside the request's context", id, ok)
+	}
+	caller.Take(ctx, "k", "k", 1)
+	if got := <-seen; got != ctx {
+		t.Errorf("identity equal to the key: the backend got a new context, want the request's")
+	}
+
+	untiered, err := keyrate.New(1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untiered.Close()
+	tiered, err := keyrate.New(1, time.Minute, keyrate.WithTiers(func(string) string { return "" }, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tiered.Close()
+	u, tr := New(untiered, time.Second), New(tiered, time.Second)
+	if u.ReadsIdentity() || !tr.ReadsIdentity() || !caller.ReadsIdentity() {
+		t.Errorf("identity passed to: an untiered limiter %v, a tiered one %v, another backend %v; want false, true, true",
+			u.ReadsIdentity(), tr.ReadsIdentity(), caller.ReadsIdentity())
+	}
+	// An untiered limiter gets the request's context as it is.
+	u.backend = nonBlocking{probe{seen: seen}}
+	u.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1)
+	if got := <-seen; got != ctx {
+		t.Errorf("a backend that never reads the identity got a new context, want the request's")
+	}
 }
 
 func TestClientCaused(t *testing.T) {
