@@ -25,8 +25,9 @@ type Event struct {
 	Cost int
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
-	// Err is set for OnError: the backend's error, or one matching
-	// ErrBudgetExceeded.
+	// Err is set for OnError: the backend's error, one matching
+	// ErrBudgetExceeded, or, for a call whose client had gone before it was
+	// decided, one matching ErrClientGone.
 	Err error
 	// Duration is how long the backend took to answer or fail. It is
 	// measured only when a hook or an Observer is set.
@@ -51,7 +52,8 @@ type Observer interface {
 	// whether a refusal was served anyway (WithShadow).
 	ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration)
 	// ObserveError is told that no decision could be had for a call of route
-	// within took: err says why (the backend's error, or one matching
-	// ErrBudgetExceeded).
+	// within took: err says why (the backend's error, one matching
+	// ErrBudgetExceeded, or one matching ErrClientGone for a call whose
+	// client had gone, which says nothing about the store).
 	ObserveError(route string, err error, took time.Duration)
 }

@@ -18,6 +18,14 @@ import (
 // context.DeadlineExceeded.
 var ErrBudgetExceeded = call.ErrBudgetExceeded
 
+// ErrClientGone is reported to OnError and the Observer for a call whose
+// context was done before it could be decided: its client cancelled it or
+// reset the stream, or its deadline passed. The error also matches the
+// context's own error, context.Canceled or context.DeadlineExceeded. Such a
+// call is never served, whatever the failure mode and in shadow mode too:
+// it fails with its context's status, Canceled or DeadlineExceeded.
+var ErrClientGone = call.ErrClientGone
+
 // Limiter limits the calls of a gRPC server. Create one with New and install
 // its Unary and Stream interceptors; it is safe for concurrent use.
 type Limiter struct {
@@ -156,7 +164,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 		if l.observer != nil {
 			l.observer.ObserveError(method, err, ev.Duration)
 		}
-		return l.failed(r, err)
+		return l.failed(ctx, r, err)
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow

@@ -17,7 +17,10 @@ import (
 // every other one's budget, and some stores cannot place an empty key.
 var errEmptyIdentity = fmt.Errorf("%w: httplimit: the key function returned an empty identity", keyrate.ErrInvalidKey)
 
-const detailNoIdentity = "The request does not identify a client that can be rate-limited."
+const (
+	detailNoIdentity = "The request does not identify a client that can be rate-limited."
+	detailGone       = "The request was cancelled or timed out before it could be decided."
+)
 
 // maxRoute bounds a route name, so that a key (route, separator, identity
 // of at most clientkey.MaxLen bytes) stays well inside what any store takes.
@@ -42,9 +45,10 @@ type Event struct {
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
 	// Err is set for OnError: the backend's error, one matching
-	// ErrBudgetExceeded, or, for a request that cannot be placed (the
-	// KeyFunc failed or returned "", or the backend refused the key), one
-	// matching keyrate.ErrInvalidKey.
+	// ErrBudgetExceeded, for a request that cannot be placed (the KeyFunc
+	// failed or returned "", or the backend refused the key) one matching
+	// keyrate.ErrInvalidKey, and for a request whose client had gone before
+	// it was decided one matching ErrClientGone.
 	Err error
 	// Duration is how long the backend took to answer or fail; 0 when it
 	// was not asked. It is measured only when a hook is set.
@@ -258,13 +262,22 @@ func sentIdentity(r *http.Request, id string) string {
 }
 
 // fail answers a request that got no decision: err is the KeyFunc's
-// trouble or the backend's.
+// trouble, the backend's, or the client's leaving.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+	ev.Err = err
+	if call.ClientGone(err) {
+		// Serving it in any mode would let a client have work done over
+		// its limit by giving up on its requests. No one may be there to
+		// read the answer; a client still waiting behind a server-side
+		// deadline gets one it can act on.
+		m.report(m.onError, ev)
+		writeProblem(w, http.StatusServiceUnavailable, detailGone)
+		return
+	}
 	// A request that cannot be placed is refused whatever the failure mode:
 	// serving it would let a client go unlimited at will.
 	clientCaused := call.ClientCaused(err)
 	refuse := clientCaused || m.failure == FailClosed
-	ev.Err = err
 	ev.Shadow = m.shadow && refuse
 	m.report(m.onError, ev)
 	switch {

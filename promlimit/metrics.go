@@ -43,6 +43,7 @@ const (
 	resultLimited       = "limited"
 	resultShadowLimited = "shadow_limited"
 	resultError         = "error"
+	resultClientGone    = "client_gone"
 )
 
 // The values of the kind label of keyrate_backend_errors_total.
@@ -63,7 +64,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_requests_total",
-			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode) or error (no decision could be had).",
+			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode), error (no decision could be had) or client_gone (the client cancelled or timed out before the decision; not served).",
 		}, []string{"route", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyrate_backend_duration_seconds",

@@ -15,6 +15,7 @@ import (
 // is an atomic add and not a label lookup.
 type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
+	clientGone                               prometheus.Counter
 	timeout, unavailable, invalid            prometheus.Counter
 	duration                                 prometheus.Observer
 	policies                                 *policyCounters
@@ -28,6 +29,7 @@ func (m *Metrics) route(name string) *route {
 		limited:       m.requests.WithLabelValues(name, resultLimited),
 		shadowLimited: m.requests.WithLabelValues(name, resultShadowLimited),
 		errored:       m.requests.WithLabelValues(name, resultError),
+		clientGone:    m.requests.WithLabelValues(name, resultClientGone),
 		timeout:       m.errors.WithLabelValues(name, kindTimeout),
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
@@ -49,11 +51,17 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 	r.duration.Observe(took.Seconds())
 }
 
-// failed counts a request that got no decision. Only an error that says
+// failed counts a request that got no decision. A request whose client had
+// gone is client_gone, not an error: it says nothing about the store, and
+// counting it as a failure or a timeout would show a healthy store as
+// failing whenever clients give up. Of the rest, only an error that says
 // something about the backend counts as a backend error: not one from
-// before the backend was asked (asked false), nor a request its own client
-// cancelled, which would show a healthy store as failing.
+// before the backend was asked (asked false), nor a cancellation.
 func (r *route) failed(err error, took time.Duration, asked bool) {
+	if call.ClientGone(err) {
+		r.clientGone.Inc()
+		return
+	}
 	r.errored.Inc()
 	if !asked {
 		return
