@@ -73,7 +73,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"route"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_backend_errors_total",
-			Help: "Backend calls that gave no decision, by route and kind: timeout (the time budget or a deadline ran out), unavailable (the store failed) or invalid (the request could not be placed).",
+			Help: "Backend calls that gave no decision, by route and kind: timeout (the store did not answer within the time budget or a deadline), unavailable (the store failed, or refused the connection) or invalid (the request could not be placed).",
 		}, []string{"route", "kind"}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_policy_violations_total",

@@ -3,6 +3,7 @@ package promlimit
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,11 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 	switch {
 	case call.ClientCaused(err):
 		r.invalid.Inc()
+	case connectionFailed(err):
+		// Ahead of the deadline: a client that retries a refused connection
+		// until the budget runs out reports both, and the store was not
+		// slow, it was not there.
+		r.unavailable.Inc()
 	case errors.Is(err, call.ErrBudgetExceeded), errors.Is(err, context.DeadlineExceeded):
 		r.timeout.Inc()
 	case errors.Is(err, context.Canceled):
@@ -77,4 +83,13 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 		r.unavailable.Inc()
 	}
 	r.duration.Observe(took.Seconds())
+}
+
+// connectionFailed reports whether err holds a network error that is
+// neither a timeout nor a cancellation: a connection refused, reset or
+// unroutable, as net.Dial and the clients built on it (go-redis) report
+// them.
+func connectionFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout() && !errors.Is(op, context.Canceled)
 }
