@@ -33,3 +33,16 @@ func TestBackendSuitePolicies(t *testing.T) {
 		return l
 	})
 }
+
+// TestBackendSuiteTiers runs the suite's tier scenarios against the
+// in-process Limiter.
+func TestBackendSuiteTiers(t *testing.T) {
+	backendtest.RunTiers(t, func(t *testing.T, policies []keyrate.Policy, tier func(string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := keyrate.NewPolicies(policies, keyrate.WithTiers(tier, tiers), keyrate.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	})
+}

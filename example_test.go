@@ -243,3 +243,36 @@ func ExampleLimiter_TakeAll() {
 	// allowed: false | alice has room: true | acme has room: false
 	// alice's remaining, nothing recorded: 3
 }
+
+// Middleware limits a key it composes (the route, then the client), but a
+// plan belongs to the client's own API key. ContextWithIdentity hands the
+// tier function that key as the client sent it; httplimit and grpclimit do
+// this for every request.
+func ExampleContextWithIdentity() {
+	plan := func(apiKey string) string {
+		if strings.HasPrefix(apiKey, "pro-") {
+			return "pro"
+		}
+		return ""
+	}
+	limiter, err := keyrate.NewPolicies(
+		[]keyrate.Policy{{Name: "minute", Limit: 3, Window: time.Minute}},
+		keyrate.WithTiers(plan, map[string][]keyrate.Policy{
+			"pro": {{Name: "minute", Limit: 10, Window: time.Minute}},
+		}),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	key := "search\x00X-Api-Key:pro-42" // as the middleware composes it
+	d, _ := limiter.TakeContext(context.Background(), key, 1)
+	fmt.Println("by the key:", d.Limit)
+	ctx := keyrate.ContextWithIdentity(context.Background(), "pro-42")
+	d, _ = limiter.TakeContext(ctx, key, 1)
+	fmt.Println("by the identity:", d.Limit)
+	// Output:
+	// by the key: 3
+	// by the identity: 10
+}

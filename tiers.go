@@ -18,9 +18,16 @@ import (
 // for concurrent use, and cheap: a map lookup or a prefix test, not a
 // database query. If it panics, the panic is recovered and the key gets the
 // default tier: a failing tier function never crashes the limiter and never
-// leaves a key unlimited. It sees the key as the limiter gets it: behind
-// httplimit or grpclimit that is the route (or method), a zero byte, then
-// the client's identity.
+// leaves a key unlimited.
+//
+// tier sees the client's identity as the client sent it. TakeContext and
+// WaitN pass it the identity their context carries (ContextWithIdentity),
+// which httplimit and grpclimit put there: the API key as its header or
+// metadata holds it, whatever its length, or the client's address; never
+// the route or method, a header name, or the digest that stands for a long
+// identity in the key. So a tier function written for API keys, such as
+// strings.HasPrefix(key, "pro-"), works the same behind the middleware.
+// Allow, Take, Peek, and a context without an identity, pass the key.
 //
 // A key's log keeps its events for the longest window of the tier that last
 // decided it. When a key moves to a tier with a longer window, events older

@@ -197,17 +197,18 @@ func (l *Limiter) AllowN(key string, n int) bool {
 // cost function rates as free). A negative weight, or one above a policy's
 // limit, is never allowed, with RetryAfter 0.
 func (l *Limiter) Take(key string, n int) (d Decision) {
-	l.take(&d, key, n)
+	l.take(&d, key, key, n)
 	return d
 }
 
-// take is Take into *d, which must be zero, and returns the instant it
-// decided at. A Decision holds every policy's part, so it is filled in
-// place rather than copied up the calls.
-func (l *Limiter) take(d *Decision, key string, n int) int64 {
+// take is Take into *d, which must be zero, with as the string the tier
+// function decides by (see tierKey), and returns the instant it decided
+// at. A Decision holds every policy's part, so it is filled in place
+// rather than copied up the calls.
+func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	t := l.only.Load() // tierFor, inlined
 	if t == nil {
-		t = l.namedTier(key)
+		t = l.namedTier(as)
 	}
 	admissible := n >= 1 && n <= t.minLimit
 	now := l.now()
@@ -397,7 +398,9 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 
 // TakeContext is Take for callers that hold a context, such as a backend
 // interface shared with networked limiters. It returns ctx's error when ctx
-// is already done and ErrClosed after Close; otherwise it cannot fail.
+// is already done and ErrClosed after Close; otherwise it cannot fail. The
+// tier function (WithTiers) sees the identity ctx carries
+// (ContextWithIdentity), when it carries one, and key otherwise.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
@@ -405,7 +408,9 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision,
 	if l.closed.Load() {
 		return Decision{}, ErrClosed
 	}
-	return l.Take(key, n), nil
+	var d Decision
+	l.take(&d, key, l.tierKey(ctx, key), n)
+	return d, nil
 }
 
 // Wait blocks until one event for key fits, records it and returns nil.
@@ -421,9 +426,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // limit of one of the key's policies. n == 0 returns nil at once.
 //
 // Under several policies it waits until the request fits all of them: the
-// RetryAfter of each refusal is exactly that long.
+// RetryAfter of each refusal is exactly that long. The tier function sees
+// what it sees in TakeContext.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	if t := l.tierFor(key); n < 0 || n > t.minLimit {
+	as := l.tierKey(ctx, key)
+	if t := l.tierFor(as); n < 0 || n > t.minLimit {
 		return fmt.Errorf("%w: n is %d, the smallest limit is %d", ErrExceedsLimit, n, t.minLimit)
 	}
 	for {
@@ -434,7 +441,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		var d Decision
-		at := l.take(&d, key, n)
+		at := l.take(&d, key, as, n)
 		if d.Allowed {
 			return nil
 		}

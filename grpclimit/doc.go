@@ -29,7 +29,18 @@
 // codes.Unavailable (FailClosed). An error caused by the call itself (an
 // identity the backend cannot use as a key) fails it with
 // codes.InvalidArgument in either mode: a client able to provoke it must not
-// go unlimited.
+// go unlimited. A call whose client has gone before it is decided (it
+// cancelled the call, reset the stream, or its deadline passed) is not
+// decided and never served, in either mode: it fails with its context's
+// status, codes.Canceled or codes.DeadlineExceeded, which the client has
+// stopped waiting for; OnError and the Observer hear of it as
+// ErrClientGone. Serving it would let a client have work done over its
+// limit by giving up on its calls.
+//
+// A backend's tier function (keyrate.WithTiers) sees the client's identity
+// as the client sent it: the metadata key's value, whatever its length, or
+// the peer's address; never the method or the metadata key's name (see
+// keyrate.ContextWithIdentity).
 //
 // Install both interceptors, so that unary and streaming methods alike are
 // limited:

@@ -14,8 +14,9 @@ type Event struct {
 	Context context.Context
 	// Method is the full method name, "/pkg.Service/Method": the route.
 	Method string
-	// Identity is the client the call was counted against: "name:value" for
-	// a metadata key, else the peer's address.
+	// Identity is the client the call was counted against: "name=value" for
+	// a metadata key (the value bounded as WithMetadataKey says), else the
+	// peer's address.
 	Identity string
 	// Key is the key the backend was asked about: Method + "\x00" +
 	// Identity.
@@ -24,8 +25,9 @@ type Event struct {
 	Cost int
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
-	// Err is set for OnError: the backend's error, or one matching
-	// ErrBudgetExceeded.
+	// Err is set for OnError: the backend's error, one matching
+	// ErrBudgetExceeded, or, for a call whose client had gone before it was
+	// decided, one matching ErrClientGone.
 	Err error
 	// Duration is how long the backend took to answer or fail. It is
 	// measured only when a hook or an Observer is set.
@@ -50,7 +52,8 @@ type Observer interface {
 	// whether a refusal was served anyway (WithShadow).
 	ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration)
 	// ObserveError is told that no decision could be had for a call of route
-	// within took: err says why (the backend's error, or one matching
-	// ErrBudgetExceeded).
+	// within took: err says why (the backend's error, one matching
+	// ErrBudgetExceeded, or one matching ErrClientGone for a call whose
+	// client had gone, which says nothing about the store).
 	ObserveError(route string, err error, took time.Duration)
 }

@@ -20,9 +20,12 @@ const (
 	v6bits = 64
 )
 
-// identity returns the client a call counts against:
+// identity returns the client a call counts against, and that client's
+// identity as it sent it, for a backend's tier function (see
+// keyrate.ContextWithIdentity):
 //
 //   - "name=value" for the metadata key, value bounded by clientkey.Bound;
+//     sent as the value alone, whatever its length;
 //   - the peer's IP address, grouped ("192.0.2.1", "2001:db8:1:2::/64");
 //   - "network:address" for a peer that is not an IP address (a Unix
 //     socket, an in-memory listener): every such peer of one network and
@@ -30,20 +33,23 @@ const (
 //   - "unknown" when the context carries no peer.
 //
 // The forms cannot collide: metadata names hold no ':', addresses no '='.
-func (l *Limiter) identity(ctx context.Context) string {
+// Save for the metadata value, each is sent as it is.
+func (l *Limiter) identity(ctx context.Context) (id, sent string) {
 	if l.mdKey != "" {
 		if v := metadata.ValueFromIncomingContext(ctx, l.mdKey); len(v) > 0 && v[0] != "" {
-			return l.mdKey + "=" + clientkey.Bound(v[0])
+			return l.mdKey + "=" + clientkey.Bound(v[0]), v[0]
 		}
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
-		return "unknown"
+		return "unknown", "unknown"
 	}
 	if a, ok := peerIP(p.Addr); ok {
-		return clientkey.Addr(a, v4bits, v6bits)
+		id = clientkey.Addr(a, v4bits, v6bits)
+	} else {
+		id = p.Addr.Network() + ":" + clientkey.Bound(p.Addr.String())
 	}
-	return p.Addr.Network() + ":" + clientkey.Bound(p.Addr.String())
+	return id, id
 }
 
 func peerIP(a net.Addr) (netip.Addr, bool) {

@@ -26,34 +26,42 @@ func TestIdentity(t *testing.T) {
 		l    *Limiter
 		ctx  context.Context
 		want string
+		sent string // "": want
 	}{
-		{"IPv4", plain, v4, "192.0.2.1"},
-		{"IPv4 in a 16-byte net.IP", plain, withPeer(&net.TCPAddr{IP: net.ParseIP("192.0.2.1").To16()}), "192.0.2.1"},
-		{"IPv4-mapped IPv6", plain, withPeer(tcp("::ffff:192.0.2.1")), "192.0.2.1"},
-		{"IPv6 grouped by /64", plain, withPeer(tcp("2001:db8:1:2:3:4:5:6")), "2001:db8:1:2::/64"},
-		{"IPv6 zone dropped", plain, withPeer(&net.TCPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth0"}), "fe80::/64"},
-		{"an address that is not a TCPAddr", plain, withPeer(&net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 1}), "192.0.2.9"},
-		{"Unix socket", plain, withPeer(&net.UnixAddr{Name: "/run/app.sock", Net: "unix"}), "unix:/run/app.sock"},
-		{"no peer", plain, context.Background(), "unknown"},
-		{"metadata key", keyed, withMD(v4, "x-api-key", "alice"), "x-api-key=alice"},
-		{"metadata key, first value", keyed, withMD(v4, "x-api-key", "alice", "x-api-key", "bob"), "x-api-key=alice"},
-		{"metadata key absent", keyed, withMD(v4, "other", "alice"), "192.0.2.1"},
-		{"metadata key empty", keyed, withMD(v4, "x-api-key", ""), "192.0.2.1"},
-		{"metadata ignored without the option", plain, withMD(v4, "x-api-key", "alice"), "192.0.2.1"},
+		{"IPv4", plain, v4, "192.0.2.1", ""},
+		{"IPv4 in a 16-byte net.IP", plain, withPeer(&net.TCPAddr{IP: net.ParseIP("192.0.2.1").To16()}), "192.0.2.1", ""},
+		{"IPv4-mapped IPv6", plain, withPeer(tcp("::ffff:192.0.2.1")), "192.0.2.1", ""},
+		{"IPv6 grouped by /64", plain, withPeer(tcp("2001:db8:1:2:3:4:5:6")), "2001:db8:1:2::/64", ""},
+		{"IPv6 zone dropped", plain, withPeer(&net.TCPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth0"}), "fe80::/64", ""},
+		{"an address that is not a TCPAddr", plain, withPeer(&net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 1}), "192.0.2.9", ""},
+		{"Unix socket", plain, withPeer(&net.UnixAddr{Name: "/run/app.sock", Net: "unix"}), "unix:/run/app.sock", ""},
+		{"no peer", plain, context.Background(), "unknown", ""},
+		{"metadata key", keyed, withMD(v4, "x-api-key", "alice"), "x-api-key=alice", "alice"},
+		{"metadata key, first value", keyed, withMD(v4, "x-api-key", "alice", "x-api-key", "bob"), "x-api-key=alice", "alice"},
+		{"metadata key absent", keyed, withMD(v4, "other", "alice"), "192.0.2.1", ""},
+		{"metadata key empty", keyed, withMD(v4, "x-api-key", ""), "192.0.2.1", ""},
+		{"metadata ignored without the option", plain, withMD(v4, "x-api-key", "alice"), "192.0.2.1", ""},
 	} {
-		if got := tc.l.identity(tc.ctx); got != tc.want {
-			t.Errorf("%s: identity %q, want %q", tc.name, got, tc.want)
+		if tc.sent == "" {
+			tc.sent = tc.want
+		}
+		if got, sent := tc.l.identity(tc.ctx); got != tc.want || sent != tc.sent {
+			t.Errorf("%s: identity %q, sent as %q; want %q, %q", tc.name, got, sent, tc.want, tc.sent)
 		}
 	}
 
 	// Long values and values posing as digests are hashed: bounded, and
 	// never equal to another client's.
 	long := strings.Repeat("k", 1000)
-	a := keyed.identity(withMD(v4, "x-api-key", long))
-	b := keyed.identity(withMD(v4, "x-api-key", long+"x"))
-	c := keyed.identity(withMD(v4, "x-api-key", strings.TrimPrefix(a, "x-api-key=")))
+	a, sent := keyed.identity(withMD(v4, "x-api-key", long))
+	b, _ := keyed.identity(withMD(v4, "x-api-key", long+"x"))
+	c, _ := keyed.identity(withMD(v4, "x-api-key", strings.TrimPrefix(a, "x-api-key=")))
 	if !strings.HasPrefix(a, "x-api-key=sha256:") || len(a) > len("x-api-key=")+128 || a == b || c == a {
 		t.Errorf("long identities: %q, %q, and the first's digest sent as a value: %q", a, b, c)
+	}
+	// The tier function still sees the value as sent.
+	if sent != long {
+		t.Errorf("a long identity is sent as %d bytes, want the value's 1000", len(sent))
 	}
 }
 

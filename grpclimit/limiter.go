@@ -18,6 +18,14 @@ import (
 // context.DeadlineExceeded.
 var ErrBudgetExceeded = call.ErrBudgetExceeded
 
+// ErrClientGone is reported to OnError and the Observer for a call whose
+// context was done before it could be decided: its client cancelled it or
+// reset the stream, or its deadline passed. The error also matches the
+// context's own error, context.Canceled or context.DeadlineExceeded. Such a
+// call is never served, whatever the failure mode and in shadow mode too:
+// it fails with its context's status, Canceled or DeadlineExceeded.
+var ErrClientGone = call.ErrClientGone
+
 // Limiter limits the calls of a gRPC server. Create one with New and install
 // its Unary and Stream interceptors; it is safe for concurrent use.
 type Limiter struct {
@@ -136,7 +144,8 @@ func (l *Limiter) routeFor(method string) *route {
 func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, error) {
 	r := l.routeFor(method)
 	ev := Event{Context: ctx, Method: method, Cost: 1}
-	ev.Identity = l.identity(ctx)
+	var sent string
+	ev.Identity, sent = l.identity(ctx)
 	ev.Key = r.prefix + ev.Identity
 	if l.cost != nil {
 		ev.Cost = l.cost(ctx, method, req)
@@ -145,7 +154,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if l.timed {
 		began = time.Now()
 	}
-	d, err := r.caller.Take(ctx, ev.Key, ev.Cost)
+	d, err := r.caller.Take(ctx, ev.Key, sent, ev.Cost)
 	if l.timed {
 		ev.Duration = time.Since(began)
 	}
@@ -155,7 +164,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 		if l.observer != nil {
 			l.observer.ObserveError(method, err, ev.Duration)
 		}
-		return l.failed(r, err)
+		return l.failed(ctx, r, err)
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow

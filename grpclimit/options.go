@@ -35,7 +35,10 @@ type config struct {
 //     it when the limit protects something that must not be overrun.
 //
 // Either way, an error the call itself caused (keyrate.ErrInvalidKey) fails
-// it with codes.InvalidArgument.
+// it with codes.InvalidArgument, and a call whose client has gone before it
+// was decided (ErrClientGone) fails with its context's status,
+// codes.Canceled or codes.DeadlineExceeded: neither is a store outage, and
+// serving either would let a client go over its limit at will.
 type FailureMode int
 
 const (
@@ -48,11 +51,12 @@ const (
 
 // WithMetadataKey identifies a client by the first value of the named
 // request metadata key (an API key, say), sent to the backend as
-// "name:value", and by its peer address when the key is absent or empty.
+// "name=value", and by its peer address when the key is absent or empty.
 // Names are case-insensitive; New rejects one that is not a valid metadata
 // key. Values over 128 bytes are replaced by their SHA-256 digest, so a
-// client cannot make the store hold a large key. Default: the peer address
-// alone.
+// client cannot make the store hold a large key; a backend's tier function
+// still sees the value itself, as sent (see keyrate.ContextWithIdentity).
+// Default: the peer address alone.
 //
 // The value is taken as given: validate API keys before this interceptor
 // runs (chain an authenticating interceptor first), or a client can mint
@@ -101,7 +105,8 @@ func WithFailureMode(m FailureMode) Option { return func(c *config) { c.failure 
 // metadata and reports refusals to OnDecision, OnLimited and the Observer
 // (with Event.Shadow set), but serves refused calls instead of failing them.
 // Roll a new limit out this way and watch what it would have refused before
-// enforcing it. Errors are still answered per the failure mode. Default: off.
+// enforcing it. Errors are still answered per the failure mode, and a call
+// whose client has gone is still never served. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
 
 // WithOnDecision sets a hook called for every call the backend decided,
@@ -114,8 +119,9 @@ func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecisio
 func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the backend
-// failed or the budget ran out. Event.Err says why. Default: none; errors
-// then pass silently, which under FailOpen means unnoticed.
+// failed or the budget ran out, or the call's client had gone (Event.Err
+// matches ErrClientGone). Event.Err says why. Default: none; errors then
+// pass silently, which under FailOpen means unnoticed.
 func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
 
 // WithObserver sets an Observer told of every decision and every error, as

@@ -35,6 +35,7 @@ type testServer struct {
 	addr   string
 	health *health.Server
 	served atomic.Int64 // calls and streams that got past the Limiter
+	stop   func()       // stops the server once its calls have returned
 }
 
 func serve(t *testing.T, lim *grpclimit.Limiter) *testServer {
@@ -60,6 +61,7 @@ func serve(t *testing.T, lim *grpclimit.Limiter) *testServer {
 	}
 	ts.addr = ln.Addr().String()
 	go func() { _ = srv.Serve(ln) }()
+	ts.stop = srv.GracefulStop
 	t.Cleanup(srv.Stop)
 	return ts
 }

@@ -1,6 +1,8 @@
 package grpclimit
 
 import (
+	"context"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,12 +29,15 @@ func refusal(method string, d keyrate.Decision) error {
 	return st.Err()
 }
 
-// failed answers a call for which no decision could be had. A client-caused
-// error fails it in either mode; otherwise FailOpen serves it, with the
+// failed answers a call for which no decision could be had. A call whose
+// client has gone fails with its context's status, and a client-caused
+// error fails it, in either mode; otherwise FailOpen serves it, with the
 // policy alone when known, and FailClosed fails it with Unavailable. The
 // error's text is not sent: it may name the key.
-func (l *Limiter) failed(r *route, err error) (metadata.MD, error) {
+func (l *Limiter) failed(ctx context.Context, r *route, err error) (metadata.MD, error) {
 	switch {
+	case call.ClientGone(err):
+		return nil, status.FromContextError(ctx.Err()).Err()
 	case call.ClientCaused(err):
 		return nil, status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
 	case l.failure == FailClosed:

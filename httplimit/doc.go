@@ -53,6 +53,21 @@
 // store hold a large key or be refused for one, and two clients never share
 // a budget by accident.
 //
+// A request whose client has gone before it is decided (the client closed
+// the connection, or a deadline on the request's context passed) is not
+// decided and never served, in either mode and in shadow mode too: serving
+// it would let a client have work done over its limit by giving up on its
+// requests. It gets 503 Service Unavailable with a problem body saying the
+// request was cancelled or timed out before it could be decided, which a
+// client that has hung up never reads, and one still waiting behind a
+// server-side deadline can act on; OnError hears of it as ErrClientGone.
+//
+// A backend's tier function (keyrate.WithTiers) sees the client's identity
+// as the client sent it, not the key: the API key for HeaderKey, whatever
+// its length, the address for ClientIP, and what your own KeyFunc returns
+// (see keyrate.ContextWithIdentity). The route, the header's name and the
+// digest of a long identity stay in the key.
+//
 // WithShadow tries a limit out without enforcing it: every request is
 // decided, reported and given the RateLimit fields, and every request is
 // served; Event.Shadow marks what enforcement would have refused.

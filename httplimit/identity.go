@@ -3,9 +3,12 @@ package httplimit
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/clientkey"
@@ -242,13 +245,16 @@ func parseBare(s string) (netip.Addr, bool) {
 // HeaderKey returns a KeyFunc that identifies a request by the value of the
 // named header (an API key, say) when present, as "Header-Name:value", and
 // by fallback otherwise (nil: ClientIP's default). Values over 256 bytes
-// count as absent.
+// count as absent. The name keeps header values apart from the fallback's
+// identities in the key; a backend's tier function sees the value alone
+// (see WithKeyFunc).
 //
 // The header is taken as given: validate API keys before this middleware
 // runs, or a client can mint fresh budgets by sending new keys (bound the
 // damage with keyrate.WithMaxKeys).
 func HeaderKey(header string, fallback KeyFunc) KeyFunc {
 	name := http.CanonicalHeaderKey(header)
+	keyHeader(name)
 	if fallback == nil {
 		fallback, _ = ClientIP()
 	}
@@ -258,6 +264,35 @@ func HeaderKey(header string, fallback KeyFunc) KeyFunc {
 		}
 		return fallback(r)
 	}
+}
+
+// headerKeys holds the canonical names of the headers HeaderKey reads, for
+// sentIdentity: a program makes a handful of HeaderKeys, so the set stays
+// small, and is read without a lock on every request.
+var headerKeys struct {
+	mu    sync.Mutex // serialises the copies that add a name
+	names atomic.Pointer[map[string]bool]
+}
+
+// keyHeader adds name to headerKeys.
+func keyHeader(name string) {
+	headerKeys.mu.Lock()
+	defer headerKeys.mu.Unlock()
+	old := headerKeys.names.Load()
+	if old != nil && (*old)[name] {
+		return
+	}
+	names := map[string]bool{name: true}
+	if old != nil {
+		maps.Copy(names, *old)
+	}
+	headerKeys.names.Store(&names)
+}
+
+// headerKeyed reports whether HeaderKey reads the header called name.
+func headerKeyed(name string) bool {
+	names := headerKeys.names.Load()
+	return names != nil && (*names)[name]
 }
 
 // Join returns a KeyFunc whose identity is every fs's, joined by "\x00":

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -16,7 +17,10 @@ import (
 // every other one's budget, and some stores cannot place an empty key.
 var errEmptyIdentity = fmt.Errorf("%w: httplimit: the key function returned an empty identity", keyrate.ErrInvalidKey)
 
-const detailNoIdentity = "The request does not identify a client that can be rate-limited."
+const (
+	detailNoIdentity = "The request does not identify a client that can be rate-limited."
+	detailGone       = "The request was cancelled or timed out before it could be decided."
+)
 
 // maxRoute bounds a route name, so that a key (route, separator, identity
 // of at most clientkey.MaxLen bytes) stays well inside what any store takes.
@@ -41,9 +45,10 @@ type Event struct {
 	// Decision is the backend's answer; zero when Err is set.
 	Decision keyrate.Decision
 	// Err is set for OnError: the backend's error, one matching
-	// ErrBudgetExceeded, or, for a request that cannot be placed (the
-	// KeyFunc failed or returned "", or the backend refused the key), one
-	// matching keyrate.ErrInvalidKey.
+	// ErrBudgetExceeded, for a request that cannot be placed (the KeyFunc
+	// failed or returned "", or the backend refused the key) one matching
+	// keyrate.ErrInvalidKey, and for a request whose client had gone before
+	// it was decided one matching ErrClientGone.
 	Err error
 	// Duration is how long the backend took to answer or fail; 0 when it
 	// was not asked. It is measured only when a hook is set.
@@ -163,7 +168,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	ev := Event{Request: r, Route: m.route, Cost: 1}
-	if err := m.identify(r, &ev); err != nil {
+	sent, err := m.identify(r, &ev)
+	if err != nil {
 		m.fail(w, r, next, ev, err)
 		return
 	}
@@ -174,7 +180,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.timed {
 		began = time.Now()
 	}
-	d, err := m.backend.Take(r.Context(), ev.Key, ev.Cost)
+	d, err := m.backend.Take(r.Context(), ev.Key, sent, ev.Cost)
 	if m.timed {
 		ev.Duration = time.Since(began)
 	}
@@ -202,27 +208,28 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.limited(w, r, ev)
 }
 
-// identify sets ev's Identity and Key for r, or returns why it cannot: an
-// error wrapping keyrate.ErrInvalidKey.
-func (m *Middleware) identify(r *http.Request, ev *Event) error {
+// identify sets ev's Identity and Key for r and returns the identity as
+// the client sent it (see sentIdentity), or returns why it cannot: an error
+// wrapping keyrate.ErrInvalidKey.
+func (m *Middleware) identify(r *http.Request, ev *Event) (string, error) {
 	if m.ip != nil {
 		// The default identity, the client's address (at most 43 bytes),
 		// is written straight after the route: one allocation for both.
 		var buf [128]byte // routes up to 80 bytes; longer ones grow it on the heap
 		b, err := m.ip.appendKey(append(buf[:0], m.prefix...), r)
 		if err != nil {
-			return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+			return "", fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
 		}
 		ev.Key = string(b)
 		ev.Identity = ev.Key[len(m.prefix):]
-		return nil
+		return ev.Identity, nil
 	}
 	id, err := m.key(r)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
+		return "", fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
 	case id == "":
-		return errEmptyIdentity
+		return "", errEmptyIdentity
 	}
 	// Bounded, the key fits any store and is the client's alone.
 	ev.Identity = clientkey.Bound(id)
@@ -230,17 +237,47 @@ func (m *Middleware) identify(r *http.Request, ev *Event) error {
 	if m.prefix != "" {
 		ev.Key = m.prefix + ev.Identity
 	}
-	return nil
+	if !m.backend.ReadsIdentity() {
+		return id, nil
+	}
+	return sentIdentity(r, id), nil
+}
+
+// sentIdentity returns the identity a backend's tier function sees for the
+// KeyFunc's identity id: the header's value when id is in HeaderKey's form,
+// "Name:value", for a header HeaderKey reads and r carries with that very
+// value; id itself otherwise. Both checks are needed: the header's value
+// alone could be any client's, and an identity of another form can look
+// like HeaderKey's ("2001:db8:1:2::/64", for a client that sends a header
+// named 2001), which would show the tier function part of an address.
+func sentIdentity(r *http.Request, id string) string {
+	name, value, ok := strings.Cut(id, ":")
+	if !ok || !headerKeyed(name) {
+		return id
+	}
+	if v := r.Header[name]; len(v) > 0 && v[0] == value {
+		return value
+	}
+	return id
 }
 
 // fail answers a request that got no decision: err is the KeyFunc's
-// trouble or the backend's.
+// trouble, the backend's, or the client's leaving.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+	ev.Err = err
+	if call.ClientGone(err) {
+		// Serving it in any mode would let a client have work done over
+		// its limit by giving up on its requests. No one may be there to
+		// read the answer; a client still waiting behind a server-side
+		// deadline gets one it can act on.
+		m.report(m.onError, ev)
+		writeProblem(w, http.StatusServiceUnavailable, detailGone)
+		return
+	}
 	// A request that cannot be placed is refused whatever the failure mode:
 	// serving it would let a client go unlimited at will.
 	clientCaused := call.ClientCaused(err)
 	refuse := clientCaused || m.failure == FailClosed
-	ev.Err = err
 	ev.Shadow = m.shadow && refuse
 	m.report(m.onError, ev)
 	switch {

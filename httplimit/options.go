@@ -44,6 +44,14 @@ type config struct {
 // keyrate.ErrInvalidKey). The request, not the store, caused that, and a
 // client could cause it at will; so it is answered 400 Bad Request with a
 // problem body, and reported to OnError, in both modes. It is never served.
+//
+// Nor does either apply to a request whose context was done before it could
+// be decided: its client hung up, or a deadline passed (ErrClientGone). The
+// store is not at fault, and serving such requests would let a client have
+// work done over its limit by giving up on them; so it is answered 503 with
+// a problem body saying the request was cancelled or timed out before it
+// could be decided, and reported to OnError, in both modes and in shadow
+// mode. It is never served.
 type FailureMode int
 
 const (
@@ -122,6 +130,13 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // FailureMode), never served, never counted against a shared "" budget.
 // A KeyFunc that wants one budget for all anonymous clients returns a fixed
 // name for them, such as "anonymous".
+//
+// A backend's tier function sees the identity as the client sent it (see
+// keyrate.ContextWithIdentity), before the 128-byte bound: the address for
+// ClientIP; the header's value alone for HeaderKey; what your own KeyFunc
+// returns, whole, for it and for Join (save an identity in HeaderKey's
+// form, "Name:value" for a header a HeaderKey reads and the request
+// carries with that value, which counts as HeaderKey's).
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets the weight of a request, for routes where some requests
@@ -192,10 +207,11 @@ func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecisio
 func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the store
-// failed or the budget ran out (answered per the FailureMode), or the
-// request could not be placed (answered 400; Event.Err matches
-// keyrate.ErrInvalidKey). Default: none; errors then pass silently, which
-// under FailOpen means unnoticed.
+// failed or the budget ran out (answered per the FailureMode), the request
+// could not be placed (answered 400; Event.Err matches
+// keyrate.ErrInvalidKey), or its client had gone (answered 503, never
+// served; Event.Err matches ErrClientGone). Default: none; errors then pass
+// silently, which under FailOpen means unnoticed.
 func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
 
 // WithLimitedHandler replaces the response to a refused request. When it
@@ -218,5 +234,6 @@ func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, Event)) Optio
 // it would under enforcement, so the hooks see the decisions enforcement
 // would make. Errors are served too (the middleware limits no one yet, so
 // serving them lifts no limit) and reported to OnError, with Event.Shadow
-// set where enforcing would have answered 400 or 503. Default: off.
+// set where enforcing would have answered 400 or 503; save a request whose
+// client has gone, which is never served (see FailureMode). Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }

@@ -1,7 +1,7 @@
 // Package promlimit exports what keyrate's middleware decides as Prometheus
 // metrics, on a registry of the caller's choosing:
 //
-//	keyrate_requests_total{route, result}            counter; result: allowed, limited, shadow_limited, error
+//	keyrate_requests_total{route, result}            counter; result: allowed, limited, shadow_limited, error, client_gone
 //	keyrate_backend_duration_seconds{route}          histogram of the backend's decision time
 //	keyrate_backend_errors_total{route, kind}        counter; kind: timeout, unavailable, oom, invalid
 //	keyrate_policy_violations_total{route, policy}   counter; a refusal once for each policy that refused it

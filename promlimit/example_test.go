@@ -48,6 +48,7 @@ func Example() {
 	// keyrate_backend_duration_seconds_count{route="search"} 3
 	// keyrate_keys{route="search"} 1
 	// keyrate_requests_total{result="allowed",route="search"} 2
+	// keyrate_requests_total{result="client_gone",route="search"} 0
 	// keyrate_requests_total{result="error",route="search"} 0
 	// keyrate_requests_total{result="limited",route="search"} 1
 	// keyrate_requests_total{result="shadow_limited",route="search"} 0

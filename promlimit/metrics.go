@@ -43,6 +43,7 @@ const (
 	resultLimited       = "limited"
 	resultShadowLimited = "shadow_limited"
 	resultError         = "error"
+	resultClientGone    = "client_gone"
 )
 
 // The values of the kind label of keyrate_backend_errors_total.
@@ -64,7 +65,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_requests_total",
-			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode) or error (no decision could be had).",
+			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode), error (no decision could be had) or client_gone (the client cancelled or timed out before the decision; not served).",
 		}, []string{"route", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyrate_backend_duration_seconds",
@@ -73,7 +74,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"route"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_backend_errors_total",
-			Help: "Backend calls that gave no decision, by route and kind: timeout (the time budget or a deadline ran out), unavailable (the store failed), oom (the store is out of memory and refused to record) or invalid (the request could not be placed).",
+			Help: "Backend calls that gave no decision, by route and kind: timeout (the store did not answer within the time budget or a deadline), unavailable (the store failed, or refused the connection), oom (the store is out of memory and refused to record) or invalid (the request could not be placed).",
 		}, []string{"route", "kind"}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_policy_violations_total",

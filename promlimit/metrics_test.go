@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -91,6 +92,13 @@ func TestHTTPErrorKinds(t *testing.T) {
 		observed float64
 	}{
 		{"store down", fail(errors.New("connection refused")), nil, "unavailable", 1},
+		{"connection refused", fail(refusedDial(t)), nil, "unavailable", 1},
+		// As redislimit reports a call whose budget ran out while go-redis
+		// kept retrying a refused connection: the store is down, not slow.
+		{"connection refused until the budget ran out",
+			fail(fmt.Errorf("redislimit: take key #8254c329: no answer from redis within the 250ms budget; connecting to it failed: %w: %w", refusedDial(t), context.DeadlineExceeded)),
+			nil, "unavailable", 1},
+		{"connecting timed out", fail(fmt.Errorf("redislimit: take key #8254c329: %w", timedOutDial(t))), nil, "timeout", 1},
 		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
 		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", keyrate.ErrOutOfMemory)), nil, "oom", 1},
 		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
@@ -125,6 +133,37 @@ func TestHTTPErrorKinds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusedDial returns the error of a real dial to a port where nothing
+// listens.
+func refusedDial(t *testing.T) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	conn, err := net.Dial("tcp", addr)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("dialling %s, where nothing listens: no error", addr)
+	}
+	return err
+}
+
+// timedOutDial returns the error of a real dial whose deadline has passed.
+func timedOutDial(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", "127.0.0.1:1")
+	if err == nil {
+		conn.Close()
+		t.Fatal("a dial past its deadline: no error")
+	}
+	return err
 }
 
 func fail(err error) keyrate.Backend {
@@ -216,7 +255,7 @@ func TestLabelsNeverNameClients(t *testing.T) {
 			}
 		}
 	}
-	// 4 results + 4 error kinds + 1 histogram + 1 policy's violations + 1
+	// 5 results + 4 error kinds + 1 histogram + 1 policy's violations + 1
 	// gauge, for one route.
 	if n != 11 {
 		t.Errorf("%d series, want 11", n)

@@ -26,12 +26,18 @@ func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool,
 }
 
 // ObserveError counts a request of route for which the backend gave no
-// decision within took, and classifies err: timeout when it matches
-// context.DeadlineExceeded (as a call over its time budget does), invalid
-// when it wraps keyrate.ErrInvalidKey, oom when it wraps
-// keyrate.ErrOutOfMemory, unavailable otherwise. A request its
-// client cancelled (context.Canceled) counts as result="error" but not as a
-// backend error: it says nothing of the store.
+// decision within took, and classifies err: invalid when it wraps
+// keyrate.ErrInvalidKey; oom when it wraps keyrate.ErrOutOfMemory;
+// unavailable when it holds a network error that is not a timeout (a
+// refused or reset connection, as *net.OpError), even if it also matches
+// context.DeadlineExceeded, as the Redis backend's error does when the
+// budget ran out while Redis refused connections; timeout when it matches
+// context.DeadlineExceeded (as a call over its time budget does);
+// unavailable otherwise. A request whose client had gone before it was
+// decided (grpclimit.ErrClientGone) counts as result="client_gone", and
+// nowhere else: it says nothing of the store. Another cancellation
+// (context.Canceled) counts as result="error" but not as a backend error,
+// for the same reason.
 func (m *Metrics) ObserveError(route string, err error, took time.Duration) {
 	m.observedRoute(route).failed(err, took, true)
 }

@@ -3,6 +3,7 @@ package promlimit
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 // is an atomic add and not a label lookup.
 type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
+	clientGone                               prometheus.Counter
 	timeout, unavailable, invalid, oom       prometheus.Counter
 	duration                                 prometheus.Observer
 	policies                                 *policyCounters
@@ -28,6 +30,7 @@ func (m *Metrics) route(name string) *route {
 		limited:       m.requests.WithLabelValues(name, resultLimited),
 		shadowLimited: m.requests.WithLabelValues(name, resultShadowLimited),
 		errored:       m.requests.WithLabelValues(name, resultError),
+		clientGone:    m.requests.WithLabelValues(name, resultClientGone),
 		timeout:       m.errors.WithLabelValues(name, kindTimeout),
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
@@ -50,11 +53,17 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 	r.duration.Observe(took.Seconds())
 }
 
-// failed counts a request that got no decision. Only an error that says
+// failed counts a request that got no decision. A request whose client had
+// gone is client_gone, not an error: it says nothing about the store, and
+// counting it as a failure or a timeout would show a healthy store as
+// failing whenever clients give up. Of the rest, only an error that says
 // something about the backend counts as a backend error: not one from
-// before the backend was asked (asked false), nor a request its own client
-// cancelled, which would show a healthy store as failing.
+// before the backend was asked (asked false), nor a cancellation.
 func (r *route) failed(err error, took time.Duration, asked bool) {
+	if call.ClientGone(err) {
+		r.clientGone.Inc()
+		return
+	}
 	r.errored.Inc()
 	if !asked {
 		return
@@ -62,14 +71,28 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 	switch {
 	case call.ClientCaused(err):
 		r.invalid.Inc()
+	case errors.Is(err, keyrate.ErrOutOfMemory):
+		r.oom.Inc()
+	case connectionFailed(err):
+		// Ahead of the deadline: a client that retries a refused connection
+		// until the budget runs out reports both, and the store was not
+		// slow, it was not there.
+		r.unavailable.Inc()
 	case errors.Is(err, call.ErrBudgetExceeded), errors.Is(err, context.DeadlineExceeded):
 		r.timeout.Inc()
 	case errors.Is(err, context.Canceled):
 		return
-	case errors.Is(err, keyrate.ErrOutOfMemory):
-		r.oom.Inc()
 	default:
 		r.unavailable.Inc()
 	}
 	r.duration.Observe(took.Seconds())
+}
+
+// connectionFailed reports whether err holds a network error that is
+// neither a timeout nor a cancellation: a connection refused, reset or
+// unroutable, as net.Dial and the clients built on it (go-redis) report
+// them.
+func connectionFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout() && !errors.Is(op, context.Canceled)
 }

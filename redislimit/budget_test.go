@@ -29,7 +29,7 @@ func TestOneBudget(t *testing.T) {
 	}
 	c := call.New(l, time.Nanosecond)
 	for i := range 3 {
-		d, err := c.Take(context.Background(), "k", 1)
+		d, err := c.Take(context.Background(), "k", "k", 1)
 		if err != nil || d.Allowed != (i < 2) {
 			t.Fatalf("call %d through a caller with a 1ns budget: %+v, %v; want the Limiter's decision", i, d, err)
 		}
@@ -43,7 +43,7 @@ func TestOneBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = call.New(lh, time.Hour).Take(context.Background(), "k", 1)
+		_, err = call.New(lh, time.Hour).Take(context.Background(), "k", "k", 1)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, call.ErrBudgetExceeded) || took < budget || took > budget+slack {
 			t.Fatalf("ContextTimeoutEnabled %v: %v after %v; want the Limiter's own %v budget to end the call", ctxTimeouts, err, took, budget)

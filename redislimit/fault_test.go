@@ -3,9 +3,11 @@ package redislimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -213,23 +215,45 @@ func TestRedisUnreachable(t *testing.T) {
 				t.Fatal(err)
 			}
 			expectFailFast(t, l, "k", 3, true)
+			// Connected, but no answer: a timeout, and nothing else.
+			if _, err := l.TakeContext(context.Background(), "k", 1); connRefused(err) {
+				t.Errorf("a server that accepts and never answers: %v, want no connection error", err)
+			}
 		})
 	}
-	t.Run("Refused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close() // nothing listens there now
-		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { client.Close() })
-		l, err := redislimit.New(client, 5, time.Hour, redislimit.WithTimeout(budget))
-		if err != nil {
-			t.Fatal(err)
-		}
-		expectFailFast(t, l, "k", 3, false)
-	})
+	for _, ctxTimeouts := range []bool{true, false} {
+		t.Run(fmt.Sprint("Refused/ContextTimeoutEnabled=", ctxTimeouts), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close() // nothing listens there now
+			client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
+			t.Cleanup(func() { client.Close() })
+			l, err := redislimit.New(client, 5, time.Hour, redislimit.WithTimeout(budget))
+			if err != nil {
+				t.Fatal(err)
+			}
+			expectFailFast(t, l, "k", 3, false)
+			// go-redis retries the dial until the budget runs out, then
+			// reports the deadline alone; the Limiter says why there was no
+			// answer: Redis refused the connection.
+			for i := range 3 {
+				_, err := l.TakeContext(context.Background(), "k", 1)
+				if !connRefused(err) {
+					t.Errorf("call %d: %v, want the refused connection in the error", i, err)
+				}
+			}
+		})
+	}
+}
+
+// connRefused reports whether err says that a connection was refused, as a
+// dial to a port where nothing listens is.
+func connRefused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // TestCallerContext checks that the caller's context bounds a call as well

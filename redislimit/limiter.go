@@ -94,7 +94,9 @@ var ErrOutOfMemory = keyrate.ErrOutOfMemory
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no goroutines or state of its own beyond its
 // configuration (and the deny cache, when on), and needs no Close: the
-// client's lifetime is the caller's.
+// client's lifetime is the caller's. It adds one go-redis hook to the
+// client, which notes whether connecting to Redis fails (see TakeContext's
+// errors); create Limiters once, not per request.
 type Limiter struct {
 	client  redis.UniversalClient
 	script  *redis.Script
@@ -105,7 +107,8 @@ type Limiter struct {
 	direct  bool       // the client stops at ctx's deadline by itself
 	deny    *denyCache // nil without WithDenyCache
 	tags    hashTags
-	base    time.Time // the origin of local instants, on the monotonic clock
+	base    time.Time  // the origin of local instants, on the monotonic clock
+	dials   *dialWatch // how the client's connecting goes; nil for a client it cannot watch
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -158,6 +161,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
 	}
+	l.dials = watchDials(client, l.base)
 	switch cfg.algorithm {
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
@@ -192,10 +196,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // it by its hash tag, see the package doc). It returns an error wrapping
 // ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
 // before Redis answers; an error wrapping context.DeadlineExceeded when
-// Redis has not answered within the time budget; and Redis's or the
-// network's error otherwise, wrapping ErrOutOfMemory when Redis is at its
-// maxmemory and refuses to record (see "Redis memory" in the README for the
-// settings that evict instead). ctx's deadline ends the call at once. Its
+// Redis has not answered within the time budget, which also wraps the
+// error of connecting to Redis when that failed meanwhile (go-redis retries
+// a refused connection until the budget runs out), so that a Redis that is
+// down can be told from a slow one; and Redis's or the network's error
+// otherwise, wrapping ErrOutOfMemory when Redis is at its maxmemory and
+// refuses to record (see "Redis memory" in the README for the settings that
+// evict instead). ctx's deadline ends the call at once. Its
 // cancellation does too, except with a client TakeContext calls directly
 // (see the package doc), which watches only deadlines: there a cancelled
 // call ends at the budget at the latest. With an error the Decision is not
@@ -206,7 +213,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	if key == "" {
 		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
-	tr := l.tierFor(key)
+	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
 		return tr.failed(), err
 	}
@@ -253,6 +260,10 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
 		if err := ctx.Err(); err != nil {
+			// The budget began about l.timeout ago.
+			if dial := l.dials.failedSince(int64(time.Since(l.base) - l.timeout)); dial != nil {
+				return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget; connecting to it failed: %w: %w", keyRef(t), l.timeout, dial, err)
+			}
 			return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
 		}
 		if redis.IsOOMError(r.err) {

@@ -42,6 +42,20 @@ func TestBackendPoliciesSuite(t *testing.T) {
 	backendtest.RunPolicies(t, newPoliciesBackend(client))
 }
 
+// TestBackendTiersSuite runs the shared tier scenarios against the sliding
+// log in Redis.
+func TestBackendTiersSuite(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	backendtest.RunTiers(t, func(t *testing.T, policies []keyrate.Policy, tier func(string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+		l, err := redislimit.NewPolicies(client, policies, redislimit.WithTiers(tier, tiers),
+			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}
+
 // newPoliciesBackend makes the multi-policy suite's backends on client.
 func newPoliciesBackend(client redis.UniversalClient) backendtest.NewPoliciesBackend {
 	return func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {

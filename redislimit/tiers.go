@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,9 +16,14 @@ import (
 // New). SetTier changes or adds tiers later. The semantics are the
 // in-process keyrate.WithTiers'.
 //
-// tier is called on every decision with the key as given to TakeContext,
-// before the deny cache and Redis are consulted, so a key that changes plan
-// is decided under its new policies from its next request on. It must be
+// tier is called on every decision, before the deny cache and Redis are
+// consulted, so a key that changes plan is decided under its new policies
+// from its next request on. It sees the client's identity as the client
+// sent it, as the in-process tier function does: the identity TakeContext's
+// context carries (keyrate.ContextWithIdentity), which httplimit and
+// grpclimit put there (an API key as its header or metadata holds it,
+// whatever its length; never a route, a header name or a digest), and the
+// key as given to TakeContext when the context carries none. It must be
 // safe for concurrent use, and cheap: a map lookup or a prefix test, not a
 // database query. If it panics, the panic is recovered and the key gets the
 // default tier: a failing tier function never crashes the limiter and never
@@ -110,11 +116,14 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	return nil
 }
 
-// tierFor returns the tier that decides key now.
-func (l *Limiter) tierFor(key string) *tier {
+// tierFor returns the tier that decides key now, under ctx.
+func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	tab := l.tiers.Load()
 	if l.tierOf == nil {
 		return tab.def
+	}
+	if id, ok := keyrate.IdentityFromContext(ctx); ok {
+		key = id
 	}
 	if t, ok := tab.named[l.tierName(key)]; ok {
 		return t

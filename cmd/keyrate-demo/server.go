@@ -52,12 +52,11 @@ var routes = []route{
 // proTier names the tier of the clients whose API key starts with "pro-".
 const proTier = "pro"
 
-// tierOf is the limiters' tier function. It gets the key the middleware
-// asks about, the route and the identity joined by a zero byte, and must be
-// cheap: a prefix test.
-func tierOf(key string) string {
-	_, identity, _ := strings.Cut(key, "\x00")
-	if strings.HasPrefix(identity, keyPrefix+"pro-") {
+// tierOf is the limiters' tier function. Behind the middleware it gets the
+// client's identity as the client sent it: the API key itself, or the
+// address of a client without one. It must be cheap: a prefix test.
+func tierOf(identity string) string {
+	if strings.HasPrefix(identity, "pro-") {
 		return proTier
 	}
 	return ""

@@ -70,7 +70,7 @@ func TestTake(t *testing.T) {
 				caller := New(c.backend(probe{delay: c.delay, heeds: c.heeds, seen: seen}), budget)
 				ctx := context.WithValue(context.Background(), ctxKey{}, "request")
 				start := time.Now()
-				d, err := caller.Take(ctx, "k", 2)
+				d, err := caller.Take(ctx, "k", "k", 2)
 				took := time.Since(start)
 				time.Sleep(c.delay) // let a backend that outlived the budget finish
 				var calls []context.Context
@@ -97,17 +97,145 @@ func TestTake(t *testing.T) {
 	}
 }
 
-// A caller that goes away is its own cancellation, not the budget's.
+// A caller that goes away is its own cancellation, not the budget's: the
+// client is gone.
 func TestTakeCallerCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		caller := New(probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 1)}, 100*time.Millisecond)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Millisecond, cancel)
-		_, err := caller.Take(ctx, "k", 1)
-		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrBudgetExceeded) {
-			t.Fatalf("err = %v, want context.Canceled alone", err)
+		_, err := caller.Take(ctx, "k", "k", 1)
+		if !errors.Is(err, ErrClientGone) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrBudgetExceeded) {
+			t.Fatalf("err = %v, want ErrClientGone and context.Canceled", err)
 		}
 	})
+}
+
+// answering is a backend that counts its calls and gives a set answer,
+// inline or not.
+type answering struct {
+	calls  *int
+	d      keyrate.Decision
+	err    error
+	inline bool
+}
+
+func (a answering) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	*a.calls++
+	return a.d, a.err
+}
+
+// A request whose context is done is not asked about; one whose context
+// ends by the time the backend fails is the client's doing; an answer the
+// backend gave stands.
+func TestTakeClientGone(t *testing.T) {
+	errStore := errors.New("store down")
+	admitted := keyrate.Decision{Allowed: true, Limit: 1}
+	cancelled, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("stream reset"))
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelExpired()
+	for _, tc := range []struct {
+		name  string
+		ctx   context.Context
+		d     keyrate.Decision
+		err   error
+		calls int
+		gone  error // nil: the backend's answer
+	}{
+		{"cancelled before", cancelled, admitted, nil, 0, context.Canceled},
+		{"expired before", expired, admitted, nil, 0, context.DeadlineExceeded},
+		{"live, store fails", context.Background(), keyrate.Decision{}, errStore, 1, nil},
+		{"live, admitted", context.Background(), admitted, nil, 1, nil},
+	} {
+		for _, inline := range []bool{true, false} {
+			calls := 0
+			var b keyrate.Backend = answering{calls: &calls, d: tc.d, err: tc.err}
+			if inline {
+				b = nonBlockingAnswer{answering{calls: &calls, d: tc.d, err: tc.err}}
+			}
+			d, err := New(b, time.Second).Take(tc.ctx, "k", "k", 1)
+			if calls != tc.calls {
+				t.Errorf("%s, inline %v: backend asked %d times, want %d", tc.name, inline, calls, tc.calls)
+			}
+			switch {
+			case tc.gone != nil:
+				if !ClientGone(err) || !errors.Is(err, tc.gone) || d.Allowed {
+					t.Errorf("%s, inline %v: %+v, %v; want ErrClientGone matching %v", tc.name, inline, d, err, tc.gone)
+				}
+			case d != tc.d || !errors.Is(err, tc.err) || ClientGone(err):
+				t.Errorf("%s, inline %v: %+v, %v; want the backend's %+v, %v", tc.name, inline, d, err, tc.d, tc.err)
+			}
+		}
+	}
+	// A cause says why the request ended, beside its context's error.
+	if _, err := New(answering{calls: new(int)}, time.Second).Take(cancelled, "k", "k", 1); err == nil || err.Error() != ErrClientGone.Error()+": context canceled: stream reset" {
+		t.Errorf("with a cause: %v", err)
+	}
+}
+
+type nonBlockingAnswer struct{ answering }
+
+func (nonBlockingAnswer) NonBlocking() bool { return true }
+
+// A backend failing once the request's own deadline has passed failed
+// because the client left, even though the budget is far off; the same
+// failure with the client still there is the store's.
+func TestTakeClientGoneDuringCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		heeding := probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 2)}
+		for name, b := range map[string]keyrate.Backend{"goroutine": heeding, "inline": bounded{heeding}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := New(b, 100*time.Millisecond).Take(ctx, "k", "k", 1)
+			if !ClientGone(err) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBudgetExceeded) || time.Since(start) != 5*time.Millisecond {
+				t.Errorf("%s: %v after %v, want ErrClientGone and DeadlineExceeded after 5ms", name, err, time.Since(start))
+			}
+		}
+	})
+}
+
+// The backend gets the client's identity in its context when the identity
+// differs from the key, and the bare context when they are equal. A
+// limiter without tiers never reads it, so it never gets it.
+func TestTakePassesIdentity(t *testing.T) {
+	seen := make(chan context.Context, 1)
+	caller := New(nonBlocking{probe{seen: seen}}, time.Second)
+	ctx := context.WithValue(context.Background(), ctxKey{}, "request")
+	if _, err := caller.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1); err != nil {
+		t.Fatal(err)
+	}
+	got := <-seen
+	if id, ok := keyrate.IdentityFromContext(got); !ok || id != "pro-42" || got.Value(ctxKey{}) != "request" {
+		t.Errorf("backend saw identity %q (%v), want pro-42 inside the request's context", id, ok)
+	}
+	caller.Take(ctx, "k", "k", 1)
+	if got := <-seen; got != ctx {
+		t.Errorf("identity equal to the key: the backend got a new context, want the request's")
+	}
+
+	untiered, err := keyrate.New(1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untiered.Close()
+	tiered, err := keyrate.New(1, time.Minute, keyrate.WithTiers(func(string) string { return "" }, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tiered.Close()
+	u, tr := New(untiered, time.Second), New(tiered, time.Second)
+	if u.ReadsIdentity() || !tr.ReadsIdentity() || !caller.ReadsIdentity() {
+		t.Errorf("identity passed to: an untiered limiter %v, a tiered one %v, another backend %v; want false, true, true",
+			u.ReadsIdentity(), tr.ReadsIdentity(), caller.ReadsIdentity())
+	}
+	// An untiered limiter gets the request's context as it is.
+	u.backend = nonBlocking{probe{seen: seen}}
+	u.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1)
+	if got := <-seen; got != ctx {
+		t.Errorf("a backend that never reads the identity got a new context, want the request's")
+	}
 }
 
 func TestClientCaused(t *testing.T) {
