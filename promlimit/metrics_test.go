@@ -257,8 +257,8 @@ func TestLabelsNeverNameClients(t *testing.T) {
 	}
 	// 5 results + 4 error kinds + 1 histogram + 1 policy's violations + 1
 	// gauge, for one route.
-	if n != 11 {
-		t.Errorf("%d series, want 11", n)
+	if n != 12 {
+		t.Errorf("%d series, want 12", n)
 	}
 	if got := value(t, reg, "keyrate_policy_violations_total", map[string]string{"route": "search", "policy": ""}); got != 200 {
 		t.Errorf("violations of the unnamed policy %v, want 200", got)
