@@ -151,24 +151,3 @@ func (t *tier) placeCursors() {
 		t.cursors[i] = free[k]
 	}
 }
-
-// untracked decides for a key with no log, on an empty one that is never
-// stored. An empty log's answer does not depend on the instant.
-func (t *tier) untracked(d *Decision, now int64, n int) {
-	var empty eventLog
-	empty.decide(d, now, n, t, false)
-}
-
-// overflow is the refusal of an untracked key while WithMaxKeys is full
-// and WithRefuseNewKeys keeps new keys out.
-// Every policy's wait is the tier's longest window, an estimate of when the
-// janitor will have evicted keys gone idle.
-func (t *tier) overflow(d *Decision) {
-	w := time.Duration(t.longest)
-	for i, p := range t.policies {
-		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: w, ResetAfter: w}
-	}
-	d.nparts = len(t.policies)
-	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
-	d.Overflow = true
-}

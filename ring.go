@@ -3,7 +3,6 @@ package keyrate
 import (
 	"math/bits"
 	"sync"
-	"time"
 	"unsafe"
 )
 
@@ -112,12 +111,6 @@ func (g *eventLog) nth(from uint32, k int, s *scale) uint32 {
 		}
 	}
 	return lo
-}
-
-// windowAge returns, for the window (now-w, now] at reference tick r =
-// s.ceil(now), the bound below which an entry's age puts it inside.
-func windowAge(now, w, r int64, s *scale) uint32 {
-	return uint32(r - s.floor(now-w)) // in [1, 2^31]: see scale
 }
 
 // firstIn returns the index of the oldest entry whose age is below lim: where
@@ -350,135 +343,6 @@ func (g *eventLog) rescale(now, window int64, s *scale) {
 	}
 	g.n, g.step = kept, s.step
 	g.drop(0, s)
-}
-
-// allow is decide reduced to its answer, for Allow: it records n events at
-// now when they fit. n must be in [1, limit]. Called with mu held.
-func (g *eventLog) allow(now int64, n int, t *tier) bool {
-	now = g.settle(now, t.longest, &t.scale)
-	if g.count(0, &t.scale)+n > t.minLimit {
-		return false
-	}
-	g.push(t.scale.ceil(now), uint32(n), t.entries, &t.scale)
-	return true
-}
-
-// allowAll is allow under every policy of t: it records n events at now
-// when they fit each policy's window. n must be in [1, t.minLimit]. Called
-// with mu held.
-//
-// Settling at the longest window leaves the events any policy counts; a
-// policy's own window holds the newest of them. In an exact log it has room
-// for n when the (limit-n+1)-th newest event has left that window: one
-// comparison. Under WithResolution it counts its window's events.
-func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
-	held := g.count(0, s)
-	r := s.ceil(now)
-	for i := range t.policies {
-		p := &t.policies[i]
-		if held+n <= p.Limit {
-			continue
-		}
-		lim := windowAge(now, int64(p.Window), r, s)
-		if !s.wide() {
-			if g.age(g.n+uint32(n-p.Limit)-1, r, s) < lim {
-				return false
-			}
-		} else if g.count(g.first(t, i, lim, r), s)+n > p.Limit {
-			return false
-		}
-	}
-	g.push(r, uint32(n), t.entries, s)
-	return true
-}
-
-// decide answers a request of weight n at instant now under the policies of
-// t into *d, which must be zero, and records it when record is set and it
-// is admitted. It is the whole decision: a pure function of the log, the
-// request and now, called with mu held (or on a log no one else can see).
-//
-// A request is admitted when, for every policy, the events left in
-// (now-window, now] plus n fit in its limit. Settling at the longest window
-// leaves exactly that window's events in the log; a shorter window holds the
-// newest of them, found by a binary search among the newest entries. Each
-// policy's part is worked out in place in *d, and Combine's binding rule
-// picks the policy the Decision describes.
-func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
-	r := s.ceil(now)
-	d.nparts = len(t.policies)
-	allowed := true
-	for i := range t.policies {
-		p := &t.policies[i]
-		part := &d.parts[i]
-		part.Policy = *p
-		w := int64(p.Window)
-		first := uint32(0) // settling left the longest window's events alone
-		if w < t.longest && g.n > 0 {
-			first = g.first(t, i, windowAge(now, w, r, s), r)
-		}
-		held := g.count(first, s)
-		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
-		if held > 0 {
-			part.RefillAfter = time.Duration(g.instant(first, r, s) + w - now)
-		}
-		switch {
-		case n == 0:
-			part.Allowed = true // weightless: always fits, records nothing
-		case n < 0 || n > p.Limit:
-			// Never admissible; RetryAfter stays 0 to say that waiting cannot help.
-		case held+n <= p.Limit:
-			part.Allowed = true
-		case held+n-p.Limit == 1:
-			part.RetryAfter = part.RefillAfter // the oldest event's leaving makes room
-		default:
-			// The request fits once the (held+n-limit)-th oldest event leaves.
-			blocking := g.instant(g.nth(first, held+n-p.Limit, s), r, s)
-			part.RetryAfter = time.Duration(blocking + w - now)
-		}
-		allowed = allowed && part.Allowed
-	}
-	if allowed && n > 0 {
-		// Admitted: each window also holds the request's own events, the
-		// newest, at now rounded up to the tick.
-		own := time.Duration(s.instant(r) - now)
-		for i := range d.nparts {
-			part := &d.parts[i]
-			part.Remaining -= n
-			part.ResetAfter = own + part.Window
-			if part.RefillAfter == 0 {
-				part.RefillAfter = part.ResetAfter
-			}
-		}
-		if record {
-			g.push(r, uint32(n), t.entries, s)
-		}
-	} else if g.n > 0 {
-		// Every window that holds events ends with the newest of them.
-		newest := time.Duration(g.instant(g.n-1, r, s) - now)
-		for i := range d.nparts {
-			if part := &d.parts[i]; part.RefillAfter > 0 {
-				part.ResetAfter = newest + part.Window
-			}
-		}
-	}
-	if d.nparts == 1 {
-		d.fill(&d.parts[0], allowed)
-		return
-	}
-	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
-}
-
-// idle reports whether the log holds no event inside the window at now, so
-// that evicting it cannot change any later decision. It prunes as it looks,
-// and so counts as a decision at now: later decisions never go before it,
-// or a clock moved backwards could see room the pruned events still held.
-func (g *eventLog) idle(now int64, t *tier) bool {
-	g.settle(now, t.longest, &t.scale)
-	return g.n == 0
 }
 
 // scale is how a tier's logs write instants as 32-bit ticks. An exact log

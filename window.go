@@ -1,510 +1,159 @@
-// Package keyrate is a per-key rate limiter with an exact sliding window.
-//
-// A Limiter admits at most limit events per key in any window-length span of
-// time: not approximately, and not per fixed calendar window. Where a fixed
-// window of 10 per 10s lets 10 requests through at 00:09 and 10 more at 00:11
-// (20 in two seconds), keyrate admits the first 10 and refuses the rest until
-// 00:19, when the first of them leaves the window.
-//
-// A key may be under several limits at once, such as 10 per second and
-// 1,000 per day (NewPolicies), and keys may have different limits by plan
-// (WithTiers). A request is admitted only when every limit has room for it,
-// and is then recorded against all of them, atomically: a refusal by one
-// limit records nothing against the others.
-//
-// It keeps, per key, the instants of the events it admitted in a ring buffer
-// that serves all the key's limits, 4 bytes an event, and decides each
-// request with a comparison or two per limit. An instant is kept to a tick
-// of 1, 2 or 5 times a power of ten nanoseconds, the finest in which 2^31
-// ticks span the key's longest window (5ns for a 10s window, 2µs for an
-// hour, 50µs for a day; a whole millisecond is always whole ticks), and
-// rounded up: an event may count as up to a tick later than it happened,
-// never earlier, so no window ever holds more than the limit. WithResolution
-// bounds a key's memory by its windows instead, for limits in the
-// thousands or more. Keys live in a concurrent map (xsync.MapOf) with
-// lock-free lookups and a lock per key; a janitor goroutine evicts keys
-// that have gone idle, and WithMaxKeys bounds the map against floods of
-// new keys. A full map makes room for a new key by evicting the keys decided
-// least recently, which forget their events: the price of a memory bound,
-// paid only by keys idle longer than every other (WithRefuseNewKeys refuses
-// new keys instead).
-//
-// Most callers use Allow, or Take when they need the numbers behind the
-// answer (for RateLimit and Retry-After headers); Wait blocks until a request
-// fits, for guarding outbound calls. Close the Limiter when done with it.
 package keyrate
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"runtime"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-)
+import "time"
 
-// ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
-// been closed, including to calls that were waiting when Close was called.
-var ErrClosed = errors.New("keyrate: limiter closed")
-
-// ErrExceedsLimit is returned by WaitN for a weight that can never be
-// admitted: negative, or greater than a policy's limit.
-var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
-
-// Limiter is an exact sliding-window rate limiter over string keys. It is
-// safe for concurrent use. Create one with New or NewPolicies and Close it
-// when done.
-type Limiter struct {
-	tiers   atomic.Pointer[tierTable]
-	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
-	only    atomic.Pointer[tier]    // without WithTiers, the default tier: one load per decision
-	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
-	keys    *keyMap
-
-	clock     Clock
-	base      time.Time    // instant 0 of the offsets the logs hold
-	system    bool         // clock is the system clock: read time.Since(base)
-	coarse    bool         // WithCoarseClock: read coarseNow
-	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
-
-	coarseResolution time.Duration // WithCoarseClock's; 0: off
-	resolution       time.Duration // WithResolution's; 0: off
-
-	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
-
-	closed     atomic.Bool
-	done       chan struct{}
-	closeOnce  sync.Once
-	background sync.WaitGroup // the janitor and the coarse clock
+// windowAge returns, for the window (now-w, now] at reference tick r =
+// s.ceil(now), the bound below which an entry's age puts it inside.
+func windowAge(now, w, r int64, s *scale) uint32 {
+	return uint32(r - s.floor(now-w)) // in [1, 2^31]: see scale
 }
 
-// New returns a Limiter that admits at most limit events per key in any
-// span of length window: one policy, with an empty name. limit must be 1 to
-// math.MaxInt32 and window positive; otherwise, or for an invalid option,
-// New returns an error wrapping ErrConfig that names the field.
-func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
-	def, err := newTier("", []Policy{{Limit: limit, Window: window}})
-	if err != nil {
-		return nil, err
+// allow is decide reduced to its answer, for Allow: it records n events at
+// now when they fit. n must be in [1, limit]. Called with mu held.
+func (g *eventLog) allow(now int64, n int, t *tier) bool {
+	now = g.settle(now, t.longest, &t.scale)
+	if g.count(0, &t.scale)+n > t.minLimit {
+		return false
 	}
-	return newLimiter(def, opts)
+	g.push(t.scale.ceil(now), uint32(n), t.entries, &t.scale)
+	return true
 }
 
-// NewPolicies returns a Limiter that admits an event for a key only when
-// every policy admits it, and then records it against all of them,
-// atomically: a request refused by one policy counts against none.
-// Decisions describe the binding policy and list every policy's numbers
-// (see Decision).
+// allowAll is allow under every policy of t: it records n events at now
+// when they fit each policy's window. n must be in [1, t.minLimit]. Called
+// with mu held.
 //
-// One log per key serves every policy: it keeps the events of the longest
-// window, at most that window's limit of them, and each policy finds where
-// its own window starts from where it started last time (a cursor that
-// only moves forward), so a decision costs O(1) per policy amortised and a
-// key's memory is that of the largest log, not the sum.
-//
-// It takes 1 to MaxPolicies policies; each needs a Limit of 1 to
-// math.MaxInt32 and a positive Window, and, when there are several, a Name
-// of its own. Otherwise, or for an invalid option, it returns an error
-// wrapping ErrConfig that names the field.
-func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
-	def, err := newTier("policies", policies)
-	if err != nil {
-		return nil, err
-	}
-	return newLimiter(def, opts)
-}
-
-func newLimiter(def *tier, opts []Option) (*Limiter, error) {
-	cfg, tab, err := newConfig(def, opts)
-	if err != nil {
-		return nil, err
-	}
-	l := &Limiter{
-		tierOf: cfg.tierOf,
-		clock:  cfg.clock,
-		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
-		done:   make(chan struct{}),
-
-		resolution: cfg.resolution,
-	}
-	l.publish(tab)
-	_, l.system = cfg.clock.(systemClock)
-	l.base = cfg.clock.Now()
-	if cfg.coarse > 0 {
-		l.startCoarseClock(cfg.coarse)
-	}
-	if cfg.janitorInterval > 0 {
-		l.startJanitor(cfg.janitorInterval)
-	}
-	return l, nil
-}
-
-// Limit returns the limit of the default tier's first policy: New's limit.
-// A Limiter of several policies lists them all with Policies.
-func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
-
-// Window returns the window of the default tier's first policy: New's
-// window. A Limiter of several policies lists them all with Policies.
-func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
-
-// Policies returns a copy of the default tier's policies, in the order they
-// were given: for New, one policy with an empty name. Middleware reads it to
-// advertise them when it has no Decision at hand. A key in another tier
-// (WithTiers) is under that tier's policies, which its Decisions list.
-func (l *Limiter) Policies() []Policy {
-	return append([]Policy(nil), l.tiers.Load().def.policies...)
-}
-
-// Allow reports whether one event for key fits now, and records it if so.
-func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
-
-// AllowN reports whether n events for key fit now, and records them if so.
-// It answers as Take(key, n).Allowed does, without working out the rest of
-// the Decision.
-func (l *Limiter) AllowN(key string, n int) bool {
-	t := l.only.Load() // tierFor, inlined
-	if t == nil {
-		t = l.namedTier(key)
-	}
-	if n < 1 || n > t.minLimit {
-		return n == 0
-	}
-	now := l.now()
-	g := l.lock(key, true)
-	if g == nil {
-		return false // WithMaxKeys is full
-	}
-	g.tier = t.id
-	var ok bool
-	if len(t.policies) == 1 {
-		ok = g.allow(now, n, t)
-	} else {
-		ok = g.allowAll(now, n, t)
-	}
-	g.mu.Unlock()
-	return ok
-}
-
-// Take decides a request of weight n for key and records it if admitted,
-// atomically: concurrent calls for one key are decided one after another,
-// each against the events the earlier ones recorded. A refused request
-// records nothing.
-//
-// A weight of 0 is always allowed and records nothing (useful for requests a
-// cost function rates as free). A negative weight, or one above a policy's
-// limit, is never allowed, with RetryAfter 0.
-func (l *Limiter) Take(key string, n int) (d Decision) {
-	l.take(&d, key, key, n)
-	return d
-}
-
-// take is Take into *d, which must be zero, with as the string the tier
-// function decides by (see tierKey), and returns the instant it decided
-// at. A Decision holds every policy's part, so it is filled in place
-// rather than copied up the calls.
-func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
-	t := l.only.Load() // tierFor, inlined
-	if t == nil {
-		t = l.namedTier(as)
-	}
-	admissible := n >= 1 && n <= t.minLimit
-	now := l.now()
-	g := l.lock(key, admissible)
-	if g == nil {
-		if admissible {
-			t.overflow(d)
-		} else {
-			t.untracked(d, now, n)
-		}
-		return now
-	}
-	g.tier = t.id
-	g.decide(d, now, n, t, true)
-	at := g.last
-	g.mu.Unlock()
-	return at
-}
-
-// TakeAll decides a request of weight n that counts against every one of
-// keys (a client's key and its organisation's, say, or the descriptors of
-// an Envoy rate limit request): it is admitted only when every key has room
-// for it, and then recorded against every key, atomically. A refusal by one
-// key records nothing against the others. It returns each key's Decision,
-// in the order of keys, and reports whether the request was admitted.
-//
-// When the request is refused, a key that had room is described as it
-// stands, the request not recorded, as Take(key, 0) would describe it. A
-// key given twice counts the request twice (its weight is 2n), and both
-// places get its one Decision. Each key is under its own tier (WithTiers).
-// No keys at all admit the request.
-//
-// The keys' logs are locked together, in the order of the keys, so that
-// concurrent calls over overlapping keys never wait on each other in a
-// cycle; each key is decided at the later of the clock and its own newest
-// instant, as Take decides it.
-func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
-	ds := make([]Decision, len(keys))
-	if len(keys) == 0 {
-		return ds, true
-	}
-	order := make([]int, len(keys)) // indices of keys, sorted by key
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	type place struct {
-		key    string
-		weight int
-		t      *tier
-		g      *eventLog // nil: not tracked
-		d      *Decision // in ds, at the key's first place
-	}
-	places := make([]place, 0, len(keys))
-	for _, i := range order {
-		if k := len(places) - 1; k >= 0 && places[k].key == keys[i] {
-			places[k].weight += n
+// Settling at the longest window leaves the events any policy counts; a
+// policy's own window holds the newest of them. In an exact log it has room
+// for n when the (limit-n+1)-th newest event has left that window: one
+// comparison. Under WithResolution it counts its window's events.
+func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
+	s := &t.scale
+	now = g.settle(now, t.longest, s)
+	held := g.count(0, s)
+	r := s.ceil(now)
+	for i := range t.policies {
+		p := &t.policies[i]
+		if held+n <= p.Limit {
 			continue
 		}
-		places = append(places, place{key: keys[i], weight: n, t: l.tierFor(keys[i]), d: &ds[i]})
+		lim := windowAge(now, int64(p.Window), r, s)
+		if !s.wide() {
+			if g.age(g.n+uint32(n-p.Limit)-1, r, s) < lim {
+				return false
+			}
+		} else if g.count(g.first(t, i, lim, r), s)+n > p.Limit {
+			return false
+		}
 	}
-	admissible := func(p *place) bool { return n >= 1 && p.weight <= p.t.minLimit }
-	now := l.now()
-	for {
-		// Look every log up (or create it) holding no lock, since creating
-		// one may make room by evicting others under their locks; then lock
-		// them all in the order of the keys. A new log counts as decided
-		// now, so that making room for the next evicts older keys first.
-		for i := range places {
-			p := &places[i]
-			p.g = l.keys.load(p.key)
-			if p.g == nil && admissible(p) {
-				if g, fresh := l.keys.create(p.key); g != nil {
-					if fresh {
-						g.last = max(g.last, now)
-						g.mu.Unlock()
-					}
-					p.g = g
-				}
-			}
-		}
-		dead := false
-		for i := range places {
-			if g := places[i].g; g != nil {
-				g.mu.Lock()
-				dead = dead || g.dead
-			}
-		}
-		if !dead {
-			break
-		}
-		for i := range places { // one was evicted meanwhile: look again
-			if g := places[i].g; g != nil {
-				g.mu.Unlock()
-			}
-		}
-		runtime.Gosched()
-	}
+	g.push(r, uint32(n), t.entries, s)
+	return true
+}
+
+// decide answers a request of weight n at instant now under the policies of
+// t into *d, which must be zero, and records it when record is set and it
+// is admitted. It is the whole decision: a pure function of the log, the
+// request and now, called with mu held (or on a log no one else can see).
+//
+// A request is admitted when, for every policy, the events left in
+// (now-window, now] plus n fit in its limit. Settling at the longest window
+// leaves exactly that window's events in the log; a shorter window holds the
+// newest of them, found by a binary search among the newest entries. Each
+// policy's part is worked out in place in *d, and Combine's binding rule
+// picks the policy the Decision describes.
+func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
+	s := &t.scale
+	now = g.settle(now, t.longest, s)
+	r := s.ceil(now)
+	d.nparts = len(t.policies)
 	allowed := true
-	for i := range places {
-		p := &places[i]
+	for i := range t.policies {
+		p := &t.policies[i]
+		part := &d.parts[i]
+		part.Policy = *p
+		w := int64(p.Window)
+		first := uint32(0) // settling left the longest window's events alone
+		if w < t.longest && g.n > 0 {
+			first = g.first(t, i, windowAge(now, w, r, s), r)
+		}
+		held := g.count(first, s)
+		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
+		if held > 0 {
+			part.RefillAfter = time.Duration(g.instant(first, r, s) + w - now)
+		}
 		switch {
-		case p.g != nil:
-			p.g.tier = p.t.id
-			p.g.decide(p.d, now, p.weight, p.t, false)
-		case admissible(p):
-			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
+		case n == 0:
+			part.Allowed = true // weightless: always fits, records nothing
+		case n < 0 || n > p.Limit:
+			// Never admissible; RetryAfter stays 0 to say that waiting cannot help.
+		case held+n <= p.Limit:
+			part.Allowed = true
+		case held+n-p.Limit == 1:
+			part.RetryAfter = part.RefillAfter // the oldest event's leaving makes room
 		default:
-			p.t.untracked(p.d, now, p.weight)
+			// The request fits once the (held+n-limit)-th oldest event leaves.
+			blocking := g.instant(g.nth(first, held+n-p.Limit, s), r, s)
+			part.RetryAfter = time.Duration(blocking + w - now)
 		}
-		allowed = allowed && p.d.Allowed
+		allowed = allowed && part.Allowed
 	}
-	for i := range places {
-		p := &places[i]
-		if p.g == nil {
-			continue
-		}
-		if allowed || p.d.Allowed {
-			// Admitted: record at the instant just decided at, whose answer
-			// is the same. Refused: a key with room stands as it is.
-			w := p.weight
-			if !allowed {
-				w = 0
-			}
-			*p.d = Decision{}
-			p.g.decide(p.d, p.g.last, w, p.t, allowed)
-		}
-		p.g.mu.Unlock()
-	}
-	for i, j := range order[1:] {
-		if keys[j] == keys[order[i]] {
-			ds[j] = ds[order[i]]
-		}
-	}
-	return ds, allowed
-}
-
-// Peek returns the Decision that Take(key, 1) would return now, recording
-// nothing and creating no state for an untracked key.
-func (l *Limiter) Peek(key string) (d Decision) {
-	t := l.tierFor(key)
-	now := l.now()
-	g := l.lock(key, false)
-	if g == nil {
-		if l.keys.full() {
-			t.overflow(&d)
-		} else {
-			t.untracked(&d, now, 1)
-		}
-		return d
-	}
-	g.tier = t.id
-	g.decide(&d, now, 1, t, false)
-	g.mu.Unlock()
-	return d
-}
-
-// lock returns key's log with its mutex held, creating the log first if
-// create is set. It returns nil when the key is not tracked and create is
-// unset, or when creating it would pass WithMaxKeys under WithRefuseNewKeys.
-//
-// Callers read the clock before lock, off the key's critical section, and
-// decide at the later of that reading and the newest instant the key has
-// seen (eventLog.settle). Both were read during the caller's own call, so
-// the instant it decides at is too, and each key's instants stay in the
-// order its decisions were made: every decision is linearizable.
-func (l *Limiter) lock(key string, create bool) *eventLog {
-	for {
-		g := l.keys.load(key)
-		if g == nil {
-			if !create {
-				return nil
-			}
-			var fresh bool
-			if g, fresh = l.keys.create(key); g == nil || fresh {
-				return g // refused, or created with its mutex held
+	if allowed && n > 0 {
+		// Admitted: each window also holds the request's own events, the
+		// newest, at now rounded up to the tick.
+		own := time.Duration(s.instant(r) - now)
+		for i := range d.nparts {
+			part := &d.parts[i]
+			part.Remaining -= n
+			part.ResetAfter = own + part.Window
+			if part.RefillAfter == 0 {
+				part.RefillAfter = part.ResetAfter
 			}
 		}
-		g.mu.Lock()
-		if !g.dead {
-			return g
+		if record {
+			g.push(r, uint32(n), t.entries, s)
 		}
-		g.mu.Unlock() // evicted between lookup and lock: look again
-		runtime.Gosched()
+	} else if g.n > 0 {
+		// Every window that holds events ends with the newest of them.
+		newest := time.Duration(g.instant(g.n-1, r, s) - now)
+		for i := range d.nparts {
+			if part := &d.parts[i]; part.RefillAfter > 0 {
+				part.ResetAfter = newest + part.Window
+			}
+		}
 	}
+	if d.nparts == 1 {
+		d.fill(&d.parts[0], allowed)
+		return
+	}
+	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
 }
 
-// TakeContext is Take for callers that hold a context, such as a backend
-// interface shared with networked limiters. It returns ctx's error when ctx
-// is already done and ErrClosed after Close; otherwise it cannot fail. The
-// tier function (WithTiers) sees the identity ctx carries
-// (ContextWithIdentity), when it carries one, and key otherwise.
-func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return Decision{}, err
-	}
-	if l.closed.Load() {
-		return Decision{}, ErrClosed
-	}
-	var d Decision
-	l.take(&d, key, l.tierKey(ctx, key), n)
-	return d, nil
+// idle reports whether the log holds no event inside the window at now, so
+// that evicting it cannot change any later decision. It prunes as it looks,
+// and so counts as a decision at now: later decisions never go before it,
+// or a clock moved backwards could see room the pruned events still held.
+func (g *eventLog) idle(now int64, t *tier) bool {
+	g.settle(now, t.longest, &t.scale)
+	return g.n == 0
 }
 
-// Wait blocks until one event for key fits, records it and returns nil.
-// See WaitN.
-func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
-
-// WaitN blocks until n events for key fit, records them and returns nil.
-//
-// It returns ctx's error if ctx ends first, and returns at once, with an
-// error for which errors.Is(err, context.DeadlineExceeded) holds, when ctx's
-// deadline comes before the events could fit. It returns ErrClosed after
-// Close, and an error wrapping ErrExceedsLimit for n < 0 or n above the
-// limit of one of the key's policies. n == 0 returns nil at once.
-//
-// Under several policies it waits until the request fits all of them: the
-// RetryAfter of each refusal is exactly that long. The tier function sees
-// what it sees in TakeContext.
-func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	as := l.tierKey(ctx, key)
-	if t := l.tierFor(as); n < 0 || n > t.minLimit {
-		return fmt.Errorf("%w: n is %d, the smallest limit is %d", ErrExceedsLimit, n, t.minLimit)
-	}
-	for {
-		if l.closed.Load() {
-			return ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var d Decision
-		at := l.take(&d, key, as, n)
-		if d.Allowed {
-			return nil
-		}
-		if d.RetryAfter == 0 && !d.Overflow { // SetTier lowered a limit below n
-			return fmt.Errorf("%w: n is %d, policy %q has limit %d", ErrExceedsLimit, n, d.Policy, d.Limit)
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
-			// The key stays out of the message: it is often a credential.
-			return fmt.Errorf("keyrate: wait of %v would pass the context deadline: %w",
-				d.RetryAfter, context.DeadlineExceeded)
-		}
-		if l.beforeSleep != nil {
-			l.beforeSleep()
-		}
-		// Wake at the refusal's own instant plus RetryAfter: the clock may
-		// have moved since it was read.
-		if err := l.sleep(ctx, at+int64(d.RetryAfter)); err != nil {
-			return err
-		}
-	}
+// untracked decides for a key with no log, on an empty one that is never
+// stored. An empty log's answer does not depend on the instant.
+func (t *tier) untracked(d *Decision, now int64, n int) {
+	var empty eventLog
+	empty.decide(d, now, n, t, false)
 }
 
-// sleep waits until the limiter's clock reaches instant wake (an offset
-// from base), ctx ends, or Close.
-func (l *Limiter) sleep(ctx context.Context, wake int64) error {
-	var ch <-chan time.Time
-	switch c := l.clock.(type) {
-	case afterAtClock:
-		ch = c.afterAt(l.base.Add(time.Duration(wake)))
-	case afterClock:
-		ch = c.After(time.Duration(wake - l.now()))
-	default:
-		t := time.NewTimer(time.Duration(wake - l.now()))
-		defer t.Stop()
-		ch = t.C
+// overflow is the refusal of an untracked key while WithMaxKeys is full
+// and WithRefuseNewKeys keeps new keys out.
+// Every policy's wait is the tier's longest window, an estimate of when the
+// janitor will have evicted keys gone idle.
+func (t *tier) overflow(d *Decision) {
+	w := time.Duration(t.longest)
+	for i, p := range t.policies {
+		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: w, ResetAfter: w}
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.done:
-		return ErrClosed
-	}
-}
-
-// Reset forgets every event recorded for key, giving it its whole limit back.
-func (l *Limiter) Reset(key string) {
-	l.keys.remove(key)
-}
-
-// Len returns the number of keys currently tracked.
-func (l *Limiter) Len() int { return l.keys.len() }
-
-// Close stops the janitor and waits for it to exit, and wakes every Wait
-// with ErrClosed. It is idempotent and always returns nil. Allow, Take and
-// Peek keep answering exactly after Close, but idle keys are no longer
-// evicted.
-func (l *Limiter) Close() error {
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
-		close(l.done)
-		l.background.Wait()
-	})
-	return nil
+	d.nparts = len(t.policies)
+	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
+	d.Overflow = true
 }

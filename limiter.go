@@ -1,0 +1,476 @@
+package keyrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
+// been closed, including to calls that were waiting when Close was called.
+var ErrClosed = errors.New("keyrate: limiter closed")
+
+// ErrExceedsLimit is returned by WaitN for a weight that can never be
+// admitted: negative, or greater than a policy's limit.
+var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
+
+// Limiter is an exact sliding-window rate limiter over string keys. It is
+// safe for concurrent use. Create one with New or NewPolicies and Close it
+// when done.
+type Limiter struct {
+	tiers   atomic.Pointer[tierTable]
+	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
+	only    atomic.Pointer[tier]    // without WithTiers, the default tier: one load per decision
+	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
+	keys    *keyMap
+
+	clock     Clock
+	base      time.Time    // instant 0 of the offsets the logs hold
+	system    bool         // clock is the system clock: read time.Since(base)
+	coarse    bool         // WithCoarseClock: read coarseNow
+	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
+
+	coarseResolution time.Duration // WithCoarseClock's; 0: off
+	resolution       time.Duration // WithResolution's; 0: off
+
+	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
+
+	closed     atomic.Bool
+	done       chan struct{}
+	closeOnce  sync.Once
+	background sync.WaitGroup // the janitor and the coarse clock
+}
+
+// New returns a Limiter that admits at most limit events per key in any
+// span of length window: one policy, with an empty name. limit must be 1 to
+// math.MaxInt32 and window positive; otherwise, or for an invalid option,
+// New returns an error wrapping ErrConfig that names the field.
+func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	def, err := newTier("", []Policy{{Limit: limit, Window: window}})
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(def, opts)
+}
+
+// NewPolicies returns a Limiter that admits an event for a key only when
+// every policy admits it, and then records it against all of them,
+// atomically: a request refused by one policy counts against none.
+// Decisions describe the binding policy and list every policy's numbers
+// (see Decision).
+//
+// One log per key serves every policy: it keeps the events of the longest
+// window, at most that window's limit of them, and each policy finds where
+// its own window starts from where it started last time (a cursor that
+// only moves forward), so a decision costs O(1) per policy amortised and a
+// key's memory is that of the largest log, not the sum.
+//
+// It takes 1 to MaxPolicies policies; each needs a Limit of 1 to
+// math.MaxInt32 and a positive Window, and, when there are several, a Name
+// of its own. Otherwise, or for an invalid option, it returns an error
+// wrapping ErrConfig that names the field.
+func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
+	def, err := newTier("policies", policies)
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(def, opts)
+}
+
+func newLimiter(def *tier, opts []Option) (*Limiter, error) {
+	cfg, tab, err := newConfig(def, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		tierOf: cfg.tierOf,
+		clock:  cfg.clock,
+		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
+		done:   make(chan struct{}),
+
+		resolution: cfg.resolution,
+	}
+	l.publish(tab)
+	_, l.system = cfg.clock.(systemClock)
+	l.base = cfg.clock.Now()
+	if cfg.coarse > 0 {
+		l.startCoarseClock(cfg.coarse)
+	}
+	if cfg.janitorInterval > 0 {
+		l.startJanitor(cfg.janitorInterval)
+	}
+	return l, nil
+}
+
+// Limit returns the limit of the default tier's first policy: New's limit.
+// A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
+
+// Window returns the window of the default tier's first policy: New's
+// window. A Limiter of several policies lists them all with Policies.
+func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
+
+// Policies returns a copy of the default tier's policies, in the order they
+// were given: for New, one policy with an empty name. Middleware reads it to
+// advertise them when it has no Decision at hand. A key in another tier
+// (WithTiers) is under that tier's policies, which its Decisions list.
+func (l *Limiter) Policies() []Policy {
+	return append([]Policy(nil), l.tiers.Load().def.policies...)
+}
+
+// Allow reports whether one event for key fits now, and records it if so.
+func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
+
+// AllowN reports whether n events for key fit now, and records them if so.
+// It answers as Take(key, n).Allowed does, without working out the rest of
+// the Decision.
+func (l *Limiter) AllowN(key string, n int) bool {
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	if n < 1 || n > t.minLimit {
+		return n == 0
+	}
+	now := l.now()
+	g := l.lock(key, true)
+	if g == nil {
+		return false // WithMaxKeys is full
+	}
+	g.tier = t.id
+	var ok bool
+	if len(t.policies) == 1 {
+		ok = g.allow(now, n, t)
+	} else {
+		ok = g.allowAll(now, n, t)
+	}
+	g.mu.Unlock()
+	return ok
+}
+
+// Take decides a request of weight n for key and records it if admitted,
+// atomically: concurrent calls for one key are decided one after another,
+// each against the events the earlier ones recorded. A refused request
+// records nothing.
+//
+// A weight of 0 is always allowed and records nothing (useful for requests a
+// cost function rates as free). A negative weight, or one above a policy's
+// limit, is never allowed, with RetryAfter 0.
+func (l *Limiter) Take(key string, n int) (d Decision) {
+	l.take(&d, key, key, n)
+	return d
+}
+
+// take is Take into *d, which must be zero, with as the string the tier
+// function decides by (see tierKey), and returns the instant it decided
+// at. A Decision holds every policy's part, so it is filled in place
+// rather than copied up the calls.
+func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
+	t := l.only.Load() // tierFor, inlined
+	if t == nil {
+		t = l.namedTier(as)
+	}
+	admissible := n >= 1 && n <= t.minLimit
+	now := l.now()
+	g := l.lock(key, admissible)
+	if g == nil {
+		if admissible {
+			t.overflow(d)
+		} else {
+			t.untracked(d, now, n)
+		}
+		return now
+	}
+	g.tier = t.id
+	g.decide(d, now, n, t, true)
+	at := g.last
+	g.mu.Unlock()
+	return at
+}
+
+// TakeAll decides a request of weight n that counts against every one of
+// keys (a client's key and its organisation's, say, or the descriptors of
+// an Envoy rate limit request): it is admitted only when every key has room
+// for it, and then recorded against every key, atomically. A refusal by one
+// key records nothing against the others. It returns each key's Decision,
+// in the order of keys, and reports whether the request was admitted.
+//
+// When the request is refused, a key that had room is described as it
+// stands, the request not recorded, as Take(key, 0) would describe it. A
+// key given twice counts the request twice (its weight is 2n), and both
+// places get its one Decision. Each key is under its own tier (WithTiers).
+// No keys at all admit the request.
+//
+// The keys' logs are locked together, in the order of the keys, so that
+// concurrent calls over overlapping keys never wait on each other in a
+// cycle; each key is decided at the later of the clock and its own newest
+// instant, as Take decides it.
+func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
+	ds := make([]Decision, len(keys))
+	if len(keys) == 0 {
+		return ds, true
+	}
+	order := make([]int, len(keys)) // indices of keys, sorted by key
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	type place struct {
+		key    string
+		weight int
+		t      *tier
+		g      *eventLog // nil: not tracked
+		d      *Decision // in ds, at the key's first place
+	}
+	places := make([]place, 0, len(keys))
+	for _, i := range order {
+		if k := len(places) - 1; k >= 0 && places[k].key == keys[i] {
+			places[k].weight += n
+			continue
+		}
+		places = append(places, place{key: keys[i], weight: n, t: l.tierFor(keys[i]), d: &ds[i]})
+	}
+	admissible := func(p *place) bool { return n >= 1 && p.weight <= p.t.minLimit }
+	now := l.now()
+	for {
+		// Look every log up (or create it) holding no lock, since creating
+		// one may make room by evicting others under their locks; then lock
+		// them all in the order of the keys. A new log counts as decided
+		// now, so that making room for the next evicts older keys first.
+		for i := range places {
+			p := &places[i]
+			p.g = l.keys.load(p.key)
+			if p.g == nil && admissible(p) {
+				if g, fresh := l.keys.create(p.key); g != nil {
+					if fresh {
+						g.last = max(g.last, now)
+						g.mu.Unlock()
+					}
+					p.g = g
+				}
+			}
+		}
+		dead := false
+		for i := range places {
+			if g := places[i].g; g != nil {
+				g.mu.Lock()
+				dead = dead || g.dead
+			}
+		}
+		if !dead {
+			break
+		}
+		for i := range places { // one was evicted meanwhile: look again
+			if g := places[i].g; g != nil {
+				g.mu.Unlock()
+			}
+		}
+		runtime.Gosched()
+	}
+	allowed := true
+	for i := range places {
+		p := &places[i]
+		switch {
+		case p.g != nil:
+			p.g.tier = p.t.id
+			p.g.decide(p.d, now, p.weight, p.t, false)
+		case admissible(p):
+			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
+		default:
+			p.t.untracked(p.d, now, p.weight)
+		}
+		allowed = allowed && p.d.Allowed
+	}
+	for i := range places {
+		p := &places[i]
+		if p.g == nil {
+			continue
+		}
+		if allowed || p.d.Allowed {
+			// Admitted: record at the instant just decided at, whose answer
+			// is the same. Refused: a key with room stands as it is.
+			w := p.weight
+			if !allowed {
+				w = 0
+			}
+			*p.d = Decision{}
+			p.g.decide(p.d, p.g.last, w, p.t, allowed)
+		}
+		p.g.mu.Unlock()
+	}
+	for i, j := range order[1:] {
+		if keys[j] == keys[order[i]] {
+			ds[j] = ds[order[i]]
+		}
+	}
+	return ds, allowed
+}
+
+// Peek returns the Decision that Take(key, 1) would return now, recording
+// nothing and creating no state for an untracked key.
+func (l *Limiter) Peek(key string) (d Decision) {
+	t := l.tierFor(key)
+	now := l.now()
+	g := l.lock(key, false)
+	if g == nil {
+		if l.keys.full() {
+			t.overflow(&d)
+		} else {
+			t.untracked(&d, now, 1)
+		}
+		return d
+	}
+	g.tier = t.id
+	g.decide(&d, now, 1, t, false)
+	g.mu.Unlock()
+	return d
+}
+
+// lock returns key's log with its mutex held, creating the log first if
+// create is set. It returns nil when the key is not tracked and create is
+// unset, or when creating it would pass WithMaxKeys under WithRefuseNewKeys.
+//
+// Callers read the clock before lock, off the key's critical section, and
+// decide at the later of that reading and the newest instant the key has
+// seen (eventLog.settle). Both were read during the caller's own call, so
+// the instant it decides at is too, and each key's instants stay in the
+// order its decisions were made: every decision is linearizable.
+func (l *Limiter) lock(key string, create bool) *eventLog {
+	for {
+		g := l.keys.load(key)
+		if g == nil {
+			if !create {
+				return nil
+			}
+			var fresh bool
+			if g, fresh = l.keys.create(key); g == nil || fresh {
+				return g // refused, or created with its mutex held
+			}
+		}
+		g.mu.Lock()
+		if !g.dead {
+			return g
+		}
+		g.mu.Unlock() // evicted between lookup and lock: look again
+		runtime.Gosched()
+	}
+}
+
+// TakeContext is Take for callers that hold a context, such as a backend
+// interface shared with networked limiters. It returns ctx's error when ctx
+// is already done and ErrClosed after Close; otherwise it cannot fail. The
+// tier function (WithTiers) sees the identity ctx carries
+// (ContextWithIdentity), when it carries one, and key otherwise.
+func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if l.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	var d Decision
+	l.take(&d, key, l.tierKey(ctx, key), n)
+	return d, nil
+}
+
+// Wait blocks until one event for key fits, records it and returns nil.
+// See WaitN.
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n events for key fit, records them and returns nil.
+//
+// It returns ctx's error if ctx ends first, and returns at once, with an
+// error for which errors.Is(err, context.DeadlineExceeded) holds, when ctx's
+// deadline comes before the events could fit. It returns ErrClosed after
+// Close, and an error wrapping ErrExceedsLimit for n < 0 or n above the
+// limit of one of the key's policies. n == 0 returns nil at once.
+//
+// Under several policies it waits until the request fits all of them: the
+// RetryAfter of each refusal is exactly that long. The tier function sees
+// what it sees in TakeContext.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	as := l.tierKey(ctx, key)
+	if t := l.tierFor(as); n < 0 || n > t.minLimit {
+		return fmt.Errorf("%w: n is %d, the smallest limit is %d", ErrExceedsLimit, n, t.minLimit)
+	}
+	for {
+		if l.closed.Load() {
+			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var d Decision
+		at := l.take(&d, key, as, n)
+		if d.Allowed {
+			return nil
+		}
+		if d.RetryAfter == 0 && !d.Overflow { // SetTier lowered a limit below n
+			return fmt.Errorf("%w: n is %d, policy %q has limit %d", ErrExceedsLimit, n, d.Policy, d.Limit)
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
+			// The key stays out of the message: it is often a credential.
+			return fmt.Errorf("keyrate: wait of %v would pass the context deadline: %w",
+				d.RetryAfter, context.DeadlineExceeded)
+		}
+		if l.beforeSleep != nil {
+			l.beforeSleep()
+		}
+		// Wake at the refusal's own instant plus RetryAfter: the clock may
+		// have moved since it was read.
+		if err := l.sleep(ctx, at+int64(d.RetryAfter)); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits until the limiter's clock reaches instant wake (an offset
+// from base), ctx ends, or Close.
+func (l *Limiter) sleep(ctx context.Context, wake int64) error {
+	var ch <-chan time.Time
+	switch c := l.clock.(type) {
+	case afterAtClock:
+		ch = c.afterAt(l.base.Add(time.Duration(wake)))
+	case afterClock:
+		ch = c.After(time.Duration(wake - l.now()))
+	default:
+		t := time.NewTimer(time.Duration(wake - l.now()))
+		defer t.Stop()
+		ch = t.C
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.done:
+		return ErrClosed
+	}
+}
+
+// Reset forgets every event recorded for key, giving it its whole limit back.
+func (l *Limiter) Reset(key string) {
+	l.keys.remove(key)
+}
+
+// Len returns the number of keys currently tracked.
+func (l *Limiter) Len() int { return l.keys.len() }
+
+// Close stops the janitor and waits for it to exit, and wakes every Wait
+// with ErrClosed. It is idempotent and always returns nil. Allow, Take and
+// Peek keep answering exactly after Close, but idle keys are no longer
+// evicted.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.done)
+		l.background.Wait()
+	})
+	return nil
+}
