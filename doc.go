@@ -16,8 +16,9 @@
 // window (5ns for a 10s window, 2µs for an hour, 50µs for a day), rounded
 // up: an event may count as up to a tick later than it happened, never
 // earlier, so no window ever holds more than its limit. WithResolution
-// bounds a key's memory by its windows instead of its limits. A janitor
-// evicts idle keys, and WithMaxKeys bounds how many are tracked.
+// bounds a key's memory by its windows instead of its limits, and
+// WithAlgorithm trades exactness for O(1) memory (FixedWindow, GCRA). A
+// janitor evicts idle keys, and WithMaxKeys bounds how many are tracked.
 //
 // Most callers use Allow, or Take for the numbers behind the answer (for
 // RateLimit and Retry-After headers). Wait blocks until a request fits, for

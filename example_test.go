@@ -276,3 +276,34 @@ func ExampleContextWithIdentity() {
 	// by the key: 3
 	// by the identity: 10
 }
+
+// The O(1) algorithms trade exactness for memory: under FixedWindow, 10
+// calls at 00:09 and 10 more at 00:11 all pass a limit of 10 per 10
+// seconds, where the sliding log admits 10 of the 20.
+func ExampleWithAlgorithm() {
+	for _, a := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
+		clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 9, 0, time.UTC))
+		limiter, err := keyrate.New(10, 10*time.Second, keyrate.WithClock(clock), keyrate.WithAlgorithm(a))
+		if err != nil {
+			panic(err)
+		}
+		admitted := 0
+		for range 10 {
+			if limiter.Allow("k") {
+				admitted++
+			}
+		}
+		clock.Advance(2 * time.Second)
+		for range 10 {
+			if limiter.Allow("k") {
+				admitted++
+			}
+		}
+		fmt.Printf("%s: %d of 20\n", a, admitted)
+		limiter.Close()
+	}
+	// Output:
+	// sliding log: 10 of 20
+	// fixed window: 20 of 20
+	// GCRA: 12 of 20
+}

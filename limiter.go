@@ -38,6 +38,7 @@ type Limiter struct {
 
 	coarseResolution time.Duration // WithCoarseClock's; 0: off
 	resolution       time.Duration // WithResolution's; 0: off
+	algorithm        Algorithm     // WithAlgorithm's
 
 	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
 
@@ -95,10 +96,11 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		done:   make(chan struct{}),
 
 		resolution: cfg.resolution,
+		algorithm:  cfg.algorithm,
+		base:       cfg.base,
 	}
 	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
-	l.base = cfg.clock.Now()
 	if cfg.coarse > 0 {
 		l.startCoarseClock(cfg.coarse)
 	}
@@ -143,7 +145,9 @@ func (l *Limiter) AllowN(key string, n int) bool {
 	if g == nil {
 		return false // WithMaxKeys is full
 	}
-	g.tier = t.id
+	if g.tier != t.id {
+		g.retier(t)
+	}
 	var ok bool
 	if len(t.policies) == 1 {
 		ok = g.allow(now, n, t)
@@ -187,7 +191,9 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 		}
 		return now
 	}
-	g.tier = t.id
+	if g.tier != t.id {
+		g.retier(t)
+	}
 	g.decide(d, now, n, t, true)
 	at := g.last
 	g.mu.Unlock()
@@ -278,7 +284,9 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 		p := &places[i]
 		switch {
 		case p.g != nil:
-			p.g.tier = p.t.id
+			if p.g.tier != p.t.id {
+				p.g.retier(p.t)
+			}
 			p.g.decide(p.d, now, p.weight, p.t, false)
 		case admissible(p):
 			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
@@ -326,7 +334,9 @@ func (l *Limiter) Peek(key string) (d Decision) {
 		}
 		return d
 	}
-	g.tier = t.id
+	if g.tier != t.id {
+		g.retier(t)
+	}
 	g.decide(&d, now, 1, t, false)
 	g.mu.Unlock()
 	return d

@@ -16,6 +16,8 @@ type config struct {
 	coarse          time.Duration
 	resolution      time.Duration
 	resolutionSet   bool
+	algorithm       Algorithm
+	base            time.Time // the clock's reading at creation: instant 0
 	janitorInterval time.Duration
 	janitorSet      bool
 	maxKeys         int
@@ -173,9 +175,14 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		return config{}, nil, fmt.Errorf("%w: max keys is %d, want >= 0", ErrConfig, cfg.maxKeys)
 	case cfg.refuseNewKeys && cfg.maxKeys == 0:
 		return config{}, nil, fmt.Errorf("%w: refusing new keys needs a bound: WithMaxKeys(n) with n > 0", ErrConfig)
+	case cfg.algorithm > GCRA:
+		return config{}, nil, fmt.Errorf("%w: unknown algorithm %d", ErrConfig, cfg.algorithm)
+	case cfg.resolutionSet && cfg.algorithm != SlidingLog:
+		return config{}, nil, fmt.Errorf("%w: resolution applies to the sliding log, not to %v", ErrConfig, cfg.algorithm)
 	case cfg.tierSet && cfg.tierOf == nil:
 		return config{}, nil, fmt.Errorf("%w: tier function is nil", ErrConfig)
 	}
+	cfg.base = cfg.clock.Now()
 	tab := newTierTable(def)
 	for _, name := range slices.Sorted(maps.Keys(cfg.tiers)) { // ids, and the first error, in a fixed order
 		field := fmt.Sprintf("tiers[%q]", name)
@@ -194,7 +201,7 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		if err := checkCoarse(cfg.coarse, t); err != nil {
 			return config{}, nil, err
 		}
-		if err := t.setResolution(cfg.resolution); err != nil {
+		if err := t.setup(cfg.resolution, cfg.algorithm, cfg.base.UnixNano()); err != nil {
 			return config{}, nil, err
 		}
 	}

@@ -49,6 +49,13 @@ type tier struct {
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
 	cursors [MaxPolicies]int8
+	// algorithm is the limiter's (WithAlgorithm). Under FixedWindow, wall
+	// aligns the windows: the limiter's instant 0 is wall nanoseconds after
+	// the Unix epoch. Under GCRA, refill[i] is policy i's ticks between
+	// refills.
+	algorithm Algorithm
+	wall      int64
+	refill    [MaxPolicies]int64
 }
 
 // newTier validates policies and builds their tier. field names where they
@@ -103,9 +110,17 @@ func (t *tier) shortest() time.Duration {
 	return s
 }
 
-// setResolution sets the tier's scale for WithResolution's d (0: off), or
-// returns why d does not suit the tier's windows.
-func (t *tier) setResolution(d time.Duration) error {
+// setup readies the tier for a limiter that counts with algorithm, with
+// WithResolution's d (0: off), whose instant 0 is wall nanoseconds after
+// the Unix epoch, or returns why d does not suit the tier's windows.
+func (t *tier) setup(d time.Duration, algorithm Algorithm, wall int64) error {
+	t.algorithm, t.wall = algorithm, wall
+	for i, p := range t.policies {
+		t.refill[i] = 0
+		if algorithm == GCRA {
+			t.refill[i] = ceilDiv(ceilDiv(int64(p.Window), int64(p.Limit)), newScale(t.longest, 0).unit)
+		}
+	}
 	res := int64(d)
 	switch {
 	case res > int64(t.shortest()):

@@ -146,7 +146,7 @@ func TestKeyMapRemoveIf(t *testing.T) {
 func TestEvictIdle(t *testing.T) {
 	tenNanos, err := newTier("", []Policy{{Limit: 5, Window: 10}})
 	require.NoError(t, err)
-	require.NoError(t, tenNanos.setResolution(0))
+	require.NoError(t, tenNanos.setup(0, SlidingLog, 0))
 	window := func(*eventLog) *tier { return tenNanos }
 	m := newKeyMap(0, false)
 	busy, quiet, late := insert(m, "busy"), insert(m, "quiet"), insert(m, "late")

@@ -113,7 +113,7 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	if err := checkCoarse(l.coarseResolution, t); err != nil {
 		return err
 	}
-	if err := t.setResolution(l.resolution); err != nil {
+	if err := t.setup(l.resolution, l.algorithm, l.base.UnixNano()); err != nil {
 		return err
 	}
 	l.setTier.Lock()

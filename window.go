@@ -11,6 +11,11 @@ func windowAge(now, w, r int64, s *scale) uint32 {
 // allow is decide reduced to its answer, for Allow: it records n events at
 // now when they fit. n must be in [1, limit]. Called with mu held.
 func (g *eventLog) allow(now int64, n int, t *tier) bool {
+	if t.algorithm != SlidingLog {
+		var d Decision
+		g.decideCounted(&d, now, n, t, true)
+		return d.Allowed
+	}
 	now = g.settle(now, t.longest, &t.scale)
 	if g.count(0, &t.scale)+n > t.minLimit {
 		return false
@@ -28,6 +33,9 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 // for n when the (limit-n+1)-th newest event has left that window: one
 // comparison. Under WithResolution it counts its window's events.
 func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
+	if t.algorithm != SlidingLog {
+		return g.allow(now, n, t)
+	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
 	held := g.count(0, s)
@@ -62,6 +70,10 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 // policy's part is worked out in place in *d, and Combine's binding rule
 // picks the policy the Decision describes.
 func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
+	if t.algorithm != SlidingLog {
+		g.decideCounted(d, now, n, t, record)
+		return
+	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
 	r := s.ceil(now)
@@ -133,6 +145,9 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 // and so counts as a decision at now: later decisions never go before it,
 // or a clock moved backwards could see room the pruned events still held.
 func (g *eventLog) idle(now int64, t *tier) bool {
+	if t.algorithm != SlidingLog {
+		return g.idleCounted(now, t)
+	}
 	g.settle(now, t.longest, &t.scale)
 	return g.n == 0
 }

@@ -1,0 +1,256 @@
+package keyrate
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+)
+
+// Algorithm is how a Limiter counts: WithAlgorithm chooses one.
+type Algorithm uint8
+
+const (
+	// SlidingLog is the exact sliding window, the default: at most limit
+	// events in any span of time as long as the window, kept as a log of
+	// the events' instants (4 bytes an event, or WithResolution's entries).
+	SlidingLog Algorithm = iota
+	// FixedWindow counts events per calendar window: windows start at whole
+	// multiples of their length since the Unix epoch (a minute's at every
+	// minute), and a window's count starts again at 0. O(1) memory per key
+	// (4 bytes per policy), at a price: a client can spend a whole limit at
+	// the end of one window and another at the start of the next, twice
+	// the limit in a span of one window (20 in two seconds under 10 per 10
+	// seconds, at 00:09 and 00:11).
+	FixedWindow
+	// GCRA is the generic cell rate algorithm, a token bucket that holds
+	// limit tokens and refills one every window/limit: a burst of limit,
+	// then one per window/limit (10 per 10 seconds: a burst of 10, then one a
+	// second). O(1) memory per key (4 bytes per policy). After a burst it
+	// keeps admitting at the refill rate, so any span of one window may
+	// hold up to nearly twice the limit.
+	GCRA
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "sliding log"
+	case FixedWindow:
+		return "fixed window"
+	case GCRA:
+		return "GCRA"
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
+}
+
+// WithAlgorithm chooses how the limiter counts (see Algorithm). Whatever
+// the algorithm, decisions are Decisions with the same fields and meaning,
+// several policies are decided together, and tiers, Wait and the janitor
+// work alike; only the guarantee differs. Default: SlidingLog.
+// WithResolution applies to SlidingLog alone.
+func WithAlgorithm(a Algorithm) Option {
+	return func(cfg *config) { cfg.algorithm = a }
+}
+
+// counters returns a key's state under FixedWindow or GCRA, a uint32 per
+// policy of t: in the log's inline slots for up to two policies, else in a
+// heap array the ring pointer holds (an O(1) log has no ring).
+func (g *eventLog) counters(t *tier) []uint32 {
+	k := uint32(len(t.policies))
+	if k <= uint32(len(g.inline)) {
+		return g.inline[:k]
+	}
+	if g.size < k {
+		c := make([]uint32, MaxPolicies)
+		g.ring, g.size = &c[0], MaxPolicies
+	}
+	return unsafe.Slice(g.ring, k)
+}
+
+// retier is called when a tier other than the one that last decided g
+// decides it. A log keeps its events across tiers; the counters of an O(1)
+// algorithm belong to the old tier's policies, and start afresh.
+func (g *eventLog) retier(t *tier) {
+	if t.algorithm != SlidingLog {
+		clear(g.inline[:])
+		if g.ring != nil && g.ring != &g.inline[0] {
+			clear(unsafe.Slice(g.ring, g.size))
+		}
+	}
+	g.tier = t.id
+}
+
+// decideCounted is decide under FixedWindow or GCRA: each policy's part
+// from its counter, the request admitted when every part has room, and the
+// counters then moved by n when record is set. Called with mu held.
+func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record bool) {
+	now = max(now, g.last)
+	prev := g.last
+	g.last = now
+	c := g.counters(t)
+	d.nparts = len(t.policies)
+	allowed := true
+	for i := range t.policies {
+		part := &d.parts[i]
+		part.Policy = t.policies[i]
+		if t.algorithm == FixedWindow {
+			t.fixedPart(part, i, &c[i], prev, now, n)
+		} else {
+			t.gcraPart(part, i, &c[i], prev, now, n)
+		}
+		allowed = allowed && part.Allowed
+	}
+	admitted := allowed && n > 0
+	for i := range t.policies {
+		part := &d.parts[i]
+		if t.algorithm == FixedWindow {
+			t.fixedDone(part, i, &c[i], now, n, admitted, record)
+		} else {
+			t.gcraDone(part, i, &c[i], now, n, admitted, record)
+		}
+	}
+	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
+}
+
+// idleCounted reports whether g's counters have all run out at now, so that
+// forgetting them changes nothing. Called with mu held.
+func (g *eventLog) idleCounted(now int64, t *tier) bool {
+	now = max(now, g.last)
+	prev := g.last
+	g.last = now
+	idle := true
+	for i := range t.policies {
+		c := &g.counters(t)[i]
+		if t.algorithm == FixedWindow {
+			if t.windowOf(i, now) != t.windowOf(i, prev) {
+				*c = 0
+			}
+		} else {
+			*c = t.rebase(*c, prev, now)
+		}
+		idle = idle && *c == 0
+	}
+	return idle
+}
+
+// windowOf returns the index of policy i's calendar window at instant at.
+func (t *tier) windowOf(i int, at int64) int64 {
+	return floorDiv(t.wall+at, int64(t.policies[i].Window))
+}
+
+// fixedPart works out FixedWindow policy i's part before the request is
+// recorded: its count, kept for the window of prev, is 0 in a later one.
+func (t *tier) fixedPart(part *PolicyDecision, i int, count *uint32, prev, now int64, n int) {
+	if t.windowOf(i, now) != t.windowOf(i, prev) {
+		*count = 0
+	}
+	limit := part.Limit
+	part.Remaining = max(limit-int(*count), 0)
+	end := (t.windowOf(i, now)+1)*int64(part.Window) - t.wall - now // until the window ends
+	switch {
+	case n == 0:
+		part.Allowed = true
+	case n < 0 || n > limit:
+	case int(*count)+n <= limit:
+		part.Allowed = true
+	default:
+		part.RetryAfter = time.Duration(end)
+	}
+	if *count > 0 {
+		part.ResetAfter, part.RefillAfter = time.Duration(end), time.Duration(end)
+	}
+}
+
+// fixedDone records an admitted request against FixedWindow policy i.
+func (t *tier) fixedDone(part *PolicyDecision, i int, count *uint32, now int64, n int, admitted, record bool) {
+	if !admitted {
+		return
+	}
+	part.Remaining -= n
+	end := (t.windowOf(i, now)+1)*int64(part.Window) - t.wall - now
+	part.ResetAfter, part.RefillAfter = time.Duration(end), time.Duration(end)
+	if record {
+		*count += uint32(n)
+	}
+}
+
+// A GCRA policy keeps its theoretical arrival time (TAT), the instant its
+// bucket is full again, in whole ticks of the tier's scale: v ticks after
+// the tick of the instant the log was last decided at, or at most that
+// instant when v is 0. Its arithmetic is in ticks too, a decision counting
+// from the end of now's tick as the log counts its events: exact, with no
+// rounding to creep in as the TAT is moved from one decision to the next.
+
+// rebase moves a TAT kept from prev to be kept from now, 0 if it has passed.
+func (t *tier) rebase(v uint32, prev, now int64) uint32 {
+	if v == 0 {
+		return 0
+	}
+	return uint32(max(t.scale.ceil(prev)+int64(v)-t.scale.ceil(now), 0))
+}
+
+// gcraPart works out GCRA policy i's part before the request is recorded.
+// With T the ticks between refills (window/limit, rounded up to a tick),
+// the bucket holds limit tokens: a request of weight n fits when the TAT it
+// would leave, max(TAT, now) + nT, is at most limit*T past now.
+func (t *tier) gcraPart(part *PolicyDecision, i int, tat *uint32, prev, now int64, n int) {
+	*tat = t.rebase(*tat, prev, now)
+	limit, every, full := int64(part.Limit), t.refill[i], int64(*tat)
+	part.Remaining = int(limit - ceilDiv(full, every))
+	switch {
+	case n == 0:
+		part.Allowed = true
+	case n < 0 || int64(n) > limit:
+	case full+int64(n)*every <= limit*every:
+		part.Allowed = true
+	default:
+		part.RetryAfter = t.after(now, full+int64(n)*every-limit*every)
+	}
+	part.ResetAfter = t.after(now, full)
+	part.RefillAfter = t.after(now, refillAfter(full, every))
+}
+
+// gcraDone records an admitted request against GCRA policy i.
+func (t *tier) gcraDone(part *PolicyDecision, i int, tat *uint32, now int64, n int, admitted, record bool) {
+	if !admitted {
+		return
+	}
+	every := t.refill[i]
+	full := int64(*tat) + int64(n)*every
+	part.Remaining = part.Limit - int(ceilDiv(full, every))
+	part.ResetAfter = t.after(now, full)
+	part.RefillAfter = t.after(now, refillAfter(full, every))
+	if record {
+		*tat = uint32(full)
+	}
+}
+
+// after returns how long from now until k ticks after now's tick ends; 0
+// for k == 0.
+func (t *tier) after(now, k int64) time.Duration {
+	if k == 0 {
+		return 0
+	}
+	return time.Duration(t.scale.instant(t.scale.ceil(now)+k) - now)
+}
+
+// refillAfter returns how many ticks until a bucket that is full in full
+// ticks, refilled every every ticks, holds one more token: 0 when it is full.
+func refillAfter(full, every int64) int64 {
+	if full <= 0 {
+		return 0
+	}
+	return full - (ceilDiv(full, every)-1)*every
+}
+
+// ceilDiv is a/b rounded up, for a >= 0 and b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv is a/b rounded towards minus infinity, for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
