@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -39,6 +41,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
+	}
+	if code == 0 {
+		// Every limiter's janitor and every reloader stopped with its test.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

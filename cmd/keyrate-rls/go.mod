@@ -7,6 +7,7 @@ require (
 	github.com/keyrate/keyrate v0.1.0
 	github.com/keyrate/keyrate/promlimit v0.1.0
 	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
