@@ -1,0 +1,531 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/keyrate/keyrate"
+)
+
+// ruleSet is one loaded configuration: each domain's tree of descriptors.
+// It is immutable once built; a reload builds another and swaps it in.
+type ruleSet struct {
+	domains map[string]*node
+	rules   []*rule // every rule, in the order of the file
+}
+
+// node is one descriptor of the configuration: a key, with a value or not,
+// and what lies beneath it.
+type node struct {
+	children  map[entry]*node // by key and value; value "" for a key without one
+	wildcards []wildcard      // the children whose value holds a '*', in file order
+	rule      *rule           // nil: no rate limit here
+	// perValue says that requests matched here keep a budget per value: a
+	// key without a value, or a wildcard value without share_threshold. A
+	// value written out in full is the same for every request it matches.
+	perValue bool
+}
+
+// entry is a descriptor entry: a key and a value.
+type entry struct{ key, value string }
+
+// wildcard is a child whose value is a pattern: each '*' matches any run
+// of characters, the rest matches itself.
+type wildcard struct {
+	key   string
+	parts []string // the value split at each '*'
+	node  *node
+}
+
+// rule is a rate limit of the configuration: a descriptor's rate_limit
+// (or rate_limits) block and how it applies.
+type rule struct {
+	domain string
+	// path identifies the rule across reloads: its domain and every key
+	// and value from the root down. A rule that keeps its path keeps its
+	// tier, and so its counts.
+	path string
+	// stat names the rule in metrics as envoyproxy/ratelimit names it in
+	// its stats: the keys from the root, each with its configured value
+	// ("message_type_marketing.to_number"). It holds no value a request
+	// sent.
+	stat string
+	line int
+	// limits are the rule's limits, decided together (keyrate's policies);
+	// empty when unlimited.
+	limits    []limit
+	unlimited bool
+	shadow    bool
+	replaces  []string
+	// blocked reports a limit of 0 requests per unit: every request is
+	// over it, and the store is never asked.
+	blocked bool
+	// tier is the name of the rule's tier in the store, which keys of the
+	// rule start with. The service sets it when it loads the rule set.
+	tier string
+}
+
+// limit is one limit of a rule.
+type limit struct {
+	name    string
+	perUnit int           // requests_per_unit, 0 to math.MaxInt32
+	window  time.Duration // unit (times multiplier) or window
+	// unit and multiplier are what current_limit reports: the configured
+	// unit, or for a window the largest unit it is a whole number of (see
+	// unitOf). multiplier 1 is not sent.
+	unit       rlspb.RateLimitResponse_RateLimit_Unit
+	multiplier uint32
+}
+
+// policies returns the rule's limits as keyrate policies, for its tier.
+func (r *rule) policies() []keyrate.Policy {
+	ps := make([]keyrate.Policy, len(r.limits))
+	for i, l := range r.limits {
+		ps[i] = keyrate.Policy{Name: l.name, Limit: l.perUnit, Window: l.window}
+	}
+	return ps
+}
+
+// named reports whether one of the rule's limits is called name.
+func (r *rule) named(name string) bool {
+	return name != "" && slices.ContainsFunc(r.limits, func(l limit) bool { return l.name == name })
+}
+
+// limitNamed returns the rule's limit called name, or its first limit when
+// none is (a single limit may be unnamed).
+func (r *rule) limitNamed(name string) *limit {
+	for i := range r.limits {
+		if r.limits[i].name == name {
+			return &r.limits[i]
+		}
+	}
+	return &r.limits[0]
+}
+
+// unitSpec is a unit a rate_limit block may name.
+type unitSpec struct {
+	name string
+	unit rlspb.RateLimitResponse_RateLimit_Unit
+	len  time.Duration
+}
+
+// units are the units a rate_limit block may name, as envoyproxy/ratelimit
+// accepts them (case does not matter), with their lengths: its month is 30
+// days and its year 365.
+var units = []unitSpec{
+	{"second", rlspb.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{"minute", rlspb.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{"hour", rlspb.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{"day", rlspb.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{"week", rlspb.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{"month", rlspb.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{"year", rlspb.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// unitOf says how current_limit reports a window: the largest of day,
+// hour, minute and second that divides it, times the number of them (3s is
+// SECOND times 3). A window that is not a whole number of seconds has no
+// unit the protocol can express: UNKNOWN, multiplier 1.
+func unitOf(w time.Duration) (rlspb.RateLimitResponse_RateLimit_Unit, uint32) {
+	for i := 3; i >= 0; i-- {
+		u := units[i]
+		if w%u.len == 0 && w/u.len <= math.MaxUint32 {
+			return u.unit, uint32(w / u.len)
+		}
+	}
+	return rlspb.RateLimitResponse_RateLimit_UNKNOWN, 1
+}
+
+// maxConfigErrors bounds the errors one load reports; past it, the rest of
+// the file is not worth reading before those are fixed.
+const maxConfigErrors = 20
+
+// parseConfig reads a configuration file: one YAML document per domain
+// (several documents may be separated by ---). An invalid file gives an
+// error naming the file and line of each problem found, up to
+// maxConfigErrors of them. Errors never quote a descriptor value: values
+// may be credentials (an API key given its own limit).
+func parseConfig(file string, data []byte) (*ruleSet, error) {
+	p := &parser{file: file, rs: &ruleSet{domains: map[string]*node{}}, domainLine: map[string]int{}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// yaml.v3's messages carry their line ("yaml: line 3: ...").
+			p.errs = append(p.errs, fmt.Errorf("%s: %w", file, err))
+			break
+		}
+		if len(doc.Content) == 1 && doc.Content[0].Tag != "!!null" { // an empty document holds nothing
+			p.document(doc.Content[0])
+		}
+		if len(p.errs) >= maxConfigErrors {
+			break
+		}
+	}
+	if len(p.rs.domains) == 0 && len(p.errs) == 0 {
+		// Most likely a file caught half written: loading it would drop
+		// every rule.
+		p.errs = append(p.errs, fmt.Errorf("%s: no domain: the file is empty", file))
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return p.rs, nil
+}
+
+type parser struct {
+	file       string
+	rs         *ruleSet
+	domainLine map[string]int
+	errs       []error
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	if len(p.errs) < maxConfigErrors {
+		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
+	}
+}
+
+// resolve follows an alias (*name) to the node its anchor (&name) marks,
+// so that a configuration may reuse a block.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// fields checks that n is a mapping of the allowed keys, each once, and
+// returns its values by key, aliases resolved.
+func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s: want a mapping, found %s", what, kindOf(n))
+		return nil, false
+	}
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case !slices.Contains(allowed, k.Value):
+			p.errorf(k, "%s: unknown field %q, want one of %s", what, k.Value, strings.Join(allowed, ", "))
+			ok = false
+		case out[k.Value] != nil:
+			p.errorf(k, "%s: field %s given twice", what, k.Value)
+			ok = false
+		default:
+			out[k.Value] = resolve(v)
+		}
+	}
+	return out, ok
+}
+
+func kindOf(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	if n.Tag == "!!null" {
+		return "nothing"
+	}
+	return "a scalar"
+}
+
+// text returns a scalar's text ("" for null): a key or value written as a
+// number (value: 500) is its digits, as envoyproxy/ratelimit reads it.
+func (p *parser) text(n *yaml.Node, field string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, "%s: want a string, found %s", field, kindOf(n))
+		return "", false
+	}
+	if n.Tag == "!!null" {
+		return "", true
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+		p.errorf(n, "%s: want true or false", field)
+		return false
+	}
+	return b
+}
+
+// document reads one domain.
+func (p *parser) document(n *yaml.Node) {
+	f, ok := p.fields(n, "top level", "domain", "descriptors")
+	if !ok {
+		return
+	}
+	dn := f["domain"]
+	if dn == nil {
+		p.errorf(n, "domain is missing")
+		return
+	}
+	domain, ok := p.text(dn, "domain")
+	switch {
+	case !ok:
+		return
+	case domain == "":
+		p.errorf(dn, "domain is empty")
+		return
+	case p.domainLine[domain] != 0:
+		p.errorf(dn, "domain %q is given twice (first at line %d)", domain, p.domainLine[domain])
+		return
+	}
+	p.domainLine[domain] = dn.Line
+	root := &node{children: map[entry]*node{}}
+	p.rs.domains[domain] = root
+	if ds := f["descriptors"]; ds != nil {
+		p.descriptors(ds, root, domain, domain, "")
+	}
+}
+
+// descriptors reads a list of descriptors into parent; path and stat are
+// the parent's (see rule).
+func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat string) {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		if n.Tag != "!!null" {
+			p.errorf(n, "descriptors: want a list, found %s", kindOf(n))
+		}
+		return
+	}
+	lines := map[entry]int{}
+	for _, dn := range n.Content {
+		f, ok := p.fields(dn, "descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
+			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
+		if !ok {
+			continue
+		}
+		var e entry
+		if kn := f["key"]; kn == nil {
+			p.errorf(dn, "descriptor: key is missing")
+			continue
+		} else if e.key, ok = p.text(kn, "key"); !ok {
+			continue
+		} else if e.key == "" {
+			p.errorf(kn, "descriptor: key is empty")
+			continue
+		}
+		if vn := f["value"]; vn != nil {
+			if e.value, ok = p.text(vn, "value"); !ok {
+				continue
+			}
+		}
+		if first, dup := lines[e]; dup {
+			// The value stays out of the message: it may be a credential.
+			p.errorf(f["key"], "descriptor: key %q with the same value is given twice at this level (first at line %d)", e.key, first)
+			continue
+		}
+		lines[e] = f["key"].Line
+		child := &node{children: map[entry]*node{}, perValue: e.value == ""}
+		shared := false
+		if sn := f["share_threshold"]; sn != nil && p.boolean(sn, "share_threshold") {
+			if !strings.Contains(e.value, "*") {
+				p.errorf(sn, "share_threshold: only a value with a wildcard (*) can share its threshold")
+			}
+			shared = true
+		}
+		if qn := f["quota_mode"]; qn != nil && p.boolean(qn, "quota_mode") {
+			p.errorf(qn, "quota_mode is not supported")
+		}
+		for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
+			if vn := f[ignored]; vn != nil {
+				p.boolean(vn, ignored) // checked, then ignored: metrics never hold a request's values
+			}
+		}
+		if strings.Contains(e.value, "*") {
+			child.perValue = !shared
+			parent.wildcards = append(parent.wildcards, wildcard{key: e.key, parts: strings.Split(e.value, "*"), node: child})
+		}
+		parent.children[e] = child
+
+		childPath := path + "\x00" + e.key + "\x00" + e.value
+		childStat := e.key
+		if e.value != "" {
+			childStat += "_" + e.value
+		}
+		if stat != "" {
+			childStat = stat + "." + childStat
+		}
+		shadow := false
+		if sn := f["shadow_mode"]; sn != nil {
+			shadow = p.boolean(sn, "shadow_mode")
+		}
+		rl, rls := f["rate_limit"], f["rate_limits"]
+		switch {
+		case rl != nil && rls != nil:
+			p.errorf(rls, "descriptor: give rate_limit or rate_limits, not both")
+		case rl != nil || rls != nil:
+			r := &rule{domain: domain, path: childPath, stat: childStat, line: f["key"].Line, shadow: shadow}
+			if rl != nil {
+				r.line = rl.Line
+				p.rateLimits(r, []*yaml.Node{rl}, "rate_limit")
+			} else if rls.Kind != yaml.SequenceNode || len(rls.Content) == 0 {
+				p.errorf(rls, "rate_limits: want a list of 1 to %d limits", keyrate.MaxPolicies)
+			} else {
+				r.line = rls.Line
+				p.rateLimits(r, rls.Content, "rate_limits")
+			}
+			child.rule = r
+			p.rs.rules = append(p.rs.rules, r)
+		}
+		if ds := f["descriptors"]; ds != nil {
+			p.descriptors(ds, child, domain, childPath, childStat)
+		}
+	}
+}
+
+// rateLimits reads a rule's limits: a rate_limit block (one element) or
+// the elements of a rate_limits list.
+func (p *parser) rateLimits(r *rule, ns []*yaml.Node, field string) {
+	if len(ns) > keyrate.MaxPolicies {
+		p.errorf(ns[keyrate.MaxPolicies], "%s: %d limits, want at most %d", field, len(ns), keyrate.MaxPolicies)
+		return
+	}
+	names := map[string]int{}
+	for i, n := range ns {
+		n = resolve(n)
+		what := field
+		if field == "rate_limits" {
+			what = fmt.Sprintf("rate_limits[%d]", i)
+		}
+		f, ok := p.fields(n, what, "unit", "window", "requests_per_unit", "unlimited", "name", "replaces")
+		if !ok {
+			continue
+		}
+		var l limit
+		if nn := f["name"]; nn != nil {
+			if l.name, ok = p.text(nn, what+".name"); !ok {
+				continue
+			}
+		}
+		if rn := f["replaces"]; rn != nil {
+			p.replaces(r, rn, what, l.name)
+		}
+		unlimited := false
+		if un := f["unlimited"]; un != nil {
+			unlimited = p.boolean(un, what+".unlimited")
+		}
+		unit, window := f["unit"], f["window"]
+		if unlimited {
+			switch {
+			case len(ns) > 1:
+				p.errorf(f["unlimited"], "%s: an unlimited limit must be the descriptor's only one", what)
+			case unit != nil || window != nil:
+				p.errorf(n, "%s: an unlimited limit takes no unit or window", what)
+			}
+			r.unlimited = true
+			continue
+		}
+		switch {
+		case unit != nil && window != nil:
+			p.errorf(window, "%s: give unit or window, not both", what)
+			continue
+		case unit != nil:
+			s, ok := p.text(unit, what+".unit")
+			if !ok {
+				continue
+			}
+			i := slices.IndexFunc(units, func(u unitSpec) bool { return strings.EqualFold(u.name, s) })
+			if i < 0 {
+				p.errorf(unit, "%s: unit %q, want second, minute, hour, day, week, month or year (or window: a duration)", what, s)
+				continue
+			}
+			l.unit, l.window, l.multiplier = units[i].unit, units[i].len, 1
+		case window != nil:
+			s, ok := p.text(window, what+".window")
+			if !ok {
+				continue
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				p.errorf(window, "%s: window %q, want a positive duration such as 3s, 90s or 1h30m", what, s)
+				continue
+			}
+			l.window = d
+			l.unit, l.multiplier = unitOf(d)
+		default:
+			p.errorf(n, "%s: unit (or window) is missing", what)
+			continue
+		}
+		rpu := f["requests_per_unit"]
+		if rpu == nil {
+			p.errorf(n, "%s: requests_per_unit is missing (0 refuses every request; write it out to mean that)", what)
+			continue
+		}
+		v, err := strconv.ParseInt(rpu.Value, 10, 64)
+		if rpu.Kind != yaml.ScalarNode || rpu.Tag != "!!int" || err != nil || v < 0 || v > math.MaxInt32 {
+			p.errorf(rpu, "%s: requests_per_unit %q, want a whole number from 0 to %d", what, rpu.Value, math.MaxInt32)
+			continue
+		}
+		l.perUnit = int(v)
+		if l.perUnit == 0 {
+			r.blocked = true
+		}
+		if len(ns) > 1 {
+			if l.name == "" {
+				p.errorf(n, "%s: name is missing: each of several limits needs a name of its own", what)
+				continue
+			}
+			if first, dup := names[l.name]; dup {
+				p.errorf(f["name"], "%s: name %q is already that of the limit at line %d", what, l.name, first)
+				continue
+			}
+			names[l.name] = f["name"].Line
+		}
+		r.limits = append(r.limits, l)
+	}
+}
+
+// replaces reads a limit's replaces list into r.
+func (p *parser) replaces(r *rule, n *yaml.Node, what, own string) {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s.replaces: want a list of {name: ...}, found %s", what, kindOf(n))
+		return
+	}
+	for _, e := range n.Content {
+		f, ok := p.fields(e, what+".replaces", "name")
+		if !ok {
+			continue
+		}
+		nn := f["name"]
+		if nn == nil {
+			p.errorf(e, "%s.replaces: name is missing", what)
+			continue
+		}
+		name, ok := p.text(nn, what+".replaces.name")
+		switch {
+		case !ok:
+		case name == "":
+			p.errorf(nn, "%s.replaces: name is empty", what)
+		case name == own:
+			p.errorf(nn, "%s.replaces: a limit cannot replace itself (%q)", what, name)
+		default:
+			r.replaces = append(r.replaces, name)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/keyrate/keyrate"
+)
+
+// store is what the service needs from where budgets live. Keys start with
+// the name of their tier and a zero byte (see storeKey); a tier's policies
+// are the limits of one rule, set by SetTier before any key of it is
+// decided.
+type store interface {
+	// TakeAll decides a request of weight n that counts against every one
+	// of keys, each under its tier's policies: admitted only when every key
+	// has room, and then recorded against all of them, atomically; a
+	// refusal records nothing anywhere. It returns each key's Decision in
+	// the order of keys; a key with room in a refused request is described
+	// as it stands. An error means no decision could be had.
+	TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error)
+	// SetTier makes policies the limits of every key of tier name, from its
+	// next decision on, keeping the events already recorded against it: a
+	// reload that changes a rule's limits keeps its counts.
+	SetTier(name string, policies []keyrate.Policy) error
+	// Close releases the store.
+	Close() error
+}
+
+// limiterStore keeps budgets in this process: one keyrate.Limiter, a tier
+// per rule. Right for a single replica; several replicas each keep their
+// own budgets.
+type limiterStore struct {
+	l *keyrate.Limiter
+}
+
+// placeholderPolicy is the limiter's default tier, which no key uses:
+// every key names its tier, set before the key is first decided. It is
+// one request a minute so that a key that somehow fell to it would be
+// held tight, never let through unlimited.
+var placeholderPolicy = keyrate.Policy{Limit: 1, Window: time.Minute}
+
+// newLimiterStore returns an in-process store that tracks at most maxKeys
+// budgets (0: no bound), deciding on clock (nil: the system clock).
+func newLimiterStore(maxKeys int, clock keyrate.Clock) (*limiterStore, error) {
+	opts := []keyrate.Option{
+		keyrate.WithTiers(tierOf, nil),
+		keyrate.WithMaxKeys(maxKeys),
+		// An idle key is swept within a minute of its last event leaving
+		// its window; the default would follow the placeholder's window.
+		keyrate.WithJanitorInterval(time.Minute),
+	}
+	if clock != nil {
+		opts = append(opts, keyrate.WithClock(clock))
+	}
+	l, err := keyrate.NewPolicies([]keyrate.Policy{placeholderPolicy}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &limiterStore{l: l}, nil
+}
+
+// TakeAll decides in memory; it fails only when ctx is already done.
+func (s *limiterStore) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	ds, ok := s.l.TakeAll(keys, n)
+	return ds, ok, nil
+}
+
+// SetTier sets a rule's policies on the limiter.
+func (s *limiterStore) SetTier(name string, policies []keyrate.Policy) error {
+	return s.l.SetTier(name, policies)
+}
+
+// Close stops the limiter's janitor.
+func (s *limiterStore) Close() error { return s.l.Close() }
