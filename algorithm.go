@@ -254,3 +254,33 @@ func floorDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// refundCounted is refund under FixedWindow or GCRA: n events decided at
+// instant at leave each policy's count while its window lasts, or give
+// the bucket back n tokens. It reports whether any policy had something to
+// give back. Called with mu held.
+func (g *eventLog) refundCounted(now, at int64, n int, t *tier) bool {
+	now = max(now, g.last)
+	prev := g.last
+	g.last = now
+	gave := false
+	for i := range t.policies {
+		c := &g.counters(t)[i]
+		if t.algorithm == FixedWindow {
+			if t.windowOf(i, now) != t.windowOf(i, prev) {
+				*c = 0
+			}
+			if *c > 0 && t.windowOf(i, at) == t.windowOf(i, now) {
+				*c -= min(uint32(n), *c)
+				gave = true
+			}
+			continue
+		}
+		*c = t.rebase(*c, prev, now)
+		if *c > 0 {
+			*c = uint32(max(int64(*c)-int64(n)*t.refill[i], 0))
+			gave = true
+		}
+	}
+	return gave
+}

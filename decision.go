@@ -58,10 +58,39 @@ type Decision struct {
 	// evicted. Without WithRefuseNewKeys a full limiter makes room for new
 	// keys instead, and never sets it.
 	Overflow bool
+	// Receipt identifies what an admitted decision recorded, so that the
+	// backend that made it can give it back (Refund). It is zero when
+	// nothing was recorded: a refusal, a weight of 0, Peek, or a Decision
+	// already refunded.
+	Receipt Receipt
 
 	parts  [MaxPolicies]PolicyDecision
 	nparts int
 }
+
+// Receipt identifies the events an admitted decision recorded: how many,
+// the instant they were decided at on the backend's clock, and the store
+// that holds them, in terms only the backend that made it reads. Backends
+// other than *Limiter make theirs with NewReceipt.
+type Receipt struct {
+	at time.Time
+	n  int
+	id uint64
+}
+
+// NewReceipt returns the Receipt of n events recorded at instant at, in
+// the store a backend calls id.
+func NewReceipt(at time.Time, n int, id uint64) Receipt { return Receipt{at, n, id} }
+
+// At returns the instant the events were decided at, on the backend's
+// clock (the Redis server's for the Redis backend).
+func (r Receipt) At() time.Time { return r.at }
+
+// N returns how many events were recorded: 0 for the zero Receipt.
+func (r Receipt) N() int { return r.n }
+
+// ID returns what the backend calls the store that holds them.
+func (r Receipt) ID() uint64 { return r.id }
 
 // PolicyDecision is one policy's part of a Decision.
 //

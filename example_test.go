@@ -307,3 +307,41 @@ func ExampleWithAlgorithm() {
 	// fixed window: 20 of 20
 	// GCRA: 12 of 20
 }
+
+// A login endpoint that counts only failed attempts: every attempt is
+// decided, and a successful one is refunded, leaving the log exactly as if
+// it had never been made.
+func ExampleLimiter_Refund() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := keyrate.New(3, 15*time.Minute, keyrate.WithClock(clock)) // 3 failures per 15 minutes
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	login := func(user, password string) string {
+		d := limiter.Take(user, 1)
+		if !d.Allowed {
+			return fmt.Sprintf("locked for %v", d.RetryAfter)
+		}
+		if password == "right" {
+			if err := limiter.Refund(user, &d); err != nil {
+				panic(err)
+			}
+			return "welcome"
+		}
+		return "wrong password"
+	}
+	for _, pw := range []string{"right", "right", "wrong", "right", "wrong", "wrong", "right"} {
+		fmt.Println(login("alice", pw))
+		clock.Advance(time.Minute)
+	}
+	// Output:
+	// welcome
+	// welcome
+	// wrong password
+	// welcome
+	// wrong password
+	// wrong password
+	// locked for 11m0s
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
@@ -196,8 +197,56 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	}
 	g.decide(d, now, n, t, true)
 	at := g.last
+	if d.Allowed && n > 0 {
+		d.Receipt = l.receipt(g, n)
+	}
 	g.mu.Unlock()
 	return at
+}
+
+// receipt returns the Receipt of n events g recorded at its last instant.
+// Called with g.mu held.
+func (l *Limiter) receipt(g *eventLog, n int) Receipt {
+	return Receipt{at: l.base.Add(time.Duration(g.last)), n: n, id: uint64(uintptr(unsafe.Pointer(g)))}
+}
+
+// ErrNothingToRefund is wrapped by Refund's error when it gives nothing
+// back: the decision recorded nothing (a refusal, a weight of 0, Peek), was
+// refunded already, or is another key's, or the key's log no longer holds
+// its events (they left the window, or the key was evicted or Reset).
+var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
+
+// Refund gives back exactly the events the admitted decision *d recorded
+// for key, as if its request had never been made: the instants it
+// recorded leave the log (not the newest events, which would let a later
+// window hold more than the limit), from every policy at once. Under
+// FixedWindow the events leave their window's count while it lasts; under
+// GCRA the bucket gets their tokens back.
+//
+// It consumes d's Receipt, so that refunding *d again returns an error
+// wrapping ErrNothingToRefund and changes nothing. Refund each Decision
+// once: a copy of it still holds the Receipt, and when other requests of
+// the key recorded events at the same instant, refunding the copy too
+// would give back theirs. Any other failure (see ErrNothingToRefund)
+// changes nothing either.
+func (l *Limiter) Refund(key string, d *Decision) error {
+	if d == nil || d.Receipt.n <= 0 {
+		return fmt.Errorf("%w: the decision recorded nothing, or was refunded already", ErrNothingToRefund)
+	}
+	now := l.now()
+	g := l.lock(key, false)
+	if g == nil {
+		return fmt.Errorf("%w: the key holds no events", ErrNothingToRefund)
+	}
+	defer g.mu.Unlock()
+	if uint64(uintptr(unsafe.Pointer(g))) != d.Receipt.id {
+		return fmt.Errorf("%w: the decision is another key's, or the key was evicted since", ErrNothingToRefund)
+	}
+	if !g.refund(now, int64(d.Receipt.at.Sub(l.base)), d.Receipt.n, l.retention(g)) {
+		return fmt.Errorf("%w: the key no longer holds the decision's events", ErrNothingToRefund)
+	}
+	d.Receipt = Receipt{}
+	return nil
 }
 
 // TakeAll decides a request of weight n that counts against every one of
@@ -210,7 +259,7 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 // When the request is refused, a key that had room is described as it
 // stands, the request not recorded, as Take(key, 0) would describe it. A
 // key given twice counts the request twice (its weight is 2n), and both
-// places get its one Decision. Each key is under its own tier (WithTiers).
+// places get its one Decision: refund it once (see Refund). Each key is under its own tier (WithTiers).
 // No keys at all admit the request.
 //
 // The keys' logs are locked together, in the order of the keys, so that
@@ -309,6 +358,9 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 			}
 			*p.d = Decision{}
 			p.g.decide(p.d, p.g.last, w, p.t, allowed)
+			if allowed && w > 0 {
+				p.d.Receipt = l.receipt(p.g, w)
+			}
 		}
 		p.g.mu.Unlock()
 	}

@@ -298,6 +298,44 @@ func (g *eventLog) resize(c uint32, s *scale) {
 	g.ring, g.size, g.head = &ring[0], uint32(len(ring))/wd, 0
 }
 
+// remove takes the k entries from index i out of the log, moving the
+// fewer of the entries before them and after them to close the gap.
+func (g *eventLog) remove(i, k uint32, s *scale) {
+	wd := width(s)
+	if i < g.n-i-k { // the older side is the shorter: move it towards the newest
+		for j := i; j > 0; j-- {
+			for w := range wd {
+				*g.slot(j-1+k, wd, w) = *g.slot(j-1, wd, w)
+			}
+		}
+		g.head += k
+		if g.head >= g.size {
+			g.head -= g.size
+		}
+	} else {
+		for j := i + k; j < g.n; j++ {
+			for w := range wd {
+				*g.slot(j-k, wd, w) = *g.slot(j, wd, w)
+			}
+		}
+	}
+	g.n -= k
+	g.drop(0, s)
+}
+
+// unpushCounted takes weight k from entry i under WithResolution: the
+// running totals of the entries after it fall by k, and the entry goes
+// when nothing is left of it.
+func (g *eventLog) unpushCounted(i, k uint32, s *scale) {
+	for j := i + 1; j < g.n; j++ {
+		*g.slot(j, 2, 1) -= k
+	}
+	g.inline[0] -= k
+	if g.count(i, s) == g.count(i+1, s) {
+		g.remove(i, 1, s)
+	}
+}
+
 // settle moves the log to instant now and drops the entries that have left
 // the window at s's ticks. It returns the instant to decide at: now, unless
 // now is before the newest instant already decided at for this key (a clock

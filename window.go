@@ -172,3 +172,37 @@ func (t *tier) overflow(d *Decision) {
 	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
 	d.Overflow = true
 }
+
+// refund gives back n events decided at instant at, held by g under tier t,
+// and reports whether it could. It first settles the log at now, so that
+// events that have left the window count as gone. Called with mu held.
+func (g *eventLog) refund(now, at int64, n int, t *tier) bool {
+	if t.algorithm != SlidingLog {
+		return g.refundCounted(now, at, n, t)
+	}
+	s := &t.scale
+	g.settle(now, t.longest, s)
+	if g.n == 0 || at > g.last {
+		return false
+	}
+	r := s.ceil(g.last)
+	age := r - s.ceil(at)
+	if age >= int64(windowAge(g.last, t.longest, r, s)) {
+		return false // it has left the window
+	}
+	// The entries of at's tick: a run, as ages fall towards the newest.
+	from := g.firstInFrom(0, uint32(age)+1, r, s)
+	to := g.firstInFrom(0, uint32(age), r, s)
+	if s.wide() {
+		if to-from != 1 || g.count(from, s)-g.count(to, s) < n {
+			return false
+		}
+		g.unpushCounted(from, uint32(n), s)
+		return true
+	}
+	if int(to-from) < n {
+		return false
+	}
+	g.remove(to-uint32(n), uint32(n), s)
+	return true
+}

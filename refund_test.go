@@ -1,0 +1,279 @@
+package keyrate
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// TestRefundRemovesItsOwnInstants refunds an older decision while a newer
+// one stands: the window afterwards holds the newer one's instant, so the
+// key waits for it, not for the refunded one. Removing the newest event
+// instead would let the window at 9s hold 2 events from 0s, 5s... and then
+// a third at 10s.
+func TestRefundRemovesItsOwnInstants(t *testing.T) {
+	l, c := newManual(t, 2, 10*time.Second)
+	first := l.Take("k", 1) // 0s
+	c.Set(t0.Add(5 * time.Second))
+	require.True(t, l.Take("k", 1).Allowed) // 5s
+	c.Set(t0.Add(6 * time.Second))
+	require.NoError(t, l.Refund("k", &first))
+	assert.Zero(t, first.Receipt, "a refund consumes its receipt")
+	require.True(t, l.Allow("k"), "room again at 6s")
+	d := l.Take("k", 1)
+	require.False(t, d.Allowed)
+	assert.Equal(t, 9*time.Second, d.RetryAfter, "the event of 5s leaves at 15s; the refunded one of 0s is gone")
+}
+
+// TestRefundErrors checks what Refund refuses, and that it changes nothing
+// when it does.
+func TestRefundErrors(t *testing.T) {
+	l, c := newManual(t, 2, 10*time.Second)
+	held := func(key string) int { return 2 - noReceipt(l.Take(key, 0)).Remaining }
+
+	admitted := l.Take("a", 1)
+	require.True(t, admitted.Allowed)
+	l.Take("a", 1)
+	refused := l.Take("a", 1)
+	require.False(t, refused.Allowed)
+	assert.ErrorIs(t, l.Refund("a", &refused), ErrNothingToRefund, "a refusal recorded nothing")
+	assert.ErrorIs(t, l.Refund("a", nil), ErrNothingToRefund)
+	weightless := l.Take("a", 0)
+	assert.ErrorIs(t, l.Refund("a", &weightless), ErrNothingToRefund)
+
+	l.Take("b", 1)
+	copied := admitted
+	assert.ErrorIs(t, l.Refund("b", &copied), ErrNothingToRefund, "another key's decision")
+	assert.Equal(t, 1, held("b"))
+	assert.Equal(t, 2, held("a"))
+
+	require.NoError(t, l.Refund("a", &admitted))
+	assert.ErrorIs(t, l.Refund("a", &admitted), ErrNothingToRefund, "refunded already")
+	assert.Equal(t, 1, held("a"))
+
+	again := l.Take("a", 1)
+	l.Reset("a")
+	l.Take("a", 1)
+	assert.ErrorIs(t, l.Refund("a", &again), ErrNothingToRefund, "the key's log was reset since")
+	assert.Equal(t, 1, held("a"))
+
+	late := l.Take("c", 1)
+	c.Advance(10 * time.Second)
+	l.Take("c", 2)
+	assert.ErrorIs(t, l.Refund("c", &late), ErrNothingToRefund, "its events left the window")
+	assert.Equal(t, 2, held("c"))
+}
+
+// TestRefundUnderPolicies checks that refunded events leave every policy,
+// under a resolution too, where they share an entry with other events.
+func TestRefundUnderPolicies(t *testing.T) {
+	policies := []Policy{{"second", 3, time.Second}, {"minute", 5, time.Minute}}
+	for _, opts := range [][]Option{nil, {WithResolution(time.Second)}} {
+		c := NewManualClock(t0)
+		l, err := NewPolicies(policies, append(opts, WithClock(c), WithJanitorInterval(0))...)
+		require.NoError(t, err)
+		a := l.Take("k", 2)
+		b := l.Take("k", 1)
+		require.True(t, b.Allowed)
+		require.NoError(t, l.Refund("k", &a))
+		d := noReceipt(l.Take("k", 0))
+		assert.Equal(t, []int{2, 4}, []int{d.Policies()[0].Remaining, d.Policies()[1].Remaining}, "%v", opts)
+		c.Advance(2 * time.Second)
+		require.NoError(t, l.Refund("k", &b), "still in the minute's window")
+		d = noReceipt(l.Take("k", 0))
+		assert.Equal(t, 5, d.Policies()[1].Remaining, "%v", opts)
+		l.Close()
+	}
+}
+
+// TestRefundTakeAll refunds each key of an admitted request.
+func TestRefundTakeAll(t *testing.T) {
+	l, _ := newManual(t, 3, time.Minute)
+	ds, ok := l.TakeAll([]string{"user", "org"}, 2)
+	require.True(t, ok)
+	require.NoError(t, l.Refund("user", &ds[0]))
+	require.NoError(t, l.Refund("org", &ds[1]))
+	assert.Equal(t, 3, noReceipt(l.Take("org", 0)).Remaining)
+}
+
+// TestRefundAlgorithms checks refunds under the O(1) algorithms: events
+// leave their fixed window while it lasts; the bucket gets its tokens back.
+func TestRefundAlgorithms(t *testing.T) {
+	l, c := newManual(t, 2, 10*time.Second, WithAlgorithm(FixedWindow))
+	d := l.Take("k", 2)
+	require.NoError(t, l.Refund("k", &d))
+	assert.True(t, l.AllowN("k", 2), "the window's count went back to 0")
+	c.Advance(10 * time.Second)
+	d = l.Take("k", 1)
+	c.Advance(10 * time.Second)
+	assert.ErrorIs(t, l.Refund("k", &d), ErrNothingToRefund, "its window has ended")
+
+	g, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
+	d = g.Take("k", 10)
+	require.False(t, g.Allow("k"))
+	require.NoError(t, g.Refund("k", &d))
+	assert.True(t, g.AllowN("k", 10), "ten tokens back")
+	c.Advance(time.Hour)
+	d = g.Take("k", 1)
+	c.Advance(time.Hour)
+	assert.ErrorIs(t, g.Refund("k", &d), ErrNothingToRefund, "the bucket is full already")
+}
+
+// TestRefundConcurrent takes and refunds on a few keys from many
+// goroutines: every key ends holding exactly what was admitted and not
+// refunded.
+func TestRefundConcurrent(t *testing.T) {
+	l, _ := newManual(t, 1000, time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	kept := map[string]int{}
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				key := fmt.Sprint("k", (w+i)%3)
+				d := l.Take(key, 1+i%3)
+				if !d.Allowed {
+					continue
+				}
+				if i%2 == 0 {
+					require.NoError(t, l.Refund(key, &d))
+					continue
+				}
+				mu.Lock()
+				kept[key] += 1 + i%3
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for key, n := range kept {
+		assert.Equal(t, 1000-n, noReceipt(l.Take(key, 0)).Remaining, "key %s", key)
+	}
+}
+
+// TestRefundModel drives a limiter of 1 to 3 policies and the naive model
+// with random takes, refunds (of admitted, refused, refunded and other keys'
+// decisions), resets and clock moves, some backwards. Every decision equals
+// the model's, in which a refunded decision's events were never recorded,
+// and no window of any policy ever holds more than its limit of the events
+// that were not refunded.
+func TestRefundModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		policies := drawPolicies(t, "policies")
+		var opts []Option
+		if rapid.Bool().Draw(t, "resolution") {
+			shortest := policies[0].Window
+			for _, p := range policies {
+				shortest = min(shortest, p.Window)
+			}
+			opts = append(opts, WithResolution(shortest/2))
+		}
+		c := NewManualClock(t0)
+		l, err := NewPolicies(policies, append(opts, WithClock(c), WithJanitorInterval(0))...)
+		require.NoError(t, err)
+		defer l.Close()
+		exact := len(opts) == 0
+		m := newModel(policies)
+		type taken struct {
+			key      string
+			d        Decision
+			at       int64
+			n        int
+			refunded bool
+			gen      int // the key's log it was recorded in
+		}
+		var decisions []*taken
+		gen := map[string]int{}
+		keys := []string{"a", "b"}
+		for i := range rapid.IntRange(1, 200).Draw(t, "steps") {
+			if rapid.IntRange(0, 2).Draw(t, "move") > 0 {
+				c.Advance(time.Duration(rapid.IntRange(-2, 8).Draw(t, "step")) * time.Second / 2)
+			}
+			now := int64(c.Now().Sub(t0))
+			key := rapid.SampledFrom(keys).Draw(t, "key")
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op < 6:
+				n := rapid.IntRange(0, 3).Draw(t, "n")
+				want := m.decide(key, n, now, true)
+				got := l.Take(key, n)
+				if exact {
+					require.Equal(t, want, noReceipt(got), "step %d: Take(%q, %d)", i, key, n)
+				}
+				require.Equal(t, got.Allowed && n > 0, got.Receipt.N() > 0, "step %d: a receipt for what was recorded", i)
+				if !exact && got.Allowed != want.Allowed {
+					// Under a resolution the limiter may refuse up to a tick
+					// early: keep the model where the limiter is.
+					require.False(t, got.Allowed, "step %d: admitted what the exact model refuses", i)
+					k := m.keys[key]
+					k.events = k.events[:len(k.events)-n]
+					m.history[key] = m.history[key][:len(m.history[key])-n]
+				}
+				at := now
+				if k, ok := m.keys[key]; ok {
+					at = k.last
+				}
+				decisions = append(decisions, &taken{key: key, d: got, at: at, n: n, gen: gen[key]})
+			case op < 9 && len(decisions) > 0:
+				tk := rapid.SampledFrom(decisions).Draw(t, "decision")
+				on := key // sometimes another key's
+				hadReceipt := tk.d.Receipt.N() > 0
+				err := l.Refund(on, &tk.d)
+				k, tracked := m.keys[on]
+				held := 0
+				if tracked && hadReceipt && on == tk.key && gen[on] == tk.gen { // the limiter settles the log it finds
+					k.last = max(k.last, now)
+					k.events = inWindow(k.events, k.last, m.longest())
+				}
+				if tracked {
+					for _, e := range k.events {
+						if e == tk.at {
+							held++
+						}
+					}
+				}
+				mine := on == tk.key && !tk.refunded && tk.n > 0 && tk.d.Allowed && gen[on] == tk.gen
+				ok := mine && held >= tk.n
+				if !exact && mine && !ok {
+					// Under a resolution events live up to a tick past their
+					// window: whether they are still held is the limiter's
+					// to say, and the model no longer counts them.
+					if err == nil {
+						tk.refunded = true
+					}
+					continue
+				}
+				if !ok {
+					require.ErrorIs(t, err, ErrNothingToRefund, "step %d: refund of %+v on %q", i, tk, on)
+					continue
+				}
+				require.NoError(t, err, "step %d: refund of %+v on %q", i, tk, on)
+				tk.refunded = true
+				for range tk.n {
+					k.events = removeOne(k.events, tk.at)
+					m.history[on] = removeOne(m.history[on], tk.at)
+				}
+			default:
+				l.Reset(key)
+				delete(m.keys, key)
+				m.history[key] = nil
+				gen[key]++
+			}
+		}
+		m.checkExact(t)
+	})
+}
+
+// removeOne returns events without one event at instant at.
+func removeOne(events []int64, at int64) []int64 {
+	for i, e := range events {
+		if e == at {
+			return append(events[:i:i], events[i+1:]...)
+		}
+	}
+	return events
+}
