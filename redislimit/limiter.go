@@ -18,7 +18,8 @@
 //
 // The sliding log keeps a compact string per key: 8 bytes per instant at
 // which the key admitted events still in its longest window (MEMORY USAGE:
-// about 8 KB for 1,000 events). A key still
+// about 8 KB for 1,000 events). WithResolution bounds that whatever the
+// limit, at the cost of refusals up to one resolution early. A key still
 // in the sorted set of earlier releases is merged into its log at its
 // first decision, so an upgrade forgets no event admitted before it, nor a
 // rolling deploy any admitted during it. Replicas not yet upgraded read
@@ -93,6 +94,7 @@ type Limiter struct {
 	prefix  string
 	suffix  string
 	legacy  string // the sliding log's suffix in earlier releases; "" for the fixed window
+	res     int64  // WithResolution, in microseconds; 0: none
 	timeout time.Duration
 	clock   keyrate.Clock
 	direct  bool       // the client stops at ctx's deadline by itself
@@ -128,13 +130,14 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if err != nil {
 		return nil, err
 	}
-	tab, err := newTierTable(def, cfg.tiers)
+	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{
 		client:  client,
 		prefix:  cfg.prefix,
+		res:     cfg.res.Microseconds(),
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
 		base:    time.Now(),
@@ -217,7 +220,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		keys = append(keys, l.legacyKey(id, t))
 	}
 	args := make([]any, 3+len(tr.args))
-	args[0], args[1], args[2] = n, "", 0 // no resolution
+	args[0], args[1], args[2] = n, "", l.res
 	if l.clock != nil {
 		args[1] = sent / 1000 // the same instant the deny cache counts from
 	}

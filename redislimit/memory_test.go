@@ -11,7 +11,9 @@ import (
 )
 
 // TestMemoryPerKey checks what Redis itself reports (MEMORY USAGE, the
-// value, its key and Redis's bookkeeping) for a key holding 1,000 events.
+// value, its key and Redis's bookkeeping) for a key holding 1,000 events,
+// and for one holding 5,000 events admitted within a minute under a
+// resolution of a minute.
 func TestMemoryPerKey(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.Shared(t).Client(t)
@@ -25,6 +27,8 @@ func TestMemoryPerKey(t *testing.T) {
 		max    int64 // bytes
 	}{
 		{"1,000 events", 1000, time.Hour, time.Second, nil, 10_000},
+		{"5,000 events in a minute at a minute's resolution", 5000, time.Minute, 10 * time.Millisecond,
+			[]redislimit.Option{redislimit.WithResolution(time.Minute)}, 2_000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clock := keyrate.NewManualClock(start)

@@ -11,7 +11,7 @@ package redislimit
 //	ARGV[2]  the instant to decide at, in microseconds since the Unix epoch,
 //	         or "" to read the server's TIME (so that every client shares
 //	         one clock; only tests pass an instant)
-//	ARGV[3]  the resolution in microseconds, 0 for none (see slidinglog.go;
+//	ARGV[3]  the resolution in microseconds, 0 for none (WithResolution;
 //	         the fixed window has none and ignores it)
 //	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
 //

@@ -40,7 +40,7 @@ import "github.com/redis/go-redis/v9"
 // Rounding up treats an event as later than it was, never earlier: a
 // window holds at least what it held in real time, so no window of real
 // instants is ever over its limit, and RetryAfter is at most a tick late.
-// A resolution d rounds each instant up to a multiple of d first, so the
+// WithResolution(d) rounds each instant up to a multiple of d first, so the
 // events of one tick of d share an entry: at most about longest window / d
 // + 2 entries, whatever the limit. A log whose tick changes (a tier with a
 // much longer or shorter longest window) is rewritten in the new tick at
