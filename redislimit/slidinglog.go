@@ -284,21 +284,21 @@ for i = 1, P do
   end
   if n > 0 and n <= limits[i] and held + n > limits[i] then
     -- The request fits once the entries up to the first whose running
-    -- total since the window's start reaches need have left.
+    -- total since the window's start reaches need have left: usually the
+    -- window's oldest, whose total the header or the search above gave.
+    local need, at0, c, _ = held + n - limits[i], w[4 * i - 1], c0
+    if first > 0 then _, c = at(first) end
+    if (c - from) % M < need then
 ` + probeHelper + `
-    local need = held + n - limits[i]
-    local lo, hi = first, cnt - 1
-    local _, c = at(lo)
-    if (c - from) % M >= need then
-      hi = lo
-    else
+      local lo, hi = first, cnt - 1
       while hi - lo > 1 do
         local mid = math.floor((lo + hi) / 2)
         _, c = at(mid)
         if (c - from) % M >= need then hi = mid else lo = mid end
       end
+      at0 = at(hi)
     end
-    retry = at(hi) + windows[i] - now
+    retry = at0 + windows[i] - now
   end
   out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = remaining, retry, reset, refill
 end
