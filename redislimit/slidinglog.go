@@ -67,12 +67,13 @@ import "github.com/redis/go-redis/v9"
 //
 // Expiry: an admission sets the key to expire 1.5 windows after its newest
 // entry when it would otherwise expire within a window of it (once per half
-// window for a busy key; a rewrite of the string sets it anyway), and
-// a decision that admits nothing writes nothing, with one exception: when
-// the key would expire before its newest entry leaves the longest window of
-// the policies deciding now (after a SetTier, or a key moving to a tier
-// with a longer window), the decision sets the expiry an admission would
-// have, and the header's expires.
+// window for a busy key; a rewrite of the string keeps the expiry it had
+// otherwise, and a new log always sets one). A decision that admits
+// nothing writes nothing, with one exception: when the key would expire
+// before its newest entry leaves the longest window of the policies
+// deciding now (after a SetTier, or a key moving to a tier with a longer
+// window), the decision sets the expiry an admission would have, and the
+// header's expires.
 //
 // The running totals are mod 2^32: after an admission the log holds at
 // most the longest policy's limit, below 2^31, and a refusal adds nothing,
