@@ -13,7 +13,7 @@ import (
 )
 
 // benchKeys is the key set of the many-keys workloads: enough distinct keys
-// that the server works on many sorted sets, few enough calls per key (at
+// that the server works on many logs, few enough calls per key (at
 // 100 per minute) that most decisions admit and record.
 var benchKeys = func() []string {
 	keys := make([]string, 10000)

@@ -17,7 +17,8 @@ import (
 
 // TestCluster runs the limiter on a real Redis Cluster of three masters,
 // through a redis.ClusterClient: the shared behavioural suite, several
-// policies per key (one script on one slot), the server's clock, replicas
+// policies per key (one script on one slot), the upgrade from the earlier
+// releases' layout (two keys, one slot), the server's clock, replicas
 // sharing a key, the deny cache, and keys built to pile onto one slot
 // landing on every master.
 func TestCluster(t *testing.T) {
@@ -39,6 +40,10 @@ func TestCluster(t *testing.T) {
 	t.Run("BackendPoliciesSuite", func(t *testing.T) { backendtest.RunPolicies(t, newPoliciesBackend(client)) })
 
 	t.Run("TenPerSecondThousandPerDay", func(t *testing.T) { tenPerSecondThousandPerDay(t, client) })
+
+	// The log and the earlier releases' sorted set are in one slot: one
+	// script reads both.
+	t.Run("Upgrade", func(t *testing.T) { testUpgrade(t, client) })
 
 	t.Run("PoliciesConcurrent", func(t *testing.T) {
 		testPoliciesConcurrent(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })

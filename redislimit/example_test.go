@@ -230,3 +230,29 @@ func ExampleWithTiers() {
 	// pro: 10
 	// pro at 15 a minute: 5
 }
+
+// At a resolution of a minute, a key's log holds at most about one entry
+// per minute of its window (a day: 1,442 entries, 12 KB) however many of
+// its 100,000 requests a day it admits: the requests of one minute share an
+// entry, counted at the minute's end, so RetryAfter and RefillAfter run up
+// to a minute long.
+func ExampleWithResolution() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, 100_000, 24*time.Hour, redislimit.WithResolution(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var d keyrate.Decision
+	for range 3 {
+		if d, err = limiter.TakeContext(context.Background(), "client-42", 1); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("remaining:", d.Remaining)
+	fmt.Println("first quota back within a day and a minute:", d.RefillAfter <= 24*time.Hour+time.Minute)
+	// Output:
+	// remaining: 99997
+	// first quota back within a day and a minute: true
+}

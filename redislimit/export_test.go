@@ -2,6 +2,10 @@ package redislimit
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
 
 	"github.com/keyrate/keyrate/internal/clientkey"
 	"github.com/redis/go-redis/v9"
@@ -12,14 +16,99 @@ import (
 // this backend too. It exists only in this package's tests.
 var WithClock = withClock
 
-// EventsStored returns how many events the sliding log at Redis key k
-// holds: its by-time entries, the ones with positive scores.
+// Log is a key's sliding log as the script stores it (see slidinglog.go),
+// decoded.
+type Log struct {
+	Len     int   // the string's length in bytes
+	Tick    int64 // in microseconds
+	Cap     int   // the ring's capacity in entries
+	Base    uint32
+	Last    int64 // the newest admission's instant, µs since the epoch
+	Expires int64
+	Entries []LogEntry // oldest first
+}
+
+// LogEntry is one entry of a Log: an instant in microseconds since the
+// epoch, the weight admitted at it, and its running total.
+type LogEntry struct {
+	At     int64
+	Weight int64
+	Total  uint32
+}
+
+// Held returns the weight the log holds.
+func (g Log) Held() int64 {
+	var n int64
+	for _, e := range g.Entries {
+		n += e.Weight
+	}
+	return n
+}
+
+// The layout's sizes: the header, and the buffer of the newest entries
+// after it.
+const logHeader, logBuffer = 56, 4
+
+// ReadLog reads and decodes the sliding log at Redis key k; a key that
+// does not exist is an empty Log.
+func ReadLog(ctx context.Context, c redis.UniversalClient, k string) (Log, error) {
+	b, err := c.Get(ctx, k).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Log{}, nil
+	}
+	if err != nil {
+		return Log{}, err
+	}
+	if len(b) < logHeader+8*logBuffer || b[0] != 1 {
+		return Log{}, fmt.Errorf("log of %d bytes, version %d", len(b), b[0])
+	}
+	u := func(off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+	f := func(off int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))) }
+	g := Log{Len: len(b), Tick: 1 << b[1], Cap: int(u(4)), Base: u(16), Expires: f(28), Last: f(48)}
+	head, rc, cnt, tn := int(u(8)), int(u(12)), int(u(36)), int64(u(44))
+	const ring = logHeader + 8*logBuffer
+	if len(b) != ring+8*g.Cap || head >= max(g.Cap, 1) || rc > g.Cap || cnt < rc || cnt > rc+logBuffer {
+		return Log{}, fmt.Errorf("log of %d bytes: capacity %d, head %d, %d entries, %d in the ring", len(b), g.Cap, head, cnt, rc)
+	}
+	const m = 1 << 32
+	lt := (g.Last + g.Tick - 1) / g.Tick
+	newest := lt + ((tn-lt)%m+m)%m
+	prev := g.Base
+	for i := range cnt {
+		p := logHeader + 8*(i-rc)
+		if i < rc {
+			p = ring + 8*((head+i)%g.Cap)
+		}
+		t, c := int64(u(p)), u(p+4)
+		g.Entries = append(g.Entries, LogEntry{At: (newest - ((tn-t)%m+m)%m) * g.Tick, Weight: int64(c - prev), Total: c})
+		prev = c
+	}
+	if cnt > 0 && (u(20) != g.Entries[0].Total || int64(u(24)) != (g.Entries[0].At/g.Tick)%m ||
+		u(40) != g.Entries[cnt-1].Total || tn != (g.Entries[cnt-1].At/g.Tick)%m) {
+		return Log{}, fmt.Errorf("header %x disagrees with the entries %+v", b[:logHeader], g.Entries)
+	}
+	return g, nil
+}
+
+// EventsStored returns the weight the sliding log at Redis key k holds:
+// the number of events, when each weighs 1.
 func EventsStored(ctx context.Context, c redis.UniversalClient, k string) (int64, error) {
-	return c.ZCount(ctx, k, "(0", "+inf").Result()
+	g, err := ReadLog(ctx, c, k)
+	return g.Held(), err
 }
 
 // StoreKey returns the Redis key that holds key's state.
 func (l *Limiter) StoreKey(key string) string {
 	id := clientkey.Bound(key)
 	return l.storeKey(id, l.tags.of(id))
+}
+
+// LegacyLogScript is the sliding log script of earlier releases, which
+// kept a sorted set at LegacyKey (legacy_fixture_test.go).
+var LegacyLogScript = legacyLogScript
+
+// LegacyKey returns where earlier releases kept key's sliding log.
+func (l *Limiter) LegacyKey(key string) string {
+	id := clientkey.Bound(key)
+	return l.legacyKey(id, l.tags.of(id))
 }

@@ -16,6 +16,7 @@ import "github.com/redis/go-redis/v9"
 // number as another's: two policies of one length count the same events,
 // and a length the key has not been under starts from 0.
 const fixedWindowSource = prologue + `
+local function num(x) return string.format('%.0f', x) end
 local fields = {}
 for i = 1, P do
   fields[2 * i - 1] = 'w' .. num(windows[i])

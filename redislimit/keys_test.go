@@ -134,13 +134,22 @@ func TestErrorsHideKey(t *testing.T) {
 
 	l := newLimiter(t, srv.Client(t), 3, time.Hour)
 	// A value of the wrong type under the key's name: Redis refuses the script.
-	if err := srv.Client(t).Set(ctx, l.StoreKey(secret), "x", time.Minute).Err(); err != nil {
+	if err := srv.Client(t).HSet(ctx, l.StoreKey(secret), "x", "y").Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.TakeContext(ctx, secret, 1)
 	check("wrong type", err)
 	if !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("wrong type: %v, want Redis's WRONGTYPE error", err)
+	}
+	// A string that is not a log: the script refuses it.
+	if err := srv.Client(t).Set(ctx, l.StoreKey(secret), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.TakeContext(ctx, secret, 1)
+	check("not a log", err)
+	if !strings.Contains(err.Error(), "not a keyrate log") {
+		t.Errorf("not a log: %v, want the script's error", err)
 	}
 
 	cancelled, cancel := context.WithCancel(ctx)

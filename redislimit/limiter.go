@@ -14,7 +14,17 @@
 // decision whatever the weight; FixedWindow trades exactness at window
 // boundaries for O(1) memory per key. Either way the decision reads the
 // Redis server's clock, never the callers', so replicas whose clocks
-// disagree still share one exact window. Decision.RefillAfter is the time
+// disagree still share one exact window.
+//
+// The sliding log keeps a compact string per key: 8 bytes per instant at
+// which the key admitted events still in its longest window (MEMORY USAGE:
+// about 8 KB for 1,000 events). WithResolution bounds that whatever the
+// limit, at the cost of refusals up to one resolution early. A key still
+// in the sorted set of earlier releases is merged into its log at its
+// first decision, so an upgrade forgets no event admitted before it, nor a
+// rolling deploy any admitted during it. Replicas not yet upgraded read
+// the sorted set alone: until the rollout ends they see only the events
+// written there since the last merge, and may admit more than the limit. Decision.RefillAfter is the time
 // until the oldest event in the window leaves, the IETF RateLimit header's
 // t; RetryAfter is when the refused request itself would fit.
 //
@@ -102,6 +112,8 @@ type Limiter struct {
 	script  *redis.Script
 	prefix  string
 	suffix  string
+	legacy  string // the sliding log's suffix in earlier releases; "" for the fixed window
+	res     int64  // WithResolution, in microseconds; 0: none
 	timeout time.Duration
 	clock   keyrate.Clock
 	direct  bool       // the client stops at ctx's deadline by itself
@@ -139,13 +151,14 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if err != nil {
 		return nil, err
 	}
-	tab, err := newTierTable(def, cfg.tiers)
+	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{
 		client:  client,
 		prefix:  cfg.prefix,
+		res:     cfg.res.Microseconds(),
 		timeout: cfg.timeout,
 		clock:   cfg.clock,
 		base:    time.Now(),
@@ -166,7 +179,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
 	default:
-		l.script, l.suffix = slidingLogScript, ":sl"
+		l.script, l.suffix, l.legacy = slidingLogScript, ":log", ":sl"
 	}
 	return l, nil
 }
@@ -229,13 +242,17 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	defer cancel()
 
 	t := l.tags.of(id)
-	keys := []string{l.storeKey(id, t)}
-	args := make([]any, 2+len(tr.args))
-	args[0], args[1] = n, ""
+	keys := make([]string, 1, 2)
+	keys[0] = l.storeKey(id, t)
+	if l.legacy != "" {
+		keys = append(keys, l.legacyKey(id, t))
+	}
+	args := make([]any, 3+len(tr.args))
+	args[0], args[1], args[2] = n, "", l.res
 	if l.clock != nil {
 		args[1] = sent / 1000 // the same instant the deny cache counts from
 	}
-	copy(args[2:], tr.args)
+	copy(args[3:], tr.args)
 
 	var r result
 	if l.direct {

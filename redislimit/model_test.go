@@ -28,13 +28,25 @@ type verdict struct {
 	per     [][4]int64
 }
 
+// runScript runs s for key with no resolution; see runScriptAt.
 func runScript(t *testing.T, c redis.UniversalClient, s *redis.Script, key string, n, now int64, ps []policy) verdict {
 	t.Helper()
-	args := []any{n, now}
+	return runScriptAt(t, c, s, key, n, now, 0, ps)
+}
+
+// runScriptAt runs s for key at resolution res (µs), the sliding log with
+// key+":sl" as the key of the earlier releases' layout.
+func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key string, n, now, res int64, ps []policy) verdict {
+	t.Helper()
+	args := []any{n, now, res}
 	for _, p := range ps {
 		args = append(args, p.limit, p.window)
 	}
-	v, err := s.Run(context.Background(), c, []string{key}, args...).Int64Slice()
+	keys := []string{key}
+	if s == slidingLogScript {
+		keys = append(keys, key+":sl")
+	}
+	v, err := s.Run(context.Background(), c, keys, args...).Int64Slice()
 	if err != nil {
 		t.Fatalf("script(n=%d, now=%d): %v", n, now, err)
 	}
@@ -68,13 +80,36 @@ func fits(n int64, ps []policy) bool {
 
 type event struct{ t, w int64 }
 
-// logModel is the exact sliding log, naively: every event kept, every
-// window summed from scratch.
-type logModel struct{ events []event }
+// logModel is the sliding log, naively: every event kept, every window
+// summed from scratch. An event counts at the instant it was admitted at,
+// rounded up to a multiple of the resolution res (0: none) and then of the
+// tick of the longest window deciding it, as the script records it (its
+// events rounded up again when a later admission's tick is coarser);
+// without a resolution and with windows up to 35 minutes, that is the
+// instant itself: the exact log.
+type logModel struct {
+	events []event // oldest first, at the instants they count at
+	last   int64   // the newest admission's instant, unrounded
+	res    int64
+}
+
+// tickOf returns the tick, in microseconds, in which a log whose longest
+// window is wmax keeps its instants: the least power of two under which
+// wmax is fewer than 2^31-1 ticks.
+func tickOf(wmax int64) int64 {
+	t := int64(1)
+	for wmax >= (1<<31-1)*t {
+		t *= 2
+	}
+	return t
+}
+
+// roundUp rounds x > 0 up to a multiple of u.
+func roundUp(x, u int64) int64 { return (x + u - 1) / u * u }
 
 func (m *logModel) decide(now, n int64, ps []policy) verdict {
-	if k := len(m.events); k > 0 && now < m.events[k-1].t {
-		now = m.events[k-1].t
+	if m.last != 0 && now < m.last {
+		now = m.last
 	}
 	in := func(p policy) []event { // the events in p's window at now
 		i := 0
@@ -89,11 +124,25 @@ func (m *logModel) decide(now, n int64, ps []policy) verdict {
 		}
 		return s
 	}
+	var wmax int64
+	for _, p := range ps {
+		wmax = max(wmax, p.window)
+	}
 	allowed := n == 0 || fits(n, ps)
 	for _, p := range ps {
 		if n > 0 && sum(in(p))+n > p.limit {
 			allowed = false
 		}
+	}
+	// The instant an admission is recorded at: rounded up, and never
+	// before the newest event.
+	tick, at := tickOf(wmax), now
+	if m.res > 0 {
+		at = roundUp(at, m.res)
+	}
+	at = roundUp(at, tick)
+	if k := len(m.events); k > 0 {
+		at = max(at, roundUp(m.events[k-1].t, tick))
 	}
 	v := verdict{allowed: allowed, now: now}
 	for _, p := range ps {
@@ -102,7 +151,7 @@ func (m *logModel) decide(now, n int64, ps []policy) verdict {
 		var r [4]int64
 		switch {
 		case allowed && n > 0:
-			r = [4]int64{p.limit - held - n, 0, p.window, p.window}
+			r = [4]int64{p.limit - held - n, 0, at + p.window - now, at + p.window - now}
 			if held > 0 {
 				r[3] = es[0].t + p.window - now
 			}
@@ -128,15 +177,37 @@ func (m *logModel) decide(now, n int64, ps []policy) verdict {
 	if allowed && n > 0 {
 		// An admission drops what has left the longest window of the
 		// policies deciding it (and nothing else does): after a change to
-		// longer windows those events no longer count.
-		var wmax int64
-		for _, p := range ps {
-			wmax = max(wmax, p.window)
-		}
+		// longer windows those events no longer count. The rest move to
+		// this admission's tick.
 		m.events = slices.DeleteFunc(m.events, func(e event) bool { return e.t <= now-wmax })
-		m.events = append(m.events, event{now, n})
+		for i := range m.events {
+			m.events[i].t = roundUp(m.events[i].t, tick)
+		}
+		m.events = append(m.events, event{at, n})
+		m.last = now
 	}
 	return v
+}
+
+// entries returns the events in the longest window of ps at now, one per
+// instant with the weights admitted at it: what the log holds after an
+// admission at now.
+func (m *logModel) entries(now int64, ps []policy) []LogEntry {
+	var wmax int64
+	for _, p := range ps {
+		wmax = max(wmax, p.window)
+	}
+	var want []LogEntry
+	for _, e := range m.events {
+		switch k := len(want); {
+		case e.t <= now-wmax:
+		case k > 0 && want[k-1].At == e.t:
+			want[k-1].Weight += e.w
+		default:
+			want = append(want, LogEntry{At: e.t, Weight: e.w})
+		}
+	}
+	return want
 }
 
 // windowModel is the fixed window: per window length the newest window
@@ -256,68 +327,119 @@ func TestScriptsMatchModels(t *testing.T) {
 }
 
 // checkPruned checks that an admission at now left exactly the events of
-// the longest window in the sorted set, two entries each.
+// the longest window in the log, one entry per instant with the weight
+// admitted at it, and that the log reads back whole (ReadLog checks its
+// header against its entries).
 func checkPruned(t *testing.T, c redis.UniversalClient, key string, m *logModel, now int64, ps []policy) {
 	t.Helper()
-	var wmax int64
-	for _, p := range ps {
-		wmax = max(wmax, p.window)
+	g, err := ReadLog(context.Background(), c, key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := int64(0)
-	for _, e := range m.events {
-		if e.t > now-wmax {
-			want++
-		}
+	got := make([]LogEntry, len(g.Entries))
+	for i, e := range g.Entries {
+		got[i] = LogEntry{At: e.At, Weight: e.Weight}
 	}
-	if got := c.ZCard(context.Background(), key).Val(); got != 2*want {
-		t.Fatalf("after an admission at %d the set has %d entries, want %d (two per event in the longest window)", now, got, 2*want)
+	if want := m.entries(now, ps); !slices.Equal(got, want) {
+		t.Fatalf("after an admission at %d the log holds %v, want %v (the longest window's events, by instant)", now, got, want)
 	}
 }
 
-// TestRunningTotalsRebase starts a sliding log whose running totals are
-// just below 2^52, the last value doubles count exactly, and admits heavy
-// weights across it: the script shifts the totals down and every answer
-// still matches the model.
-func TestRunningTotalsRebase(t *testing.T) {
-	ctx := context.Background()
+// TestRunningTotalsWrap admits weights near the largest limit for long
+// enough that the running totals, kept mod 2^32, wrap around many times,
+// on two policies whose windows keep different events: every answer still
+// matches the model.
+func TestRunningTotalsWrap(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	const key = "model:rebase"
-	client.Del(ctx, key)
-	ps := []policy{{1<<31 - 1, 10e6}, {3 << 30, 30e6}}
+	const key = "model:wrap"
+	client.Del(context.Background(), key)
+	ps := []policy{{1<<31 - 1, 10e6}, {1 << 30, 3e6}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-
-	// Three events already held, written in the script's layout, the
-	// newest one's by-weight entry carrying the oldest one's start and age
-	// and a key living an hour.
 	m := &logModel{}
-	s := int64(1<<52 - 5<<30)
-	smin := s
-	for i, w := range []int64{1 << 29, 1 << 28, 1 << 29} {
-		at := now + int64(i)*1e6
-		mT := fmt.Sprintf("%013x", s)
-		mC := fmt.Sprintf("%x:%x:%x:%x:%x", s, at, smin, at-now, int64(3600e6))
-		if err := client.ZAdd(ctx, key, redis.Z{Score: float64(at), Member: mT}, redis.Z{Score: -float64(s + w), Member: mC}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		m.events = append(m.events, event{at, w})
-		s += w
-	}
-	now += 3e6
 	rng := rand.New(rand.NewPCG(1, 2))
-	for step := range 60 {
+	var admitted int64
+	for step := range 300 {
 		n := rng.Int64N(1 << 30)
-		now += rng.Int64N(4e6)
+		now += rng.Int64N(2e6)
 		got := runScript(t, client, slidingLogScript, key, n, now, ps)
 		want := m.decide(now, n, ps)
 		if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) {
 			t.Fatalf("step %d: take(n=%d)\n got %+v\nwant %+v", step, n, got, want)
 		}
+		if got.allowed {
+			admitted += n
+			checkPruned(t, client, key, m, now, ps)
+		}
 	}
-	top, err := client.ZRangeWithScores(ctx, key, 0, 0).Result()
-	if err != nil || len(top) != 1 {
-		t.Fatalf("newest entry: %v, %v", top, err)
+	if admitted < 8<<32 {
+		t.Fatalf("admitted %d in all, want the totals to wrap at least 8 times", admitted)
 	}
-	if total := -top[0].Score; total >= 1<<40 {
-		t.Fatalf("running total after 60 heavy admissions is %.0f; want it shifted down below 2^40", total)
+}
+
+// TestLogMatchesModel plays long random sequences on the sliding log
+// against the model: windows from a second to a week (ticks of 1 to 512
+// µs), resolutions, limits up to 400, dense stretches that fill the ring
+// (it grows, wraps around and flushes its buffer into it) and sparse ones
+// that drain it (it shrinks), weights, policies that change as tiers would,
+// and a clock that stands still and steps back. Every number of every
+// answer must match, and after each admission the log must hold the
+// model's entries.
+func TestLogMatchesModel(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + 123457
+	windows := []int64{1e6, 10e6, 60e6, 3600e6, 86400e6, 7 * 86400e6}
+	limits := []int64{1, 4, 5, 9, 60, 400}
+	resolutions := []int64{0, 0, 1, 999, 1000, 250_000, 1e6} // at most the shortest window
+	for seq := range 48 {
+		rng := rand.New(rand.NewPCG(uint64(seq), 77))
+		m := &logModel{res: resolutions[rng.IntN(len(resolutions))]}
+		draw := func() []policy {
+			ps := make([]policy, 1+rng.IntN(3))
+			for i := range ps {
+				ps[i] = policy{limits[rng.IntN(len(limits))], windows[rng.IntN(len(windows))]}
+			}
+			return ps
+		}
+		ps := draw()
+		key := fmt.Sprintf("model:long:%d", seq)
+		client.Del(context.Background(), key)
+		now := base + rng.Int64N(1e6)
+		for step := range 600 {
+			if seq%3 == 1 && rng.IntN(80) == 0 {
+				ps = draw()
+			}
+			wmin, longest := ps[0].window, ps[0]
+			for _, p := range ps {
+				wmin = min(wmin, p.window)
+				if p.window > longest.window {
+					longest = p
+				}
+			}
+			wmax := longest.window
+			switch r := rng.IntN(100); {
+			case step/200%2 == 1 && r < 50: // a sparse stretch
+				now += rng.Int64N(wmax / 8)
+			case r < 80: // dense: about the longest window's limit per window
+				now += rng.Int64N(2*wmax/longest.limit + 1)
+			case r < 95: // the same instant
+			case r < 98:
+				now -= rng.Int64N(wmin)
+			default:
+				now += rng.Int64N(wmax)
+			}
+			n := int64(1)
+			if rng.IntN(10) == 0 {
+				n = rng.Int64N(ps[0].limit+2) - 1
+			}
+			got := runScriptAt(t, client, slidingLogScript, key, n, now, m.res, ps)
+			want := m.decide(now, n, ps)
+			if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) {
+				t.Fatalf("sequence %d step %d, resolution %dµs, policies %v: take(n=%d) at +%dµs\n got %+v\nwant %+v",
+					seq, step, m.res, ps, n, now-base, got, want)
+			}
+			if got.allowed && n > 0 {
+				checkPruned(t, client, key, m, got.now, ps)
+			}
+		}
 	}
 }

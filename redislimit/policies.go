@@ -40,6 +40,7 @@ func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts .
 // so that decisions read it without a lock while SetTier publishes another,
 // and a deny cache entry made under it is recognised by its address.
 type tier struct {
+	field    string // where the policies came from, for errors (see newTier)
 	policies []keyrate.Policy
 	// args are the scripts' ARGV after the weight and the instant: limit
 	// and window (in microseconds) of each policy, boxed once.
@@ -56,7 +57,7 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 	case len(policies) > keyrate.MaxPolicies:
 		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (keyrate.MaxPolicies)", keyrate.ErrConfig, field, len(policies), keyrate.MaxPolicies)
 	}
-	t := &tier{policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies))}
+	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies))}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
 		limit, window, name := "limit", "window", ""
@@ -97,3 +98,21 @@ func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
 // Window returns the window of the default tier's first policy: New's
 // window. A Limiter of several policies lists them all with Policies.
 func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
+
+// checkResolution returns an error wrapping keyrate.ErrConfig when a
+// policy's window is shorter than the resolution res (0: none): an event
+// moved up to res later would then count against that policy for more than
+// twice its window.
+func (t *tier) checkResolution(res time.Duration) error {
+	for i, p := range t.policies {
+		if p.Window >= res {
+			continue
+		}
+		window := "window"
+		if t.field != "" {
+			window = fmt.Sprintf("%s[%d].Window", t.field, i)
+		}
+		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, window, p.Window, res)
+	}
+	return nil
+}

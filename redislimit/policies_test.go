@@ -143,11 +143,11 @@ func TestLongRefusalLeavesShortUntouched(t *testing.T) {
 	}
 	stored := func() int64 {
 		t.Helper()
-		n, err := redislimit.EventsStored(ctx, client, l.StoreKey("k"))
-		if err != nil {
-			t.Fatal(err)
+		g, err := redislimit.ReadLog(ctx, client, l.StoreKey("k"))
+		if err != nil || g.Held() != 10*int64(len(g.Entries)) {
+			t.Fatalf("log %+v, %v; want entries of weight 10", g, err)
 		}
-		return n
+		return int64(len(g.Entries))
 	}
 	if n := stored(); n != 100 {
 		t.Fatalf("%d events stored after 100 admissions", n)

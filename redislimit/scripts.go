@@ -4,11 +4,16 @@ package redislimit
 // windows of different lengths) kept under one key, decided together:
 //
 //	KEYS[1]  the key's state
+//	KEYS[2]  the sliding log only: the key's state in the sorted-set
+//	         layout of earlier releases, merged in when present (see
+//	         legacy.go); in the same hash tag, so in the same Cluster slot
 //	ARGV[1]  the weight n
 //	ARGV[2]  the instant to decide at, in microseconds since the Unix epoch,
 //	         or "" to read the server's TIME (so that every client shares
 //	         one clock; only tests pass an instant)
-//	ARGV[3:] limit, window pairs, one per policy, windows in microseconds
+//	ARGV[3]  the resolution in microseconds, 0 for none (WithResolution;
+//	         the fixed window has none and ignores it)
+//	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
 //
 // Each returns {allowed (0 or 1), now, then per policy: remaining,
 // retryAfter, resetAfter, refillAfter}, durations in microseconds and now
@@ -28,8 +33,9 @@ package redislimit
 // the function working).
 
 // prologue reads the arguments both scripts share, and the instant to
-// decide at. It leaves P policies in limits and windows, the longest window
-// in wmax (its policy's index in longest) and the lowest limit in lmin.
+// decide at. It leaves the resolution in res, P policies in limits and
+// windows, the longest window in wmax (its policy's index in longest) and
+// the lowest limit in lmin.
 const prologue = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -39,14 +45,14 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local P = (#ARGV - 2) / 2
+local res = tonumber(ARGV[3])
+local P = (#ARGV - 3) / 2
 local limits, windows = {}, {}
 local wmax, longest, lmin = 0, 1, math.huge
 for i = 1, P do
-  limits[i] = tonumber(ARGV[1 + 2 * i])
-  windows[i] = tonumber(ARGV[2 + 2 * i])
+  limits[i] = tonumber(ARGV[2 + 2 * i])
+  windows[i] = tonumber(ARGV[3 + 2 * i])
   if windows[i] > wmax then wmax, longest = windows[i], i end
   if limits[i] < lmin then lmin = limits[i] end
 end
-local function num(x) return string.format('%.0f', x) end
 `

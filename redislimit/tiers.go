@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/keyrate/keyrate"
 )
@@ -60,8 +61,12 @@ type tierTable struct {
 }
 
 // newTierTable builds the table of the default tier def and the tiers
-// WithTiers gave, validating each.
-func newTierTable(def *tier, tiers map[string][]keyrate.Policy) (*tierTable, error) {
+// WithTiers gave, validating each, and each against the resolution res
+// (0: none).
+func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duration) (*tierTable, error) {
+	if err := def.checkResolution(res); err != nil {
+		return nil, err
+	}
 	tab := &tierTable{def: def, named: map[string]*tier{"": def}}
 	for _, name := range slices.Sorted(maps.Keys(tiers)) { // the first error in a fixed order
 		field := fmt.Sprintf("tiers[%q]", name)
@@ -70,6 +75,9 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy) (*tierTable, err
 		}
 		t, err := newTier(field, tiers[name])
 		if err != nil {
+			return nil, err
+		}
+		if err := t.checkResolution(res); err != nil {
 			return nil, err
 		}
 		tab.named[name] = t
@@ -90,8 +98,9 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy) (*tierTable, err
 // their own tiers, and each must be told.
 //
 // It returns an error wrapping keyrate.ErrConfig, and changes nothing, for
-// policies NewPolicies would refuse, or a name other than "" on a limiter
-// made without WithTiers (no key could ever be in that tier).
+// policies NewPolicies would refuse, a window shorter than the resolution
+// (WithResolution), or a name other than "" on a limiter made without
+// WithTiers (no key could ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	if name != "" && l.tierOf == nil {
 		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", keyrate.ErrConfig, name)
@@ -102,6 +111,9 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	}
 	t, err := newTier(field, policies)
 	if err != nil {
+		return err
+	}
+	if err := t.checkResolution(time.Duration(l.res) * time.Microsecond); err != nil {
 		return err
 	}
 	l.setTier.Lock()

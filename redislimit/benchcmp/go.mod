@@ -9,6 +9,7 @@ replace (
 
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/keyrate/keyrate v0.1.0
 	github.com/keyrate/keyrate/redislimit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/ulule/limiter/v3 v3.11.2
@@ -16,7 +17,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/keyrate/keyrate v0.1.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
