@@ -271,7 +271,7 @@ func TestHashTagSecret(t *testing.T) {
 			t.Fatalf("key %d: %q, and %q under the same secret", i, sk, replica.StoreKey(k))
 		case sk == other.StoreKey(k):
 			t.Fatalf("key %d: %q under two secrets", i, sk)
-		case !strings.HasSuffix(sk, "}"+k+":sl"):
+		case !strings.HasSuffix(sk, "}"+k+":log"):
 			t.Fatalf("key %d: %q does not end in the key", i, sk)
 		}
 	}
