@@ -39,8 +39,6 @@ type Limiter struct {
 	coarseResolution time.Duration // WithCoarseClock's; 0: off
 	resolution       time.Duration // WithResolution's; 0: off
 
-	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
-
 	closed     atomic.Bool
 	done       chan struct{}
 	closeOnce  sync.Once
@@ -418,9 +416,6 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			// The key stays out of the message: it is often a credential.
 			return fmt.Errorf("keyrate: wait of %v would pass the context deadline: %w",
 				d.RetryAfter, context.DeadlineExceeded)
-		}
-		if l.beforeSleep != nil {
-			l.beforeSleep()
 		}
 		// Wake at the refusal's own instant plus RetryAfter: the clock may
 		// have moved since it was read.
