@@ -27,20 +27,22 @@ var (
 func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 	var one [1]keyrate.PolicyDecision
 	parts := ratelimitfield.Parts(d, m.fallback, &one)
-	// Under the backend's own policies, RateLimit-Policy was written in New.
-	known := m.policy != "" && ratelimitfield.Same(parts, m.policies)
-	f := m.newFields(parts, !known)
+	f := m.newFields()
+	// Values are written here and copied into strings of their own; one
+	// policy's members fit, and more only cost the buffer's growth.
+	var scratch [128]byte
 	if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
-		// members stay, and this one's are added beside them.
+		// members stay, and this one's are added beside them. Under the
+		// backend's own policies, RateLimit-Policy was written in New.
 		policy := m.policy
-		if !known {
-			policy = f.value(ratelimitfield.AppendPolicies(f.buf, m.route, parts, m.unit))
+		if policy == "" || !ratelimitfield.Same(parts, m.policies) {
+			policy = string(ratelimitfield.AppendPolicies(scratch[:0], m.route, parts, m.unit))
 		}
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, f.value(ratelimitfield.AppendUsages(f.buf, m.route, parts)))
+		f.add(h, hRateLimit, string(ratelimitfield.AppendUsages(scratch[:0], m.route, parts)))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return
@@ -51,14 +53,14 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 	t, _ := ratelimitfield.T(&binding)
 	remaining := max(d.Remaining, 0)
 	if m.headers&LegacyHeaders != 0 && binds(h, hRemaining, remaining) {
-		f.set(h, hLimit, f.value(strconv.AppendInt(f.buf, int64(d.Limit), 10)))
-		f.set(h, hRemaining, f.value(strconv.AppendInt(f.buf, int64(remaining), 10)))
-		f.set(h, hReset, f.value(strconv.AppendInt(f.buf, t, 10)))
+		f.set(h, hLimit, strconv.Itoa(d.Limit))
+		f.set(h, hRemaining, strconv.Itoa(remaining))
+		f.set(h, hReset, strconv.FormatInt(t, 10))
 	}
 	if m.headers&XHeaders != 0 && binds(h, hXRemaining, remaining) {
-		f.set(h, hXLimit, f.value(strconv.AppendInt(f.buf, int64(d.Limit), 10)))
-		f.set(h, hXRemaining, f.value(strconv.AppendInt(f.buf, int64(remaining), 10)))
-		f.set(h, hXReset, f.value(strconv.AppendInt(f.buf, time.Now().Unix()+t, 10)))
+		f.set(h, hXLimit, strconv.Itoa(d.Limit))
+		f.set(h, hXRemaining, strconv.Itoa(remaining))
+		f.set(h, hXReset, strconv.FormatInt(time.Now().Unix()+t, 10))
 	}
 }
 
