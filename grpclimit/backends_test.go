@@ -30,7 +30,7 @@ func (c *countingBackend) TakeContext(ctx context.Context, key string, n int) (k
 }
 
 // blockingBackend never answers until the test ends, whatever its context
-// says: a store that hangs. It reports a quota of 5 a minute.
+// says: a store that hangs. It lists one policy, 5 a minute.
 type blockingBackend struct{ release chan struct{} }
 
 func newBlockingBackend(t *testing.T) *blockingBackend {
@@ -43,8 +43,9 @@ func (b *blockingBackend) TakeContext(ctx context.Context, key string, n int) (k
 	<-b.release
 	return keyrate.Decision{Allowed: true}, nil
 }
-func (b *blockingBackend) Limit() int            { return 5 }
-func (b *blockingBackend) Window() time.Duration { return time.Minute }
+func (b *blockingBackend) Policies() []keyrate.Policy {
+	return []keyrate.Policy{{Limit: 5, Window: time.Minute}}
+}
 
 // recordingObserver writes down what it is told, one "route outcome; " each.
 type recordingObserver struct {

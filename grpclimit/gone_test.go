@@ -39,7 +39,7 @@ func goneContexts(t *testing.T, from context.Context) []context.Context {
 	return ctxs
 }
 
-// viaGoroutine hides the limiter's NonBlocking, so that the Limiter calls
+// viaGoroutine hides that the limiter is Bounded, so that the Limiter calls
 // it on a goroutine under its time budget, as it calls a store.
 type viaGoroutine struct{ l *keyrate.Limiter }
 
@@ -167,7 +167,6 @@ func TestGoneClientOnServer(t *testing.T) {
 			var errs []error
 			reported := make(chan struct{}, 20)
 			ts := serve(t, mustNew(t, slowWhenAsked{l}, grpclimit.WithFailureMode(mode),
-				grpclimit.WithTimeBudget(10*time.Second),
 				grpclimit.WithOnError(func(ev grpclimit.Event) {
 					mu.Lock()
 					errs = append(errs, ev.Err)

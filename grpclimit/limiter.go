@@ -38,7 +38,7 @@ type Limiter struct {
 // backend is one store and what it says about its policies.
 type backend struct {
 	caller   *call.Caller
-	policies []keyrate.Policy         // its Policies or keyrate.Quota; nil when unknown
+	policies []keyrate.Policy         // its Policies; nil when unknown
 	parts    []keyrate.PolicyDecision // policies, as parts to write them from
 	window   time.Duration            // of a decision that gives none; 0 when unknown
 }
@@ -57,8 +57,8 @@ type route struct {
 // ratelimit metadata list every policy of each Decision. Without one (a call
 // served while the store is unavailable), ratelimit-policy lists the
 // backend's own policies: those its Policies method lists, when it has one
-// (func (b) Policies() []keyrate.Policy, as *keyrate.Limiter and the Redis
-// backend have), else its keyrate.Quota, else none. A nil backend or an
+// (keyrate.PolicyLister, as *keyrate.Limiter and the Redis backend are),
+// else none. A nil backend or an
 // invalid option gives an error wrapping keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	c := config{budget: 250 * time.Millisecond}

@@ -125,7 +125,7 @@ func TestStreamDecidedOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// countingBackend hides the Limiter's Quota and Policies: the policy,
+	// countingBackend hides the Limiter's Policies: the policy,
 	// window included, comes from the Decision.
 	if got, want := first(h, "ratelimit-policy"), `"`+watch+`";q=1;w=60`; got != want {
 		t.Errorf("stream ratelimit-policy %q, want %q", got, want)

@@ -22,7 +22,7 @@ const storeKeyLimit = 1024
 // storeKeyRules returns a backend with strict rules for keys, in front of
 // b: an empty key or one over storeKeyLimit bytes is an error
 // wrapping keyrate.ErrInvalidKey, anything else goes to b.
-func storeKeyRules(b keyrate.Backend) httplimit.BackendFunc {
+func storeKeyRules(b keyrate.Backend) keyrate.BackendFunc {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		switch {
 		case key == "":

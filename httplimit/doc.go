@@ -39,11 +39,10 @@
 // budget), the middleware either serves the request (FailOpen, the default)
 // or answers 503 (FailClosed), and tells the OnError hook either way. Each
 // call runs under one time budget, in one place: a keyrate.Bounded backend
-// (such as the Redis one) bounds its own calls and is called inline under that
-// budget alone; a keyrate.NonBlocking one (*keyrate.Limiter) never waits and
-// is called inline at no extra cost; any other runs on its own goroutine
-// under the middleware's budget (WithTimeBudget, 250ms by default), so that
-// even one ignoring its context costs a request no more.
+// bounds its own calls (the Redis one) or never waits (*keyrate.Limiter),
+// and is called inline under that budget alone; any other runs on its own
+// goroutine under the middleware's budget (WithTimeBudget, 250ms by
+// default), so that even one ignoring its context costs a request no more.
 //
 // A request that cannot be placed is the client's doing, not the store's,
 // and is never served, in either mode: a KeyFunc error, an empty identity,

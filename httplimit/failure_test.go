@@ -16,8 +16,8 @@ var errStore = errors.New("store unreachable")
 
 // Backends that fail in the ways a networked store does. Each blocks, if at
 // all, until release is closed, so the test can end its goroutines.
-func failingBackends(release <-chan struct{}) map[string]httplimit.BackendFunc {
-	return map[string]httplimit.BackendFunc{
+func failingBackends(release <-chan struct{}) map[string]keyrate.BackendFunc {
+	return map[string]keyrate.BackendFunc{
 		"errors": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			return keyrate.Decision{}, errStore
 		},
@@ -98,7 +98,7 @@ func TestBackendFailure(t *testing.T) {
 // A backend that answers within the budget is waited for, goroutine or not.
 func TestSlowBackendWithinBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			time.Sleep(249 * time.Millisecond)
 			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}, nil
 		})

@@ -33,7 +33,7 @@ func goneContexts(t *testing.T) []context.Context {
 	return ctxs
 }
 
-// viaGoroutine hides the limiter's NonBlocking, so that the middleware
+// viaGoroutine hides that the limiter is Bounded, so that the middleware
 // calls it on a goroutine under its time budget, as it calls a store.
 type viaGoroutine struct{ l *keyrate.Limiter }
 
@@ -141,7 +141,7 @@ func TestGoneClientSlowStore(t *testing.T) {
 					// The store answers after 50ms, whatever its context
 					// says: the client gives up after 5ms, well inside the
 					// middleware's 250ms budget.
-					store := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+					store := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 						time.Sleep(50 * time.Millisecond)
 						return answer()
 					})

@@ -92,9 +92,9 @@ type Middleware struct {
 // DraftHeaders). The policies advertised without one (RateLimit-Policy on a
 // request served while the store is unavailable) are b's own: those its
 // Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (func (b) Policies() []keyrate.Policy; with tiers, the
-// default tier's); else its keyrate.Quota; else none, and WithWindow must
-// give the window for decisions that do not carry one.
+// Redis backend do (keyrate.PolicyLister; with tiers, the default
+// tier's); else none, and WithWindow must give the window for decisions
+// that do not carry one.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {

@@ -377,7 +377,7 @@ func TestKeyFuncErrorIsRefused(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	noWindow := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	noWindow := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	cases := map[string]struct {
@@ -401,11 +401,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// A backend without Quota methods: the policy's quota comes from each
+// A backend that lists no policies: the policy's quota comes from each
 // Decision, and t from ResetAfter when the backend leaves RefillAfter 0.
 // 1.5s is no whole number of seconds, so w is left out.
 func TestPolicyFromDecision(t *testing.T) {
-	b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
 	})
 	h := newHandler(t, b, httplimit.WithWindow(1500*time.Millisecond), httplimit.WithRoute(`a"b`))

@@ -165,9 +165,9 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
 // WithWindow sets the window reported in RateLimit-Policy for a backend
-// that reports none: a BackendFunc whose decisions leave Decision.Window 0.
-// A backend's own windows win: those of each Decision, of its Policies
-// method or of its keyrate.Quota (see New). Default: none; New then needs
+// that reports none: a keyrate.BackendFunc whose decisions leave
+// Decision.Window 0. A backend's own windows win: those of each Decision
+// and of its Policies method (see New). Default: none; New then needs
 // one from the backend. A window that is not a whole number of seconds is
 // enforced as it is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
@@ -178,13 +178,13 @@ func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d 
 // ignores its context: the call runs on its own goroutine, under a timer.
 // Default: 250ms. Must be positive.
 //
-// It is for backends that are neither keyrate.NonBlocking nor
-// keyrate.Bounded. A NonBlocking one (*keyrate.Limiter) is called inline and
-// never times out, so the budget has nothing to bound. A Bounded one (the
-// Redis backend) is called inline too, under its own budget alone: one
-// budget, in one place, and no goroutine hand-off per request. Set that
-// budget on the backend; New refuses WithTimeBudget for a Bounded backend
-// rather than let the middleware's budget look like it applies.
+// It is for backends that are not keyrate.Bounded. A Bounded one is called
+// inline, under its own budget alone: one budget, in one place, and no
+// goroutine hand-off per request. The Redis backend bounds its calls by
+// its own timeout (set the budget there); *keyrate.Limiter never waits (a
+// budget of 0), so a budget would have nothing to bound. New refuses
+// WithTimeBudget for a Bounded backend rather than let the middleware's
+// budget look like it applies.
 func WithTimeBudget(d time.Duration) Option {
 	return func(c *config) { c.budget, c.budgetSet = d, true }
 }

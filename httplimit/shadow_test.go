@@ -100,7 +100,7 @@ func TestShadowServesErrors(t *testing.T) {
 func TestEventDuration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		delay := 30 * time.Millisecond
-		b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			if key == "slow" {
 				<-ctx.Done()
 				return keyrate.Decision{}, ctx.Err()

@@ -15,7 +15,7 @@ import (
 // seenBy returns a backend that admits everything and records, for each
 // call, what a tier function would see: the identity its context carries,
 // else the key.
-func seenBy(seen *[]string) httplimit.BackendFunc {
+func seenBy(seen *[]string) keyrate.BackendFunc {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		id, ok := keyrate.IdentityFromContext(ctx)
 		if !ok {

@@ -1,6 +1,5 @@
 // Package call asks a keyrate.Backend for a decision the way every
-// middleware should: directly when the backend never blocks or bounds its
-// own calls, else on a goroutine under a time budget, so that even a backend
+// middleware should: directly when the backend bounds its own calls, else on a goroutine under a time budget, so that even a backend
 // that ignores its context costs a request no more than the budget; never
 // for a request whose client has gone; and with the client's identity, as
 // the client sent it, in the context for the backend's tier function.
@@ -41,17 +40,13 @@ type Caller struct {
 }
 
 // New returns a Caller for b. budget bounds each call unless b is
-// keyrate.NonBlocking or keyrate.Bounded (which bounds itself); it must be
-// positive.
+// keyrate.Bounded (it bounds itself); it must be positive.
 func New(b keyrate.Backend, budget time.Duration) *Caller {
 	c := &Caller{
 		backend:   b,
 		identity:  tierhint.ReadsIdentity(b),
 		budget:    budget,
 		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
-	}
-	if nb, ok := b.(keyrate.NonBlocking); ok && nb.NonBlocking() {
-		c.inline = true
 	}
 	if _, ok := b.(keyrate.Bounded); ok {
 		c.inline = true

@@ -37,7 +37,7 @@ func (p probe) TakeContext(ctx context.Context, key string, n int) (keyrate.Deci
 
 type nonBlocking struct{ probe }
 
-func (nonBlocking) NonBlocking() bool { return true }
+func (nonBlocking) TimeBudget() time.Duration { return 0 }
 
 type bounded struct{ probe }
 
@@ -176,7 +176,7 @@ func TestTakeClientGone(t *testing.T) {
 
 type nonBlockingAnswer struct{ answering }
 
-func (nonBlockingAnswer) NonBlocking() bool { return true }
+func (nonBlockingAnswer) TimeBudget() time.Duration { return 0 }
 
 // A backend failing once the request's own deadline has passed failed
 // because the client left, even though the budget is far off; the same

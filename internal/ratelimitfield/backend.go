@@ -4,16 +4,12 @@ import "github.com/keyrate/keyrate"
 
 // BackendPolicies returns the policies b says it enforces, to advertise
 // when there is no Decision at hand: its keyrate.PolicyLister policies
-// (with tiers, the default tier's), else its keyrate.Quota
-// as one unnamed policy; nil when it says nothing.
+// (with tiers, the default tier's); nil when it says nothing.
 func BackendPolicies(b keyrate.Backend) []keyrate.Policy {
 	if l, ok := b.(keyrate.PolicyLister); ok {
 		if ps := l.Policies(); len(ps) > 0 {
 			return ps
 		}
-	}
-	if q, ok := b.(keyrate.Quota); ok {
-		return []keyrate.Policy{{Limit: q.Limit(), Window: q.Window()}}
 	}
 	return nil
 }

@@ -10,9 +10,8 @@ import (
 
 type (
 	plain  struct{}
-	quota  struct{ plain }
 	lister struct {
-		quota
+		plain
 		policies []keyrate.Policy
 	}
 )
@@ -20,13 +19,10 @@ type (
 func (plain) TakeContext(context.Context, string, int) (keyrate.Decision, error) {
 	return keyrate.Decision{}, nil
 }
-func (quota) Limit() int                    { return 3 }
-func (quota) Window() time.Duration         { return time.Minute }
 func (l lister) Policies() []keyrate.Policy { return l.policies }
 
 func TestBackendPolicies(t *testing.T) {
 	two := []keyrate.Policy{{Name: "second", Limit: 10, Window: time.Second}, {Name: "day", Limit: 1000, Window: 24 * time.Hour}}
-	one := []keyrate.Policy{{Limit: 3, Window: time.Minute}}
 	l, err := keyrate.New(5, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -37,9 +33,8 @@ func TestBackendPolicies(t *testing.T) {
 		b    keyrate.Backend
 		want []keyrate.Policy
 	}{
-		{"Policies first", lister{policies: two}, two},
-		{"no policies listed: the Quota", lister{}, one},
-		{"Quota alone", quota{}, one},
+		{"Policies", lister{policies: two}, two},
+		{"no policies listed", lister{}, nil},
 		{"nothing said", plain{}, nil},
 		{"the in-process Limiter", l, []keyrate.Policy{{Limit: 5, Window: time.Hour}}},
 	} {
