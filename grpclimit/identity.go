@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 )
 
 // Address grouping, as httplimit's defaults: one key per IPv4 address, one

@@ -10,7 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/call"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // ErrBudgetExceeded is reported to OnError and the Observer when a backend
@@ -38,9 +38,8 @@ type Limiter struct {
 // backend is one store and what it says about its policies.
 type backend struct {
 	caller   *call.Caller
-	policies []keyrate.Policy         // its Policies; nil when unknown
-	parts    []keyrate.PolicyDecision // policies, as parts to write them from
-	window   time.Duration            // of a decision that gives none; 0 when unknown
+	policies []keyrate.Policy // its Policies; nil when unknown
+	window   time.Duration    // of a decision that gives none; 0 when unknown
 }
 
 // route is one method's budget: its backend and its ratelimit-policy.
@@ -101,9 +100,11 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 }
 
 func newBackend(b keyrate.Backend, budget time.Duration) *backend {
-	nb := &backend{caller: call.New(b, budget), policies: ratelimitfield.BackendPolicies(b)}
+	nb := &backend{caller: call.New(b, budget)}
+	if l, ok := b.(keyrate.PolicyLister); ok {
+		nb.policies = l.Policies()
+	}
 	if len(nb.policies) > 0 {
-		nb.parts = ratelimitfield.PolicyParts(nb.policies)
 		nb.window = nb.policies[0].Window
 	}
 	return nb
@@ -126,7 +127,7 @@ func (r *route) defaultPolicy() string {
 	if r.policy != "" {
 		return r.policy
 	}
-	return string(ratelimitfield.AppendPolicies(nil, r.method, r.parts, ""))
+	return string(ratelimitfield.AppendPolicies(nil, r.policies, r.method, ""))
 }
 
 // routeFor returns method's route. A method without its own backend gets

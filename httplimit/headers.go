@@ -2,11 +2,12 @@ package httplimit
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // Canonical forms, so the hot path can index the header map directly.
@@ -25,8 +26,9 @@ var (
 // setHeaders writes the selected fields for d. Retry-After is left to the
 // refusal itself: a shadowed refusal is served, and gets none.
 func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
-	var one [1]keyrate.PolicyDecision
-	parts := ratelimitfield.Parts(d, m.fallback, &one)
+	if d.Window == 0 && len(d.Policies()) == 0 {
+		d.Window = m.fallback // a Decision filled in by hand, without its window
+	}
 	f := m.newFields()
 	// Values are written here and copied into strings of their own; one
 	// policy's members fit, and more only cost the buffer's growth.
@@ -36,21 +38,20 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 		// members stay, and this one's are added beside them. Under the
 		// backend's own policies, RateLimit-Policy was written in New.
 		policy := m.policy
-		if policy == "" || !ratelimitfield.Same(parts, m.policies) {
-			policy = string(ratelimitfield.AppendPolicies(scratch[:0], m.route, parts, m.unit))
+		if policy == "" || !samePolicies(d, m.policies) {
+			policy = string(ratelimitfield.AppendPolicy(scratch[:0], d, m.route, m.unit))
 		}
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, string(ratelimitfield.AppendUsages(scratch[:0], m.route, parts)))
+		f.add(h, hRateLimit, string(ratelimitfield.AppendRateLimit(scratch[:0], d, m.route)))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return
 	}
 	// The older fields hold one policy each: the binding one, and of nested
 	// middlewares the one with the least remaining.
-	binding := ratelimitfield.Binding(d)
-	t, _ := ratelimitfield.T(&binding)
+	t, _ := ratelimitfield.T(d)
 	remaining := max(d.Remaining, 0)
 	if m.headers&LegacyHeaders != 0 && binds(h, hRemaining, remaining) {
 		f.set(h, hLimit, strconv.Itoa(d.Limit))
@@ -62,6 +63,15 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 		f.set(h, hXRemaining, strconv.Itoa(remaining))
 		f.set(h, hXReset, strconv.FormatInt(time.Now().Unix()+t, 10))
 	}
+}
+
+// samePolicies reports whether d was decided under policies, in order:
+// then their RateLimit-Policy value, written once, serves for d.
+func samePolicies(d *keyrate.Decision, policies []keyrate.Policy) bool {
+	if parts := d.Policies(); len(parts) > 0 {
+		return slices.EqualFunc(parts, policies, func(p keyrate.PolicyDecision, q keyrate.Policy) bool { return p.Policy == q })
+	}
+	return len(policies) == 1 && policies[0] == keyrate.Policy{Name: d.Policy, Limit: d.Limit, Window: d.Window}
 }
 
 // binds reports whether a policy with remaining left should fill the

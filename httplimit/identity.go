@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 )
 
 // KeyFunc maps a request to the identity it is limited by. The middleware

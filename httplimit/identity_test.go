@@ -2,7 +2,7 @@ package httplimit
 
 import (
 	"errors"
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/clientkey"
 	"github.com/keyrate/keyrate/internal/call"
-	"github.com/keyrate/keyrate/internal/clientkey"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // errEmptyIdentity is reported for a request whose KeyFunc returned "":
@@ -105,7 +105,10 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
-	policies := ratelimitfield.BackendPolicies(b)
+	var policies []keyrate.Policy
+	if l, ok := b.(keyrate.PolicyLister); ok {
+		policies = l.Policies()
+	}
 	switch {
 	case c.window < 0 || c.window == 0 && len(policies) == 0:
 		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, c.window)
@@ -117,9 +120,9 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	case len(c.route) > maxRoute:
 		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
-	case !ratelimitfield.Printable(c.route):
+	case !printable(c.route):
 		return nil, fmt.Errorf("%w: httplimit: route %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.route)
-	case !ratelimitfield.Printable(c.unit):
+	case !printable(c.unit):
 		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
 	}
 	var ip *ipConfig
@@ -139,13 +142,24 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	}
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
-		m.policy = string(ratelimitfield.AppendPolicies(nil, c.route, ratelimitfield.PolicyParts(policies), c.unit))
+		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
 	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
 	return m, nil
+}
+
+// printable reports whether s is printable ASCII, all that a
+// structured-field string holds as it is.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func isBounded(b keyrate.Backend) bool {
@@ -203,7 +217,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if d.RetryAfter > 0 {
-		setRetryAfter(h, ratelimitfield.CeilSeconds(d.RetryAfter))
+		setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
 	}
 	m.limited(w, r, ev)
 }

@@ -3,7 +3,7 @@ package redislimit
 import (
 	"context"
 
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 

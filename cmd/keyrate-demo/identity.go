@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 )
 
 // keyPrefix is what httplimit.HeaderKey puts before an API key in the
