@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 type backendFunc func(ctx context.Context, key string, n int) (keyrate.Decision, error)
@@ -53,26 +54,24 @@ type recordingObserver struct {
 	log strings.Builder
 }
 
-func (o *recordingObserver) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
+func (o *recordingObserver) Observe(ev middleware.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if ev.Err != nil {
+		fmt.Fprintf(&o.log, "%s error %v; ", ev.Route, ev.Err)
+		return
+	}
 	outcome := "allowed"
-	if !d.Allowed {
+	if !ev.Decision.Allowed {
 		outcome = "limited"
 	}
-	if shadow {
+	if ev.Shadow {
 		outcome = "shadow_limited"
 	}
-	if took <= 0 {
+	if ev.Duration <= 0 {
 		outcome += " untimed"
 	}
-	fmt.Fprintf(&o.log, "%s %s; ", route, outcome)
-}
-
-func (o *recordingObserver) ObserveError(route string, err error, took time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(&o.log, "%s error %v; ", route, err)
+	fmt.Fprintf(&o.log, "%s %s; ", ev.Route, outcome)
 }
 
 func (o *recordingObserver) String() string {

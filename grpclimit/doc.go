@@ -25,8 +25,8 @@
 //	ratelimit: "second";r=9;t=1, "day";r=990;t=51840
 //
 // When the backend fails or outlives its time budget (250ms by default), the
-// call is either served (FailOpen, the default) or fails with
-// codes.Unavailable (FailClosed). An error caused by the call itself (an
+// call is either served (middleware.FailOpen, the default) or fails with
+// codes.Unavailable (middleware.FailClosed). An error caused by the call itself (an
 // identity the backend cannot use as a key) fails it with
 // codes.InvalidArgument in either mode: a client able to provoke it must not
 // go unlimited. A call whose client has gone before it is decided (it
@@ -34,7 +34,7 @@
 // decided and never served, in either mode: it fails with its context's
 // status, codes.Canceled or codes.DeadlineExceeded, which the client has
 // stopped waiting for; OnError and the Observer hear of it as
-// ErrClientGone. Serving it would let a client have work done over its
+// middleware.ErrClientGone. Serving it would let a client have work done over its
 // limit by giving up on its calls.
 //
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
@@ -52,6 +52,6 @@
 //		grpc.ChainStreamInterceptor(lim.Stream()),
 //	)
 //
-// Metrics: github.com/keyrate/keyrate/promlimit's Metrics is an Observer;
-// pass it to WithObserver.
+// Metrics: github.com/keyrate/keyrate/promlimit's Metrics is a
+// middleware.Observer; pass it to WithObserver.
 package grpclimit

@@ -9,22 +9,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
-
-// ErrBudgetExceeded is reported to OnError and the Observer when a backend
-// call outlives the time budget. The error also matches
-// context.DeadlineExceeded.
-var ErrBudgetExceeded = call.ErrBudgetExceeded
-
-// ErrClientGone is reported to OnError and the Observer for a call whose
-// context was done before it could be decided: its client cancelled it or
-// reset the stream, or its deadline passed. The error also matches the
-// context's own error, context.Canceled or context.DeadlineExceeded. Such a
-// call is never served, whatever the failure mode and in shadow mode too:
-// it fails with its context's status, Canceled or DeadlineExceeded.
-var ErrClientGone = call.ErrClientGone
 
 // Limiter limits the calls of a gRPC server. Create one with New and install
 // its Unary and Stream interceptors; it is safe for concurrent use.
@@ -37,7 +24,7 @@ type Limiter struct {
 
 // backend is one store and what it says about its policies.
 type backend struct {
-	caller   *call.Caller
+	caller   *middleware.Caller
 	policies []keyrate.Policy // its Policies; nil when unknown
 	window   time.Duration    // of a decision that gives none; 0 when unknown
 }
@@ -71,7 +58,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: backend is nil", keyrate.ErrConfig)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
-	case c.failure != FailOpen && c.failure != FailClosed:
+	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	}
 	if c.mdKey != "" {
@@ -81,8 +68,12 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		}
 		c.mdKey = name
 	}
+	fallback, err := newBackend(b, c.budget)
+	if err != nil {
+		return nil, err
+	}
 	l := &Limiter{
-		fallback: newBackend(b, c.budget),
+		fallback: fallback,
 		methods:  make(map[string]*route, len(c.methods)),
 		config:   c,
 	}
@@ -93,21 +84,29 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		if !validMethod(method) {
 			return nil, fmt.Errorf("%w: grpclimit: %q is not a full method name (/pkg.Service/Method, printable ASCII)", keyrate.ErrConfig, method)
 		}
-		l.methods[method] = newRoute(method, newBackend(mb, c.budget), true)
+		nb, err := newBackend(mb, c.budget)
+		if err != nil {
+			return nil, err
+		}
+		l.methods[method] = newRoute(method, nb, true)
 	}
 	l.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	return l, nil
 }
 
-func newBackend(b keyrate.Backend, budget time.Duration) *backend {
-	nb := &backend{caller: call.New(b, budget)}
+func newBackend(b keyrate.Backend, budget time.Duration) (*backend, error) {
+	caller, err := middleware.NewCaller(b, budget)
+	if err != nil {
+		return nil, err
+	}
+	nb := &backend{caller: caller}
 	if l, ok := b.(keyrate.PolicyLister); ok {
 		nb.policies = l.Policies()
 	}
 	if len(nb.policies) > 0 {
 		nb.window = nb.policies[0].Window
 	}
-	return nb
+	return nb, nil
 }
 
 // newRoute returns method's route on b. A kept route (WithMethod's) writes
@@ -144,7 +143,7 @@ func (l *Limiter) routeFor(method string) *route {
 // metadata to send and, when the call must not be served, its error.
 func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, error) {
 	r := l.routeFor(method)
-	ev := Event{Context: ctx, Method: method, Cost: 1}
+	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
 	ev.Identity, sent = l.identity(ctx)
 	ev.Key = r.prefix + ev.Identity
@@ -161,11 +160,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	}
 	if err != nil {
 		ev.Err = err
-		report(l.onError, ev)
-		if l.observer != nil {
-			l.observer.ObserveError(method, err, ev.Duration)
-		}
-		return l.failed(ctx, r, err)
+		return l.failed(ctx, r, ev)
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
@@ -173,9 +168,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if !d.Allowed {
 		report(l.onLimited, ev)
 	}
-	if l.observer != nil {
-		l.observer.ObserveDecision(method, d, ev.Shadow, ev.Duration)
-	}
+	l.observe(ev)
 	md := r.fields(&d)
 	if d.Allowed || l.shadow {
 		return md, nil
@@ -183,8 +176,14 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	return md, refusal(method, d)
 }
 
-func report(hook func(Event), ev Event) {
+func report(hook func(middleware.Event), ev middleware.Event) {
 	if hook != nil {
 		hook(ev)
+	}
+}
+
+func (l *Limiter) observe(ev middleware.Event) {
+	if l.observer != nil {
+		l.observer.Observe(ev)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // Option configures a Limiter; pass options to New.
@@ -15,39 +16,13 @@ type config struct {
 	methods    map[string]keyrate.Backend
 	cost       func(ctx context.Context, method string, req any) int
 	budget     time.Duration
-	failure    FailureMode
+	failure    middleware.FailureMode
 	shadow     bool
-	onDecision func(Event)
-	onLimited  func(Event)
-	onError    func(Event)
-	observer   Observer
+	onDecision func(middleware.Event)
+	onLimited  func(middleware.Event)
+	onError    func(middleware.Event)
+	observer   middleware.Observer
 }
-
-// FailureMode says what the Limiter does with a call when it cannot get a
-// decision: the backend returned an error or outlived the time budget.
-//
-//   - FailOpen (the default) serves the call as if it were allowed, with no
-//     ratelimit metadata (only ratelimit-policy), and reports the error to
-//     OnError. A store outage then costs the limits, not the service: choose
-//     it when availability matters more than the limit, and alert on OnError.
-//   - FailClosed fails the call with codes.Unavailable and reports the error
-//     to OnError. A store outage then takes the limited methods down: choose
-//     it when the limit protects something that must not be overrun.
-//
-// Either way, an error the call itself caused (keyrate.ErrInvalidKey) fails
-// it with codes.InvalidArgument, and a call whose client has gone before it
-// was decided (ErrClientGone) fails with its context's status,
-// codes.Canceled or codes.DeadlineExceeded: neither is a store outage, and
-// serving either would let a client go over its limit at will.
-type FailureMode int
-
-const (
-	// FailOpen serves the call when no decision can be had.
-	FailOpen FailureMode = iota
-	// FailClosed fails the call with codes.Unavailable when no decision can
-	// be had.
-	FailClosed
-)
 
 // WithMetadataKey identifies a client by the first value of the named
 // request metadata key (an API key, say), sent to the backend as
@@ -90,7 +65,7 @@ func WithCost(f func(ctx context.Context, fullMethod string, req any) int) Optio
 }
 
 // WithTimeBudget bounds each backend call. A call that outlives it counts as
-// a failure (wrapping ErrBudgetExceeded, answered per the FailureMode), and
+// a failure (wrapping middleware.ErrBudgetExceeded, answered per the failure mode), and
 // the gRPC call waits no longer, even for a backend that ignores its
 // context. Default: 250ms. Backends that never block (*keyrate.Limiter) or
 // bound their own calls (the Redis backend) are called directly and keep
@@ -98,8 +73,8 @@ func WithCost(f func(ctx context.Context, fullMethod string, req any) int) Optio
 func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
 
 // WithFailureMode sets what happens when the backend fails. Default:
-// FailOpen. See FailureMode for the trade-off.
-func WithFailureMode(m FailureMode) Option { return func(c *config) { c.failure = m } }
+// middleware.FailOpen. See middleware.FailureMode for the trade-off.
+func WithFailureMode(m middleware.FailureMode) Option { return func(c *config) { c.failure = m } }
 
 // WithShadow decides and records every call as usual, sets the ratelimit
 // metadata and reports refusals to OnDecision, OnLimited and the Observer
@@ -112,19 +87,19 @@ func WithShadow() Option { return func(c *config) { c.shadow = true } }
 // WithOnDecision sets a hook called for every call the backend decided,
 // admitted or refused, before the call is served or failed. It runs on the
 // call's goroutine, so keep it quick. Default: none.
-func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecision = f } }
+func WithOnDecision(f func(middleware.Event)) Option { return func(c *config) { c.onDecision = f } }
 
 // WithOnLimited sets a hook called for every refused call, after OnDecision.
 // Default: none.
-func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
+func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.onLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the backend
 // failed or the budget ran out, or the call's client had gone (Event.Err
-// matches ErrClientGone). Event.Err says why. Default: none; errors then
+// matches middleware.ErrClientGone). Event.Err says why. Default: none; errors then
 // pass silently, which under FailOpen means unnoticed.
-func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
+func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.onError = f } }
 
 // WithObserver sets an Observer told of every decision and every error, as
 // metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one. It
 // is independent of the hooks; both can be set. Default: none.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // boundedStore stands in for a networked backend that bounds its own calls,
@@ -46,19 +47,19 @@ func TestBoundedBackendRunsOneBudget(t *testing.T) {
 		name  string
 		delay time.Duration
 		took  time.Duration
-		code  map[httplimit.FailureMode]int
+		code  map[middleware.FailureMode]int
 	}{
-		{"inside its budget", 400 * time.Millisecond, 400 * time.Millisecond, map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 200}},
-		{"past its budget", time.Second, 500 * time.Millisecond, map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}},
+		{"inside its budget", 400 * time.Millisecond, 400 * time.Millisecond, map[middleware.FailureMode]int{middleware.FailOpen: 200, middleware.FailClosed: 200}},
+		{"past its budget", time.Second, 500 * time.Millisecond, map[middleware.FailureMode]int{middleware.FailOpen: 200, middleware.FailClosed: 503}},
 	}
 	for _, c := range cases {
-		for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 			synctest.Test(t, func(t *testing.T) {
 				var deadlines []bool
 				var errs []error
 				store := boundedStore{budget: 500 * time.Millisecond, delay: c.delay, deadlines: &deadlines}
 				h := newHandler(t, store, httplimit.WithFailureMode(mode),
-					httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+					httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 				start := time.Now()
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))

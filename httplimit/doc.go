@@ -36,8 +36,9 @@
 // type, names every violated policy (see DefaultLimitedHandler).
 //
 // When the store is unavailable (the backend fails, or outlives its time
-// budget), the middleware either serves the request (FailOpen, the default)
-// or answers 503 (FailClosed), and tells the OnError hook either way. Each
+// budget), the middleware either serves the request (middleware.FailOpen,
+// the default) or answers 503 (middleware.FailClosed), and tells the
+// OnError hook and the Observer either way. Each
 // call runs under one time budget, in one place: a keyrate.Bounded backend
 // bounds its own calls (the Redis one) or never waits (*keyrate.Limiter),
 // and is called inline under that budget alone; any other runs on its own
@@ -59,7 +60,8 @@
 // requests. It gets 503 Service Unavailable with a problem body saying the
 // request was cancelled or timed out before it could be decided, which a
 // client that has hung up never reads, and one still waiting behind a
-// server-side deadline can act on; OnError hears of it as ErrClientGone.
+// server-side deadline can act on; OnError hears of it as
+// middleware.ErrClientGone.
 //
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it, not the key: the API key for HeaderKey, whatever
@@ -69,7 +71,8 @@
 //
 // WithShadow tries a limit out without enforcing it: every request is
 // decided, reported and given the RateLimit fields, and every request is
-// served; Event.Shadow marks what enforcement would have refused.
+// served; middleware.Event.Shadow marks what enforcement would have
+// refused.
 //
 // Most callers need three lines per route:
 //

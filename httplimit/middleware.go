@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,7 +9,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/clientkey"
-	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -26,40 +27,6 @@ const (
 // of at most clientkey.MaxLen bytes) stays well inside what any store takes.
 const maxRoute = 256
 
-// Event describes one request the middleware decided, or failed to; the
-// hooks receive it.
-type Event struct {
-	// Request is the request decided.
-	Request *http.Request
-	// Route is the name given with WithRoute.
-	Route string
-	// Identity is the client's identity as limited: what the KeyFunc
-	// returned, or its "sha256:" digest when that is longer than 128 bytes
-	// (see WithKeyFunc). "" when the KeyFunc failed or returned "".
-	Identity string
-	// Key is the key the backend was asked about: Route + "\x00" + Identity,
-	// or Identity alone when Route is "".
-	Key string
-	// Cost is the request's weight.
-	Cost int
-	// Decision is the backend's answer; zero when Err is set.
-	Decision keyrate.Decision
-	// Err is set for OnError: the backend's error, one matching
-	// ErrBudgetExceeded, for a request that cannot be placed (the KeyFunc
-	// failed or returned "", or the backend refused the key) one matching
-	// keyrate.ErrInvalidKey, and for a request whose client had gone before
-	// it was decided one matching ErrClientGone.
-	Err error
-	// Duration is how long the backend took to answer or fail; 0 when it
-	// was not asked. It is measured only when a hook is set.
-	Duration time.Duration
-	// Shadow reports a request that WithShadow let through although the
-	// middleware would have refused it: a refusal (reported to OnDecision
-	// and OnLimited), or an error answered 400 or 503 when enforcing
-	// (reported to OnError).
-	Shadow bool
-}
-
 // Middleware limits the requests that reach a handler. Create one with New
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
@@ -69,8 +36,8 @@ type Event struct {
 // own: a request the inner one refuses has already been counted by the
 // outer one.
 type Middleware struct {
-	backend *call.Caller
-	timed   bool      // a hook is set: measure Event.Duration
+	backend *middleware.Caller
+	timed   bool      // a hook or an Observer is set: measure Event.Duration
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
@@ -116,7 +83,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
 		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
-	case c.failure != FailOpen && c.failure != FailClosed:
+	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	case len(c.route) > maxRoute:
 		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
@@ -133,8 +100,12 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if c.limited == nil {
 		c.limited = DefaultLimitedHandler
 	}
+	caller, err := middleware.NewCaller(b, c.budget)
+	if err != nil {
+		return nil, err
+	}
 	m := &Middleware{
-		backend:  call.New(b, c.budget),
+		backend:  caller,
 		ip:       ip,
 		config:   c,
 		policies: policies,
@@ -144,7 +115,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.fallback = policies[0].Window
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
-	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
+	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
@@ -181,7 +152,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	ev := Event{Request: r, Route: m.route, Cost: 1}
+	ev := middleware.Event{Route: m.route, Cost: 1, Context: r.Context(), Request: r}
 	sent, err := m.identify(r, &ev)
 	if err != nil {
 		m.fail(w, r, next, ev, err)
@@ -206,12 +177,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
 	m.setHeaders(h, &d)
-	m.report(m.onDecision, ev)
+	report(m.onDecision, ev)
 	if d.Allowed {
+		m.observe(ev)
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.report(m.onLimited, ev)
+	report(m.onLimited, ev)
+	m.observe(ev)
 	if m.shadow {
 		next.ServeHTTP(w, r)
 		return
@@ -225,7 +198,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // identify sets ev's Identity and Key for r and returns the identity as
 // the client sent it (see sentIdentity), or returns why it cannot: an error
 // wrapping keyrate.ErrInvalidKey.
-func (m *Middleware) identify(r *http.Request, ev *Event) (string, error) {
+func (m *Middleware) identify(r *http.Request, ev *middleware.Event) (string, error) {
 	if m.ip != nil {
 		// The default identity, the client's address (at most 43 bytes),
 		// is written straight after the route: one allocation for both.
@@ -251,9 +224,6 @@ func (m *Middleware) identify(r *http.Request, ev *Event) (string, error) {
 	if m.prefix != "" {
 		ev.Key = m.prefix + ev.Identity
 	}
-	if !m.backend.ReadsIdentity() {
-		return id, nil
-	}
 	return sentIdentity(r, id), nil
 }
 
@@ -277,23 +247,25 @@ func sentIdentity(r *http.Request, id string) string {
 
 // fail answers a request that got no decision: err is the KeyFunc's
 // trouble, the backend's, or the client's leaving.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event, err error) {
 	ev.Err = err
-	if call.ClientGone(err) {
+	if errors.Is(err, middleware.ErrClientGone) {
 		// Serving it in any mode would let a client have work done over
 		// its limit by giving up on its requests. No one may be there to
 		// read the answer; a client still waiting behind a server-side
 		// deadline gets one it can act on.
-		m.report(m.onError, ev)
+		report(m.onError, ev)
+		m.observe(ev)
 		writeProblem(w, http.StatusServiceUnavailable, detailGone)
 		return
 	}
 	// A request that cannot be placed is refused whatever the failure mode:
 	// serving it would let a client go unlimited at will.
-	clientCaused := call.ClientCaused(err)
-	refuse := clientCaused || m.failure == FailClosed
+	clientCaused := errors.Is(err, keyrate.ErrInvalidKey)
+	refuse := clientCaused || m.failure == middleware.FailClosed
 	ev.Shadow = m.shadow && refuse
-	m.report(m.onError, ev)
+	report(m.onError, ev)
+	m.observe(ev)
 	switch {
 	case !refuse || m.shadow:
 		m.setPolicy(w.Header())
@@ -305,8 +277,14 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	}
 }
 
-func (m *Middleware) report(hook func(Event), ev Event) {
+func report(hook func(middleware.Event), ev middleware.Event) {
 	if hook != nil {
 		hook(ev)
+	}
+}
+
+func (m *Middleware) observe(ev middleware.Event) {
+	if m.observer != nil {
+		m.observer.Observe(ev)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -316,14 +317,14 @@ func TestSkip(t *testing.T) {
 
 func TestHooksAndCustomHandler(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	var decided, limited, handled []httplimit.Event
+	var decided, limited, handled []middleware.Event
 	m, err := httplimit.New(l,
 		httplimit.WithRoute("search"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
-		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
-		httplimit.WithOnLimited(func(e httplimit.Event) { limited = append(limited, e) }),
-		httplimit.WithOnError(func(e httplimit.Event) { t.Errorf("OnError: %v", e.Err) }),
-		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, e httplimit.Event) {
+		httplimit.WithOnDecision(func(e middleware.Event) { decided = append(decided, e) }),
+		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }),
+		httplimit.WithOnError(func(e middleware.Event) { t.Errorf("OnError: %v", e.Err) }),
+		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, e middleware.Event) {
 			handled = append(handled, e)
 			w.WriteHeader(http.StatusTeapot)
 		}),
@@ -358,12 +359,12 @@ func TestHooksAndCustomHandler(t *testing.T) {
 // the KeyFunc's own error inside.
 func TestKeyFuncErrorIsRefused(t *testing.T) {
 	errNoKey := errors.New("no API key")
-	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		l, _ := newLimiter(t, 1, time.Minute)
 		var errs []error
 		h := newHandler(t, l, httplimit.WithFailureMode(mode),
 			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return "", errNoKey }),
-			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		rec := get(h, "/")
 		if rec.Code != 400 || len(errs) != 1 || !errors.Is(errs[0], keyrate.ErrInvalidKey) || !errors.Is(errs[0], errNoKey) {
 			t.Fatalf("mode %d: %d, reported %v; want 400 and one error matching ErrInvalidKey and the KeyFunc's", mode, rec.Code, errs)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -33,7 +34,7 @@ const (
 //     exceeds a policy's limit (a refusal with RetryAfter 0), so no wait
 //     would let it through. No Retry-After is sent; retrying the same request is
 //     pointless.
-func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e Event) {
+func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.Event) {
 	d := e.Decision
 	if d.RetryAfter <= 0 && !d.Overflow {
 		writeProblem(w, http.StatusRequestEntityTooLarge,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // seenBy returns a backend that admits everything and records, for each
@@ -58,7 +59,7 @@ func TestTierSeesIdentityAsSent(t *testing.T) {
 			opts = append(opts, httplimit.WithKeyFunc(tc.key))
 		}
 		var keys []string
-		opts = append(opts, httplimit.WithOnDecision(func(e httplimit.Event) { keys = append(keys, e.Key) }))
+		opts = append(opts, httplimit.WithOnDecision(func(e middleware.Event) { keys = append(keys, e.Key) }))
 		h := newHandler(t, seenBy(&seen), opts...)
 		r := httptest.NewRequest("GET", "/search", nil)
 		r.RemoteAddr = tc.remote
