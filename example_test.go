@@ -266,7 +266,7 @@ func ExampleContextWithIdentity() {
 	}
 	defer limiter.Close()
 
-	key := "search\x00X-Api-Key:pro-42" // as the middleware composes it
+	key := "search\x00x-api-key=pro-42" // as the middleware composes it
 	d, _ := limiter.TakeContext(context.Background(), key, 1)
 	fmt.Println("by the key:", d.Limit)
 	ctx := keyrate.ContextWithIdentity(context.Background(), "pro-42")

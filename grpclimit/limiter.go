@@ -60,6 +60,8 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
+	case c.budgetSet && allBounded(b, c.methods):
+		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
 	if c.mdKey != "" {
 		name := strings.ToLower(c.mdKey)
@@ -92,6 +94,18 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	}
 	l.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	return l, nil
+}
+
+// allBounded reports whether b and every backend of methods is
+// keyrate.Bounded. A nil backend is not: New refuses it on its own.
+func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
+	for _, mb := range methods {
+		if _, ok := mb.(keyrate.Bounded); !ok {
+			return false
+		}
+	}
+	_, ok := b.(keyrate.Bounded)
+	return ok
 }
 
 func newBackend(b keyrate.Backend, budget time.Duration) (*backend, error) {

@@ -32,10 +32,11 @@ func refusal(method string, d keyrate.Decision) error {
 
 // failed answers a call for which no decision could be had, and reports
 // ev, whose Err says why. A call whose client has gone fails with its
-// context's status, and a client-caused error fails it, in either mode;
-// otherwise FailOpen serves it, with the policy alone when known, and
-// FailClosed fails it with Unavailable. The error's text is not sent: it
-// may name the key.
+// context's status, in every mode. A client-caused error fails it with
+// InvalidArgument in either failure mode, and FailClosed fails a store
+// failure with Unavailable; but shadow mode refuses neither, and marks
+// ev.Shadow instead. Any other call is served, with the policy alone when
+// known. The error's text is not sent: it may name the key.
 func (l *Limiter) failed(ctx context.Context, r *route, ev middleware.Event) (metadata.MD, error) {
 	var refusal error
 	switch {
@@ -47,6 +48,9 @@ func (l *Limiter) failed(ctx context.Context, r *route, ev middleware.Event) (me
 		refusal = status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
 	case l.failure == middleware.FailClosed:
 		refusal = status.Error(codes.Unavailable, "keyrate: the rate limiter is unavailable; try again shortly")
+	}
+	if refusal != nil && l.shadow {
+		ev.Shadow, refusal = true, nil
 	}
 	report(l.onError, ev)
 	l.observe(ev)

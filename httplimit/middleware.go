@@ -229,17 +229,20 @@ func (m *Middleware) identify(r *http.Request, ev *middleware.Event) (string, er
 
 // sentIdentity returns the identity a backend's tier function sees for the
 // KeyFunc's identity id: the header's value when id is in HeaderKey's form,
-// "Name:value", for a header HeaderKey reads and r carries with that very
-// value; id itself otherwise. Both checks are needed: the header's value
-// alone could be any client's, and an identity of another form can look
-// like HeaderKey's ("2001:db8:1:2::/64", for a client that sends a header
-// named 2001), which would show the tier function part of an address.
+// "name=value", for a header HeaderKey reads and r carries with that very
+// value; id itself otherwise. Both checks are needed: a KeyFunc of one's
+// own may return identities of that form for other reasons, and the value
+// alone would then show the tier function part of an identity.
 func sentIdentity(r *http.Request, id string) string {
-	name, value, ok := strings.Cut(id, ":")
-	if !ok || !headerKeyed(name) {
+	name, value, ok := strings.Cut(id, "=")
+	if !ok {
 		return id
 	}
-	if v := r.Header[name]; len(v) > 0 && v[0] == value {
+	header, ok := keyedHeader(name)
+	if !ok {
+		return id
+	}
+	if v := r.Header[header]; len(v) > 0 && v[0] == value {
 		return value
 	}
 	return id

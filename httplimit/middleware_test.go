@@ -342,8 +342,8 @@ func TestHooksAndCustomHandler(t *testing.T) {
 		t.Fatalf("%d decisions and %d refusals reported, want 2 and 1", len(decided), len(limited))
 	}
 	e := limited[0]
-	if e.Route != "search" || e.Identity != "X-Api-Key:k" || e.Key != "search\x00X-Api-Key:k" ||
-		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil {
+	if e.Route != "search" || e.Identity != "x-api-key=k" || e.Key != "search\x00x-api-key=k" ||
+		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
 		t.Fatalf("event %+v", e)
 	}
 	if len(handled) != 1 || handled[0].Key != e.Key || handled[0].Decision != e.Decision {

@@ -103,7 +103,7 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // keyrate.ContextWithIdentity), before the 128-byte bound: the address for
 // ClientIP; the header's value alone for HeaderKey; what your own KeyFunc
 // returns, whole, for it and for Join (save an identity in HeaderKey's
-// form, "Name:value" for a header a HeaderKey reads and the request
+// form, "name=value" for a header a HeaderKey reads and the request
 // carries with that value, which counts as HeaderKey's).
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 

@@ -14,11 +14,13 @@ type Event struct {
 	// Route names the budget: the name given to httplimit.WithRoute, or
 	// the full gRPC method name, "/pkg.Service/Method".
 	Route string
-	// Identity is the client the request counts against, as limited: an
-	// API key read from a header (httplimit.HeaderKey) or a metadata key
-	// (grpclimit.WithMetadataKey), the client's address ("192.0.2.1",
-	// "2001:db8:1:2::/64"), or what an httplimit.KeyFunc returned. "" when
-	// the request carries no identity.
+	// Identity is the client the request counts against, as limited:
+	// "name=value" for an API key read from a header (httplimit.HeaderKey)
+	// or a metadata key (grpclimit.WithMetadataKey), the name in lower
+	// case ("x-api-key=alice"); the client's address ("192.0.2.1",
+	// "2001:db8:1:2::/64"); or what an httplimit.KeyFunc returned. One over
+	// 128 bytes is its "sha256:" digest (clientkey.Bound), in both
+	// middlewares alike. "" when the request carries no identity.
 	Identity string
 	// Key is the key the backend was asked about: Route + "\x00" +
 	// Identity, or Identity alone when Route is "". "" when the request

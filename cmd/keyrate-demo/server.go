@@ -92,7 +92,7 @@ const maxKeys = 100_000
 type decision struct {
 	At       time.Time
 	Route    string // a route's Name
-	Key      string // the client as shownIdentity shows it: "X-Api-Key:2bd806c9" (alice's fingerprint) or "127.0.0.1"
+	Key      string // the client as shownIdentity shows it: "x-api-key=2bd806c9" (alice's fingerprint) or "127.0.0.1"
 	Decision keyrate.Decision
 	Err      error // the limiter failed; Decision is zero
 }

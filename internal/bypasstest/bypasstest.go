@@ -48,6 +48,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"1KiB", identity, []string{long}, nil, limit},
 		{"64KiB", identity, []string{strings.Repeat("k", 64<<10)}, nil, limit},
 		{"two 1KiB differing in the last byte", identity, []string{long, long[:len(long)-1] + "x"}, nil, limit},
+		{"1KiB API key", httplimit.HeaderKey("Identity", nil), []string{long}, nil, limit},
 		{"four 256-byte headers joined", httplimit.Join(
 			httplimit.HeaderKey("A", nil), httplimit.HeaderKey("B", nil),
 			httplimit.HeaderKey("C", nil), httplimit.HeaderKey("D", nil),
