@@ -44,8 +44,9 @@ type route struct {
 // served while the store is unavailable), ratelimit-policy lists the
 // backend's own policies: those its Policies method lists, when it has one
 // (keyrate.PolicyLister, as *keyrate.Limiter and the Redis backend are),
-// else none. A nil backend or an
-// invalid option gives an error wrapping keyrate.ErrConfig.
+// else none. A nil backend, an invalid option, or WithTimeBudget when
+// every backend is keyrate.Bounded gives an error wrapping
+// keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	c := config{budget: 250 * time.Millisecond}
 	for _, o := range opts {

@@ -24,7 +24,7 @@ type Event struct {
 	Identity string
 	// Key is the key the backend was asked about: Route + "\x00" +
 	// Identity, or Identity alone when Route is "". "" when the request
-	// could not be identified, and the backend was not asked.
+	// could not be identified, so that the backend was not asked.
 	Key string
 	// Cost is the request's weight.
 	Cost int
@@ -36,8 +36,9 @@ type Event struct {
 	// placed, ErrClientGone for a request whose client had gone; otherwise
 	// it is the backend's own error.
 	Err error
-	// Duration is how long the backend took to answer or fail; 0 when it
-	// was not asked. It is measured only when a hook or an Observer is set.
+	// Duration is how long asking the backend took, answer or failure; 0
+	// when the request could not be identified. It is measured only when a
+	// hook or an Observer is set.
 	Duration time.Duration
 	// Shadow reports a request that shadow mode served although enforcing
 	// would have refused it: a refusal (with Err nil), or an error that

@@ -49,7 +49,7 @@ func TestAppendRateLimit(t *testing.T) {
 }
 
 // The common case appends into a caller's buffer without allocating.
-func TestAppendAllocatesNothing(t *testing.T) {
+func TestAppendAllocations(t *testing.T) {
 	l, err := keyrate.NewPolicies([]keyrate.Policy{{Name: "second", Limit: 10, Window: time.Second}, {Name: "day", Limit: 1000, Window: 24 * time.Hour}})
 	if err != nil {
 		t.Fatal(err)
