@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -325,5 +326,29 @@ func TestLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// Hooks of one's own and the metrics both hear of every request: neither
+// replaces the other, whatever the order of the options.
+func TestOwnHooksBesideMetrics(t *testing.T) {
+	m, reg := newMetrics(t)
+	var decided, failed int
+	h, _ := limited(t, m, manualLimiter(t, 1, time.Minute),
+		httplimit.WithOnDecision(func(middleware.Event) { decided++ }),
+		httplimit.WithOnError(func(middleware.Event) { failed++ }),
+		httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Id"), nil }))
+	for _, id := range []string{"alice", "alice", ""} {
+		r := httptest.NewRequest("GET", "/search", nil)
+		r.Header.Set("Id", id)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	if decided != 2 || failed != 1 {
+		t.Errorf("own hooks heard %d decisions and %d errors, want 2 and 1", decided, failed)
+	}
+	for result, want := range map[string]float64{"allowed": 1, "limited": 1, "error": 1} {
+		if got := requests(t, reg, "search", result); got != want {
+			t.Errorf("%s: %v, want %v", result, got, want)
+		}
 	}
 }
