@@ -15,8 +15,8 @@ import (
 // *Limiter satisfies it in memory, and the Redis backend
 // (github.com/keyrate/keyrate/redislimit) across processes. Middleware
 // (httplimit and others) depends on Backend alone, plus the optional
-// interfaces Quota, PolicyLister, NonBlocking and Bounded, which it discovers
-// with a type assertion.
+// interfaces PolicyLister and Bounded, which it discovers with a type
+// assertion.
 //
 // TakeContext returns an error only when no decision could be had: ctx was
 // done, the store was unavailable or closed, or the request could not be
@@ -24,6 +24,17 @@ import (
 // Allowed false.
 type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// BackendFunc adapts a function to Backend, as http.HandlerFunc adapts one
+// to http.Handler. It lists no policies and bounds no call of its own, so
+// middleware needs a window for it (httplimit.WithWindow) unless its
+// Decisions carry one, and bounds its calls by a time budget of its own.
+type BackendFunc func(ctx context.Context, key string, n int) (Decision, error)
+
+// TakeContext calls f(ctx, key, n).
+func (f BackendFunc) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
+	return f(ctx, key, n)
 }
 
 // ErrInvalidKey is wrapped by a backend's error for a key it cannot place
@@ -42,48 +53,33 @@ var ErrInvalidKey = errors.New("keyrate: invalid key")
 // client unlimited.
 var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
-// Quota is implemented by backends that know their limit and window, as
-// *Limiter and the Redis backend do. Middleware reads it once to advertise
-// the policy (the IETF RateLimit-Policy field). Under several policies it
-// describes the first; PolicyLister lists them all.
-type Quota interface {
-	Limit() int
-	Window() time.Duration
-}
-
 // PolicyLister is implemented by backends that know their policies, as
-// *Limiter does. Policies returns a copy of the default tier's, in the
-// order they were given, so that middleware can advertise every one of them
-// before it has a Decision (a Decision lists the policies of its key's own
-// tier).
+// *Limiter and the Redis backend do. Policies returns a copy of the default
+// tier's, in the order they were given, so that middleware can advertise
+// every one of them before it has a Decision (a Decision lists the policies
+// of its key's own tier).
 type PolicyLister interface {
 	Policies() []Policy
 }
 
-// NonBlocking is implemented by backends whose TakeContext decides in memory
-// and returns at once, as *Limiter does. Middleware calls them directly,
-// without the goroutine and timer that bound a call to a store that might
-// hang.
-type NonBlocking interface {
-	NonBlocking() bool
-}
-
-// Bounded is implemented by backends that bound every call by a time budget
-// of their own and return by its end whatever the store does, as the Redis
-// backend does. Middleware calls them directly and adds no budget on top:
-// one budget, in one place, the backend's. A backend that is neither
-// Bounded nor NonBlocking gets the middleware's budget, enforced from
-// outside.
+// Bounded is implemented by backends whose every call returns within a time
+// budget of their own, whatever the store does; TimeBudget returns it.
+// Middleware calls them on the request's goroutine and adds no budget on
+// top: one budget, in one place, the backend's. The Redis backend bounds
+// each call by its timeout; *Limiter decides in memory and never waits,
+// which a TimeBudget of 0 says. A backend that is not Bounded gets the
+// middleware's budget, enforced from outside.
 type Bounded interface {
 	TimeBudget() time.Duration
 }
 
-// NonBlocking reports true: a Limiter decides in memory and never waits.
-func (l *Limiter) NonBlocking() bool { return true }
+// TimeBudget returns 0: a Limiter decides in memory and never waits, so
+// middleware calls it inline and gives it no budget.
+func (l *Limiter) TimeBudget() time.Duration { return 0 }
 
 var (
 	_ Backend      = (*Limiter)(nil)
-	_ Quota        = (*Limiter)(nil)
 	_ PolicyLister = (*Limiter)(nil)
-	_ NonBlocking  = (*Limiter)(nil)
+	_ Bounded      = (*Limiter)(nil)
+	_ Backend      = BackendFunc(nil)
 )

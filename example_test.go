@@ -266,7 +266,7 @@ func ExampleContextWithIdentity() {
 	}
 	defer limiter.Close()
 
-	key := "search\x00X-Api-Key:pro-42" // as the middleware composes it
+	key := "search\x00x-api-key=pro-42" // as the middleware composes it
 	d, _ := limiter.TakeContext(context.Background(), key, 1)
 	fmt.Println("by the key:", d.Limit)
 	ctx := keyrate.ContextWithIdentity(context.Background(), "pro-42")
@@ -344,4 +344,31 @@ func ExampleLimiter_Refund() {
 	// wrong password
 	// wrong password
 	// locked for 11m0s
+}
+
+// A function is a Backend, as a function is an http.Handler: here one that
+// lets an internal caller through and asks a Limiter about every other key.
+func ExampleBackendFunc() {
+	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	backend := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		if key == "internal" {
+			return keyrate.Decision{Allowed: true}, nil
+		}
+		return limiter.TakeContext(ctx, key, n)
+	})
+
+	for _, key := range []string{"internal", "internal", "alice", "alice"} {
+		d, err := backend.TakeContext(context.Background(), key, 1)
+		fmt.Println(key, d.Allowed, err)
+	}
+	// Output:
+	// internal true <nil>
+	// internal true <nil>
+	// alice true <nil>
+	// alice false <nil>
 }

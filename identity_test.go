@@ -22,7 +22,7 @@ func plan(key string) string {
 func TestTierSeesContextIdentity(t *testing.T) {
 	l, _ := newPolicies(t, []Policy{{"minute", 2, time.Minute}},
 		WithTiers(plan, map[string][]Policy{"pro": {{"minute", 5, time.Minute}}}))
-	const search, status = "search\x00X-Api-Key:pro-42", "status\x00X-Api-Key:pro-42"
+	const search, status = "search\x00x-api-key=pro-42", "status\x00x-api-key=pro-42"
 	pro := ContextWithIdentity(context.Background(), "pro-42")
 
 	d, err := l.TakeContext(pro, search, 1)

@@ -41,8 +41,6 @@ type Limiter struct {
 	resolution       time.Duration // WithResolution's; 0: off
 	algorithm        Algorithm     // WithAlgorithm's
 
-	beforeSleep func() // tests: runs between a refused Take in WaitN and its sleep
-
 	closed     atomic.Bool
 	done       chan struct{}
 	closeOnce  sync.Once
@@ -480,9 +478,6 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			// The key stays out of the message: it is often a credential.
 			return fmt.Errorf("keyrate: wait of %v would pass the context deadline: %w",
 				d.RetryAfter, context.DeadlineExceeded)
-		}
-		if l.beforeSleep != nil {
-			l.beforeSleep()
 		}
 		// Wake at the refusal's own instant plus RetryAfter: the clock may
 		// have moved since it was read.

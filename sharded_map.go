@@ -40,9 +40,12 @@ type keyMap struct {
 
 	room   sync.Mutex // held by the one goroutine making room
 	oldest oldestKeys // makeRoom's scratch, kept between batches; guarded by room
-
-	beforeCreate func() // tests: runs between a lookup that missed and the insert
 }
+
+// testHookCreate, when set, runs at the start of every create, between a
+// lookup that missed and the insert, so that a test can force another
+// caller's insert and an eviction into that gap. Only tests set it.
+var testHookCreate func()
 
 func newKeyMap(maxKeys int, refuse bool) *keyMap {
 	return &keyMap{m: xsync.NewMapOf[string, *eventLog](), maxKeys: int64(maxKeys), refuse: refuse}
@@ -63,8 +66,8 @@ func (k *keyMap) load(key string) *eventLog {
 // When the key is absent and the map already holds maxKeys keys, create
 // makes room and tries again, or, under WithRefuseNewKeys, returns nil.
 func (k *keyMap) create(key string) (g *eventLog, fresh bool) {
-	if k.beforeCreate != nil {
-		k.beforeCreate()
+	if testHookCreate != nil {
+		testHookCreate()
 	}
 	for {
 		g, loaded := k.m.LoadOrTryCompute(key, func() (*eventLog, bool) {

@@ -287,21 +287,23 @@ func TestWaitUnderManualClock(t *testing.T) {
 }
 
 // TestWaitWakesAtTheDecisionsInstant moves the clock to the instant the
-// slot frees after Wait's Take is refused and before Wait registers its
-// wake-up. Wait must wake at the refusal's instant plus RetryAfter, which
+// slot frees right after Wait's Take reads it, so that the Take is refused
+// at the earlier reading and Wait registers its wake-up under the moved
+// clock. Wait must wake at the refusal's instant plus RetryAfter, which
 // the clock has already reached, not RetryAfter past the moved clock.
 func TestWaitWakesAtTheDecisionsInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const s = time.Second
-		l, c := newManual(t, 1, 10*s)
+		c := &movingClock{ManualClock: NewManualClock(t0)}
+		l, err := New(1, 10*s, WithClock(c), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
 		require.True(t, l.Allow("k"))
 		c.Set(t0.Add(3 * s)) // Wait's Take is refused here, RetryAfter 7s
 		moved := false
-		l.beforeSleep = func() {
-			if !moved {
-				moved = true
-				c.Set(t0.Add(10 * s))
-			}
+		c.after = func() {
+			moved = true
+			c.Set(t0.Add(10 * s))
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -319,6 +321,24 @@ func TestWaitWakesAtTheDecisionsInstant(t *testing.T) {
 		require.True(t, moved)
 		assert.Equal(t, single(10*s, deny(1, 0, 10*s, 10*s, 10*s)), l.Peek("k"), "Wait recorded its event at 00:10")
 	})
+}
+
+// movingClock is a ManualClock that runs after once, right after the next
+// reading: a clock moved between a decision's reading and what the
+// decision does next. Embedding the ManualClock keeps its wake-ups at
+// absolute instants, which Wait prefers.
+type movingClock struct {
+	*ManualClock
+	after func() // run once, after the next reading
+}
+
+func (c *movingClock) Now() time.Time {
+	now := c.ManualClock.Now()
+	if f := c.after; f != nil {
+		c.after = nil
+		f()
+	}
+	return now
 }
 
 func TestWait(t *testing.T) {
@@ -537,7 +557,7 @@ func TestEvictionFloorRace(t *testing.T) {
 	l, c := newManual(t, 1, 10*s)
 	c.Set(t0.Add(20 * s))
 	interleaved := false
-	l.keys.beforeCreate = func() {
+	testHookCreate = func() {
 		if interleaved {
 			return // the other caller's own insert
 		}
@@ -547,6 +567,7 @@ func TestEvictionFloorRace(t *testing.T) {
 		require.Equal(t, 1, l.sweep(l.now()), "evicted at 00:30, idle by then")
 		c.Set(t0.Add(25 * s))
 	}
+	defer func() { testHookCreate = nil }()
 	assert.Equal(t, single(10*s, allow(1, 0, 10*s, 10*s)), noReceipt(l.Take("k", 1)))
 	require.True(t, interleaved)
 	c.Set(t0.Add(35 * s))

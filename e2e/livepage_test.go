@@ -152,7 +152,7 @@ func openPage(t *testing.T, browser, url string, timeout time.Duration, shot str
 // which never carry the key itself: the first 8 hex digits of its SHA-256.
 func fingerprint(apiKey string) string {
 	sum := sha256.Sum256([]byte(apiKey))
-	return "X-Api-Key:" + hex.EncodeToString(sum[:4])
+	return "x-api-key=" + hex.EncodeToString(sum[:4])
 }
 
 // selected is the route the page has chosen and the burst size it offers.

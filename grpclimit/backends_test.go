@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 type backendFunc func(ctx context.Context, key string, n int) (keyrate.Decision, error)
@@ -30,7 +31,7 @@ func (c *countingBackend) TakeContext(ctx context.Context, key string, n int) (k
 }
 
 // blockingBackend never answers until the test ends, whatever its context
-// says: a store that hangs. It reports a quota of 5 a minute.
+// says: a store that hangs. It lists one policy, 5 a minute.
 type blockingBackend struct{ release chan struct{} }
 
 func newBlockingBackend(t *testing.T) *blockingBackend {
@@ -43,8 +44,9 @@ func (b *blockingBackend) TakeContext(ctx context.Context, key string, n int) (k
 	<-b.release
 	return keyrate.Decision{Allowed: true}, nil
 }
-func (b *blockingBackend) Limit() int            { return 5 }
-func (b *blockingBackend) Window() time.Duration { return time.Minute }
+func (b *blockingBackend) Policies() []keyrate.Policy {
+	return []keyrate.Policy{{Limit: 5, Window: time.Minute}}
+}
 
 // recordingObserver writes down what it is told, one "route outcome; " each.
 type recordingObserver struct {
@@ -52,26 +54,24 @@ type recordingObserver struct {
 	log strings.Builder
 }
 
-func (o *recordingObserver) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
+func (o *recordingObserver) Observe(ev middleware.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if ev.Err != nil {
+		fmt.Fprintf(&o.log, "%s error %v; ", ev.Route, ev.Err)
+		return
+	}
 	outcome := "allowed"
-	if !d.Allowed {
+	if !ev.Decision.Allowed {
 		outcome = "limited"
 	}
-	if shadow {
+	if ev.Shadow {
 		outcome = "shadow_limited"
 	}
-	if took <= 0 {
+	if ev.Duration <= 0 {
 		outcome += " untimed"
 	}
-	fmt.Fprintf(&o.log, "%s %s; ", route, outcome)
-}
-
-func (o *recordingObserver) ObserveError(route string, err error, took time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(&o.log, "%s error %v; ", route, err)
+	fmt.Fprintf(&o.log, "%s %s; ", ev.Route, outcome)
 }
 
 func (o *recordingObserver) String() string {

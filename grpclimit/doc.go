@@ -5,7 +5,8 @@
 // A Limiter gives every method its own budget: the full method name
 // ("/pkg.Service/Method") is the route, and prefixes every key sent to the
 // backend. The client is the value of a metadata key (WithMetadataKey: an
-// API key, say) or else the peer's IP address, IPv6 grouped by /64. A unary
+// API key, say, "x-api-key=alice" as httplimit.HeaderKey has it too) or
+// else the peer's IP address, IPv6 grouped by /64. A unary
 // call is decided before its handler runs; a stream is decided once, when it
 // opens, whatever it sends afterwards.
 //
@@ -24,18 +25,26 @@
 //	ratelimit-policy: "second";q=10;w=1, "day";q=1000;w=86400
 //	ratelimit: "second";r=9;t=1, "day";r=990;t=51840
 //
-// When the backend fails or outlives its time budget (250ms by default), the
-// call is either served (FailOpen, the default) or fails with
-// codes.Unavailable (FailClosed). An error caused by the call itself (an
-// identity the backend cannot use as a key) fails it with
-// codes.InvalidArgument in either mode: a client able to provoke it must not
-// go unlimited. A call whose client has gone before it is decided (it
+// When the backend fails or outlives its time budget (250ms by default),
+// the call is either served (middleware.FailOpen, the default) or fails
+// with codes.Unavailable (middleware.FailClosed). An error caused by the
+// call itself (an identity the backend cannot use as a key) fails it with
+// codes.InvalidArgument in either mode: a client able to provoke it must
+// not go unlimited. A call whose client has gone before it is decided (it
 // cancelled the call, reset the stream, or its deadline passed) is not
-// decided and never served, in either mode: it fails with its context's
-// status, codes.Canceled or codes.DeadlineExceeded, which the client has
-// stopped waiting for; OnError and the Observer hear of it as
-// ErrClientGone. Serving it would let a client have work done over its
-// limit by giving up on its calls.
+// decided and never served, in either mode and in shadow mode: it fails
+// with its context's status, codes.Canceled or codes.DeadlineExceeded,
+// which the client has stopped waiting for; OnError and the Observer hear
+// of it as middleware.ErrClientGone. Serving it would let a client have
+// work done over its limit by giving up on its calls. WithShadow tries a
+// limit out without enforcing it: every call is decided and reported, and
+// none is refused, save one whose client has gone.
+//
+// The options httplimit and grpclimit share (WithCost, WithTimeBudget,
+// WithFailureMode, WithShadow, WithOnDecision, WithOnLimited, WithOnError,
+// WithObserver) mean the same in both, and the hooks and the Observer get
+// the same middleware.Event: its Route is the full method name and its
+// Context the call's.
 //
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it: the metadata key's value, whatever its length, or
@@ -52,6 +61,6 @@
 //		grpc.ChainStreamInterceptor(lim.Stream()),
 //	)
 //
-// Metrics: github.com/keyrate/keyrate/promlimit's Metrics is an Observer;
-// pass it to WithObserver.
+// Metrics: github.com/keyrate/keyrate/promlimit's Metrics is a
+// middleware.Observer; pass it to WithObserver.
 package grpclimit

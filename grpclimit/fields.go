@@ -1,10 +1,12 @@
 package grpclimit
 
 import (
+	"slices"
+
 	"google.golang.org/grpc/metadata"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // The metadata keys of the IETF RateLimit fields, lower case as gRPC sends
@@ -27,23 +29,33 @@ const (
 // the oldest event in its window leaves it, the soonest its quota comes
 // back; left out when the window holds none.
 func (r *route) fields(d *keyrate.Decision) metadata.MD {
-	var one [1]keyrate.PolicyDecision
-	parts := ratelimitfield.Parts(d, r.window, &one)
+	if d.Window == 0 && len(d.Policies()) == 0 {
+		d.Window = r.window // a Decision filled in by hand, without its window
+	}
 	var buf [128]byte
-	md := metadata.MD{mdRateLimit: {string(ratelimitfield.AppendUsages(buf[:0], r.method, parts))}}
-	if p := r.policyFor(parts); p != "" {
+	md := metadata.MD{mdRateLimit: {string(ratelimitfield.AppendRateLimit(buf[:0], d, r.method))}}
+	if p := r.policyFor(d); p != "" {
 		md[mdPolicy] = []string{p}
 	}
 	return md
 }
 
-// policyFor returns the ratelimit-policy value for parts: the one a kept
-// route wrote ahead for the backend's own policies when they are parts'
-// policies, else one written from parts (a tier's, or those of a backend
+// policyFor returns the ratelimit-policy value for d: the one a kept route
+// wrote ahead for the backend's own policies when d was decided under
+// them, else one written from d (a tier's policies, or those of a backend
 // that reports none); "" when no limit is known.
-func (r *route) policyFor(parts []keyrate.PolicyDecision) string {
-	if r.policy != "" && ratelimitfield.Same(parts, r.policies) {
+func (r *route) policyFor(d *keyrate.Decision) string {
+	if r.policy != "" && samePolicies(d, r.policies) {
 		return r.policy
 	}
-	return string(ratelimitfield.AppendPolicies(nil, r.method, parts, ""))
+	var buf [128]byte
+	return string(ratelimitfield.AppendPolicy(buf[:0], d, r.method, ""))
+}
+
+// samePolicies reports whether d was decided under policies, in order.
+func samePolicies(d *keyrate.Decision, policies []keyrate.Policy) bool {
+	if parts := d.Policies(); len(parts) > 0 {
+		return slices.EqualFunc(parts, policies, func(p keyrate.PolicyDecision, q keyrate.Policy) bool { return p.Policy == q })
+	}
+	return len(policies) == 1 && policies[0] == keyrate.Policy{Name: d.Policy, Limit: d.Limit, Window: d.Window}
 }

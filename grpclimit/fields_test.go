@@ -18,10 +18,10 @@ func TestFields(t *testing.T) {
 	s := time.Second
 	quota := func(limit int, window time.Duration) *backend {
 		p := []keyrate.Policy{{Limit: limit, Window: window}}
-		return &backend{policies: p, parts: []part{{Policy: p[0]}}, window: window}
+		return &backend{policies: p, window: window}
 	}
 	known := quota(2, time.Minute)
-	two := &backend{policies: []keyrate.Policy{perSecond, perDay}, parts: []part{{Policy: perSecond}, {Policy: perDay}}, window: time.Second}
+	two := &backend{policies: []keyrate.Policy{perSecond, perDay}, window: time.Second}
 	for _, tc := range []struct {
 		name           string
 		b              *backend

@@ -19,6 +19,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/grpclimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // goneContexts returns 10 cancelled contexts and 10 whose deadline has
@@ -39,7 +40,7 @@ func goneContexts(t *testing.T, from context.Context) []context.Context {
 	return ctxs
 }
 
-// viaGoroutine hides the limiter's NonBlocking, so that the Limiter calls
+// viaGoroutine hides that the limiter is Bounded, so that the Limiter calls
 // it on a goroutine under its time budget, as it calls a store.
 type viaGoroutine struct{ l *keyrate.Limiter }
 
@@ -55,7 +56,7 @@ func (b viaGoroutine) TakeContext(ctx context.Context, key string, n int) (keyra
 func TestGoneClientNeverServed(t *testing.T) {
 	from := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}})
 	info := &grpc.UnaryServerInfo{FullMethod: check}
-	for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		for _, shadow := range []bool{false, true} {
 			for bname, backend := range map[string]func(*keyrate.Limiter) keyrate.Backend{
 				"inline":    func(l *keyrate.Limiter) keyrate.Backend { return l },
@@ -65,7 +66,7 @@ func TestGoneClientNeverServed(t *testing.T) {
 					l, _ := manualLimiter(t, 1, time.Minute)
 					var errs []error
 					opts := []grpclimit.Option{grpclimit.WithFailureMode(mode),
-						grpclimit.WithOnError(func(ev grpclimit.Event) { errs = append(errs, ev.Err) })}
+						grpclimit.WithOnError(func(ev middleware.Event) { errs = append(errs, ev.Err) })}
 					if shadow {
 						opts = append(opts, grpclimit.WithShadow())
 					}
@@ -95,7 +96,7 @@ func TestGoneClientNeverServed(t *testing.T) {
 						if i >= 10 {
 							want = context.DeadlineExceeded
 						}
-						if !errors.Is(err, grpclimit.ErrClientGone) || !errors.Is(err, want) {
+						if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, want) {
 							t.Errorf("OnError got %v for gone call %d, want ErrClientGone and %v", err, i, want)
 						}
 					}
@@ -110,7 +111,7 @@ func TestGoneClientNeverServed(t *testing.T) {
 // the store then admits it or fails, in either failure mode.
 func TestGoneClientSlowStore(t *testing.T) {
 	for _, admits := range []bool{true, false} {
-		for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
+		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 			t.Run(fmt.Sprintf("admits=%v/mode=%d", admits, mode), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					store := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -133,7 +134,7 @@ func TestGoneClientSlowStore(t *testing.T) {
 					if took := time.Since(start); took != 5*time.Millisecond || served != 0 || status.Code(err) != codes.DeadlineExceeded {
 						t.Errorf("after %v: %v, handler ran %d times; want DeadlineExceeded after 5ms, unserved", took, err, served)
 					}
-					if got := obs.String(); got != check+" error "+grpclimit.ErrClientGone.Error()+": context deadline exceeded; " {
+					if got := obs.String(); got != check+" error "+middleware.ErrClientGone.Error()+": context deadline exceeded; " {
 						t.Errorf("observer saw %q", got)
 					}
 					time.Sleep(time.Second) // let the store's goroutine end
@@ -160,15 +161,14 @@ func (s slowWhenAsked) TakeContext(ctx context.Context, key string, n int) (keyr
 // busy never reach the handler, in either failure mode; the one live call
 // does.
 func TestGoneClientOnServer(t *testing.T) {
-	for _, mode := range []grpclimit.FailureMode{grpclimit.FailOpen, grpclimit.FailClosed} {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		t.Run(fmt.Sprint("mode=", mode), func(t *testing.T) {
 			l, _ := manualLimiter(t, 1, time.Minute)
 			var mu sync.Mutex
 			var errs []error
 			reported := make(chan struct{}, 20)
 			ts := serve(t, mustNew(t, slowWhenAsked{l}, grpclimit.WithFailureMode(mode),
-				grpclimit.WithTimeBudget(10*time.Second),
-				grpclimit.WithOnError(func(ev grpclimit.Event) {
+				grpclimit.WithOnError(func(ev middleware.Event) {
 					mu.Lock()
 					errs = append(errs, ev.Err)
 					mu.Unlock()
@@ -202,7 +202,7 @@ func TestGoneClientOnServer(t *testing.T) {
 			for i, err := range errs {
 				// The server cancels a call whose client has given up as
 				// soon as it hears so, before its own copy of the deadline.
-				if !errors.Is(err, grpclimit.ErrClientGone) || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 					t.Errorf("OnError got %v for call %d, want ErrClientGone and the call's context's error", err, i)
 				}
 			}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 )
 
 // Address grouping, as httplimit's defaults: one key per IPv4 address, one
@@ -24,8 +24,9 @@ const (
 // identity as it sent it, for a backend's tier function (see
 // keyrate.ContextWithIdentity):
 //
-//   - "name=value" for the metadata key, value bounded by clientkey.Bound;
-//     sent as the value alone, whatever its length;
+//   - "name=value" for the metadata key, as httplimit.HeaderKey gives it,
+//     bounded by clientkey.Bound as httplimit bounds every identity; sent
+//     as the value alone, whatever its length;
 //   - the peer's IP address, grouped ("192.0.2.1", "2001:db8:1:2::/64");
 //   - "network:address" for a peer that is not an IP address (a Unix
 //     socket, an in-memory listener): every such peer of one network and
@@ -37,7 +38,7 @@ const (
 func (l *Limiter) identity(ctx context.Context) (id, sent string) {
 	if l.mdKey != "" {
 		if v := metadata.ValueFromIncomingContext(ctx, l.mdKey); len(v) > 0 && v[0] != "" {
-			return l.mdKey + "=" + clientkey.Bound(v[0]), v[0]
+			return clientkey.Bound(l.mdKey + "=" + v[0]), v[0]
 		}
 	}
 	p, ok := peer.FromContext(ctx)

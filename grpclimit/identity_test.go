@@ -3,11 +3,18 @@ package grpclimit
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 func TestIdentity(t *testing.T) {
@@ -50,18 +57,46 @@ func TestIdentity(t *testing.T) {
 		}
 	}
 
-	// Long values and values posing as digests are hashed: bounded, and
-	// never equal to another client's.
+	// Identities over 128 bytes are hashed whole, name included: bounded,
+	// and never equal to another client's, nor to a digest sent as a value.
 	long := strings.Repeat("k", 1000)
 	a, sent := keyed.identity(withMD(v4, "x-api-key", long))
 	b, _ := keyed.identity(withMD(v4, "x-api-key", long+"x"))
-	c, _ := keyed.identity(withMD(v4, "x-api-key", strings.TrimPrefix(a, "x-api-key=")))
-	if !strings.HasPrefix(a, "x-api-key=sha256:") || len(a) > len("x-api-key=")+128 || a == b || c == a {
+	c, _ := keyed.identity(withMD(v4, "x-api-key", a))
+	if !strings.HasPrefix(a, "sha256:") || len(a) != 50 || a == b || c == a {
 		t.Errorf("long identities: %q, %q, and the first's digest sent as a value: %q", a, b, c)
 	}
 	// The tier function still sees the value as sent.
 	if sent != long {
 		t.Errorf("a long identity is sent as %d bytes, want the value's 1000", len(sent))
+	}
+}
+
+// An API key gets the same identity from grpclimit's metadata key as from
+// httplimit's header of the same name, whatever its length: one format,
+// one bound.
+func TestIdentityMatchesHTTP(t *testing.T) {
+	l, err := keyrate.New(1000, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var httpIdentity string
+	m, err := httplimit.New(l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-Api-Key", nil)),
+		httplimit.WithOnDecision(func(ev middleware.Event) { httpIdentity = ev.Identity }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	keyed := &Limiter{config: config{mdKey: "x-api-key"}}
+	for _, value := range []string{"alice", strings.Repeat("k", 118), strings.Repeat("k", 119), strings.Repeat("k", 1000), "sha256:abc"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Api-Key", value)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", value))
+		if got, _ := keyed.identity(ctx); got != httpIdentity || got == "" {
+			t.Errorf("a %d-byte key: grpclimit's identity %q, httplimit's %q", len(value), got, httpIdentity)
+		}
 	}
 }
 

@@ -9,22 +9,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/call"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
-
-// ErrBudgetExceeded is reported to OnError and the Observer when a backend
-// call outlives the time budget. The error also matches
-// context.DeadlineExceeded.
-var ErrBudgetExceeded = call.ErrBudgetExceeded
-
-// ErrClientGone is reported to OnError and the Observer for a call whose
-// context was done before it could be decided: its client cancelled it or
-// reset the stream, or its deadline passed. The error also matches the
-// context's own error, context.Canceled or context.DeadlineExceeded. Such a
-// call is never served, whatever the failure mode and in shadow mode too:
-// it fails with its context's status, Canceled or DeadlineExceeded.
-var ErrClientGone = call.ErrClientGone
 
 // Limiter limits the calls of a gRPC server. Create one with New and install
 // its Unary and Stream interceptors; it is safe for concurrent use.
@@ -37,10 +24,9 @@ type Limiter struct {
 
 // backend is one store and what it says about its policies.
 type backend struct {
-	caller   *call.Caller
-	policies []keyrate.Policy         // its Policies or keyrate.Quota; nil when unknown
-	parts    []keyrate.PolicyDecision // policies, as parts to write them from
-	window   time.Duration            // of a decision that gives none; 0 when unknown
+	caller   *middleware.Caller
+	policies []keyrate.Policy // its Policies; nil when unknown
+	window   time.Duration    // of a decision that gives none; 0 when unknown
 }
 
 // route is one method's budget: its backend and its ratelimit-policy.
@@ -57,9 +43,10 @@ type route struct {
 // ratelimit metadata list every policy of each Decision. Without one (a call
 // served while the store is unavailable), ratelimit-policy lists the
 // backend's own policies: those its Policies method lists, when it has one
-// (func (b) Policies() []keyrate.Policy, as *keyrate.Limiter and the Redis
-// backend have), else its keyrate.Quota, else none. A nil backend or an
-// invalid option gives an error wrapping keyrate.ErrConfig.
+// (keyrate.PolicyLister, as *keyrate.Limiter and the Redis backend are),
+// else none. A nil backend, an invalid option, or WithTimeBudget when
+// every backend is keyrate.Bounded gives an error wrapping
+// keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	c := config{budget: 250 * time.Millisecond}
 	for _, o := range opts {
@@ -72,8 +59,10 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: backend is nil", keyrate.ErrConfig)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
-	case c.failure != FailOpen && c.failure != FailClosed:
+	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
+	case c.budgetSet && allBounded(b, c.methods):
+		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
 	if c.mdKey != "" {
 		name := strings.ToLower(c.mdKey)
@@ -82,8 +71,12 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		}
 		c.mdKey = name
 	}
+	fallback, err := newBackend(b, c.budget)
+	if err != nil {
+		return nil, err
+	}
 	l := &Limiter{
-		fallback: newBackend(b, c.budget),
+		fallback: fallback,
 		methods:  make(map[string]*route, len(c.methods)),
 		config:   c,
 	}
@@ -94,19 +87,41 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		if !validMethod(method) {
 			return nil, fmt.Errorf("%w: grpclimit: %q is not a full method name (/pkg.Service/Method, printable ASCII)", keyrate.ErrConfig, method)
 		}
-		l.methods[method] = newRoute(method, newBackend(mb, c.budget), true)
+		nb, err := newBackend(mb, c.budget)
+		if err != nil {
+			return nil, err
+		}
+		l.methods[method] = newRoute(method, nb, true)
 	}
 	l.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	return l, nil
 }
 
-func newBackend(b keyrate.Backend, budget time.Duration) *backend {
-	nb := &backend{caller: call.New(b, budget), policies: ratelimitfield.BackendPolicies(b)}
+// allBounded reports whether b and every backend of methods is
+// keyrate.Bounded. A nil backend is not: New refuses it on its own.
+func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
+	for _, mb := range methods {
+		if _, ok := mb.(keyrate.Bounded); !ok {
+			return false
+		}
+	}
+	_, ok := b.(keyrate.Bounded)
+	return ok
+}
+
+func newBackend(b keyrate.Backend, budget time.Duration) (*backend, error) {
+	caller, err := middleware.NewCaller(b, budget)
+	if err != nil {
+		return nil, err
+	}
+	nb := &backend{caller: caller}
+	if l, ok := b.(keyrate.PolicyLister); ok {
+		nb.policies = l.Policies()
+	}
 	if len(nb.policies) > 0 {
-		nb.parts = ratelimitfield.PolicyParts(nb.policies)
 		nb.window = nb.policies[0].Window
 	}
-	return nb
+	return nb, nil
 }
 
 // newRoute returns method's route on b. A kept route (WithMethod's) writes
@@ -126,7 +141,7 @@ func (r *route) defaultPolicy() string {
 	if r.policy != "" {
 		return r.policy
 	}
-	return string(ratelimitfield.AppendPolicies(nil, r.method, r.parts, ""))
+	return string(ratelimitfield.AppendPolicies(nil, r.policies, r.method, ""))
 }
 
 // routeFor returns method's route. A method without its own backend gets
@@ -143,7 +158,7 @@ func (l *Limiter) routeFor(method string) *route {
 // metadata to send and, when the call must not be served, its error.
 func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, error) {
 	r := l.routeFor(method)
-	ev := Event{Context: ctx, Method: method, Cost: 1}
+	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
 	ev.Identity, sent = l.identity(ctx)
 	ev.Key = r.prefix + ev.Identity
@@ -160,11 +175,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	}
 	if err != nil {
 		ev.Err = err
-		report(l.onError, ev)
-		if l.observer != nil {
-			l.observer.ObserveError(method, err, ev.Duration)
-		}
-		return l.failed(ctx, r, err)
+		return l.failed(ctx, r, ev)
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
@@ -172,9 +183,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if !d.Allowed {
 		report(l.onLimited, ev)
 	}
-	if l.observer != nil {
-		l.observer.ObserveDecision(method, d, ev.Shadow, ev.Duration)
-	}
+	l.observe(ev)
 	md := r.fields(&d)
 	if d.Allowed || l.shadow {
 		return md, nil
@@ -182,8 +191,14 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	return md, refusal(method, d)
 }
 
-func report(hook func(Event), ev Event) {
+func report(hook func(middleware.Event), ev middleware.Event) {
 	if hook != nil {
 		hook(ev)
+	}
+}
+
+func (l *Limiter) observe(ev middleware.Event) {
+	if l.observer != nil {
+		l.observer.Observe(ev)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // Option configures a Limiter; pass options to New.
@@ -15,45 +16,22 @@ type config struct {
 	methods    map[string]keyrate.Backend
 	cost       func(ctx context.Context, method string, req any) int
 	budget     time.Duration
-	failure    FailureMode
+	budgetSet  bool // WithTimeBudget was given
+	failure    middleware.FailureMode
 	shadow     bool
-	onDecision func(Event)
-	onLimited  func(Event)
-	onError    func(Event)
-	observer   Observer
+	onDecision func(middleware.Event)
+	onLimited  func(middleware.Event)
+	onError    func(middleware.Event)
+	observer   middleware.Observer
 }
 
-// FailureMode says what the Limiter does with a call when it cannot get a
-// decision: the backend returned an error or outlived the time budget.
-//
-//   - FailOpen (the default) serves the call as if it were allowed, with no
-//     ratelimit metadata (only ratelimit-policy), and reports the error to
-//     OnError. A store outage then costs the limits, not the service: choose
-//     it when availability matters more than the limit, and alert on OnError.
-//   - FailClosed fails the call with codes.Unavailable and reports the error
-//     to OnError. A store outage then takes the limited methods down: choose
-//     it when the limit protects something that must not be overrun.
-//
-// Either way, an error the call itself caused (keyrate.ErrInvalidKey) fails
-// it with codes.InvalidArgument, and a call whose client has gone before it
-// was decided (ErrClientGone) fails with its context's status,
-// codes.Canceled or codes.DeadlineExceeded: neither is a store outage, and
-// serving either would let a client go over its limit at will.
-type FailureMode int
-
-const (
-	// FailOpen serves the call when no decision can be had.
-	FailOpen FailureMode = iota
-	// FailClosed fails the call with codes.Unavailable when no decision can
-	// be had.
-	FailClosed
-)
-
 // WithMetadataKey identifies a client by the first value of the named
-// request metadata key (an API key, say), sent to the backend as
-// "name=value", and by its peer address when the key is absent or empty.
-// Names are case-insensitive; New rejects one that is not a valid metadata
-// key. Values over 128 bytes are replaced by their SHA-256 digest, so a
+// request metadata key (an API key, say) when present and not empty, as
+// "name=value" with the name in lower case ("x-api-key=alice", as
+// httplimit.HeaderKey gives the same key in a header), and by its peer
+// address otherwise. Names are case-insensitive; New rejects one that is
+// not a valid metadata key. An identity over 128 bytes is limited under
+// its SHA-256 digest (clientkey.Bound), as httplimit limits one, so a
 // client cannot make the store hold a large key; a backend's tier function
 // still sees the value itself, as sent (see keyrate.ContextWithIdentity).
 // Default: the peer address alone.
@@ -78,53 +56,77 @@ func WithMethod(fullMethod string, b keyrate.Backend) Option {
 	}
 }
 
-// WithCost sets the weight of a call, for methods where some calls cost more
-// than others (a batch write, say). f receives the call's context, its full
-// method name and, for a unary call, its request message (nil for a
-// stream, which is weighed once, when it opens). Default: 1 for every call.
-// A weight of 0 is always admitted and consumes nothing; a weight that can
-// never be admitted (negative, or above the limit) fails with
-// codes.InvalidArgument.
+// WithCost sets the weight of a call, for methods where some calls cost
+// more than others (a batch write, say). f receives the call's context,
+// its full method name and, for a unary call, its request message (nil
+// for a stream, which is weighed once, when it opens). Default: 1 for
+// every call. A weight of 0 is always admitted and consumes nothing; a
+// weight that can never be admitted (negative, or above a policy's limit)
+// is refused with no wait that would help: codes.InvalidArgument, without
+// RetryInfo.
 func WithCost(f func(ctx context.Context, fullMethod string, req any) int) Option {
 	return func(c *config) { c.cost = f }
 }
 
-// WithTimeBudget bounds each backend call. A call that outlives it counts as
-// a failure (wrapping ErrBudgetExceeded, answered per the FailureMode), and
-// the gRPC call waits no longer, even for a backend that ignores its
-// context. Default: 250ms. Backends that never block (*keyrate.Limiter) or
-// bound their own calls (the Redis backend) are called directly and keep
-// their own budget. Must be positive.
-func WithTimeBudget(d time.Duration) Option { return func(c *config) { c.budget = d } }
+// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
+// A call that outlives it is a store failure (an error matching
+// middleware.ErrBudgetExceeded, answered per the failure mode), and the
+// gRPC call waits no longer, even for a backend that ignores its context:
+// the backend call runs on a goroutine of its own, under a timer. Default:
+// 250ms. Must be positive.
+//
+// A Bounded backend is called on the call's goroutine under its own budget
+// alone: one budget, in one place, and no goroutine hand-off per call. The
+// Redis backend bounds its calls by its own timeout (set the budget
+// there); *keyrate.Limiter never waits. New refuses WithTimeBudget when
+// every backend of the Limiter (New's and WithMethod's) is Bounded, rather
+// than let a budget look like it applies; with some that are not, it
+// bounds those alone.
+func WithTimeBudget(d time.Duration) Option {
+	return func(c *config) { c.budget, c.budgetSet = d, true }
+}
 
-// WithFailureMode sets what happens when the backend fails. Default:
-// FailOpen. See FailureMode for the trade-off.
-func WithFailureMode(m FailureMode) Option { return func(c *config) { c.failure = m } }
+// WithFailureMode sets what happens when the store is unavailable: the
+// backend failed or outlived the time budget. Default:
+// middleware.FailOpen, which serves the call; middleware.FailClosed fails
+// it with codes.Unavailable. See middleware.FailureMode for the trade-off.
+func WithFailureMode(m middleware.FailureMode) Option { return func(c *config) { c.failure = m } }
 
-// WithShadow decides and records every call as usual, sets the ratelimit
-// metadata and reports refusals to OnDecision, OnLimited and the Observer
-// (with Event.Shadow set), but serves refused calls instead of failing them.
-// Roll a new limit out this way and watch what it would have refused before
-// enforcing it. Errors are still answered per the failure mode, and a call
-// whose client has gone is still never served. Default: off.
+// WithShadow puts the Limiter in shadow mode: it decides and records every
+// call as usual, sets the ratelimit metadata with what enforcing would say
+// (r=0 and t on what it would refuse), and reports to the hooks and the
+// Observer as usual, with Event.Shadow set on what it would have refused;
+// but it refuses nothing. Roll a new limit out this way and watch what it
+// would refuse before enforcing it.
+//
+// A shadowed refusal records nothing, as a refusal never does, so the
+// budget moves exactly as it would under enforcement; the call is served,
+// so no RetryInfo is sent. Errors are served too (the Limiter limits no
+// one yet, so serving them lifts no limit) and reported to OnError, with
+// Event.Shadow set where enforcing would have failed the call (a call that
+// cannot be placed, a store failure under FailClosed); save a call whose
+// client has gone, which is never served. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
 
 // WithOnDecision sets a hook called for every call the backend decided,
-// admitted or refused, before the call is served or failed. It runs on the
-// call's goroutine, so keep it quick. Default: none.
-func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecision = f } }
+// admitted or refused, before the call is served or refused. It runs on
+// the call's goroutine, so keep it quick. Default: none.
+func WithOnDecision(f func(middleware.Event)) Option { return func(c *config) { c.onDecision = f } }
 
-// WithOnLimited sets a hook called for every refused call, after OnDecision.
-// Default: none.
-func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
+// WithOnLimited sets a hook called for every refused call, after
+// OnDecision and before the call is failed. Default: none.
+func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.onLimited = f } }
 
-// WithOnError sets a hook called when no decision could be had: the backend
-// failed or the budget ran out, or the call's client had gone (Event.Err
-// matches ErrClientGone). Event.Err says why. Default: none; errors then
-// pass silently, which under FailOpen means unnoticed.
-func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
+// WithOnError sets a hook called when no decision could be had: the store
+// was unavailable (answered per the failure mode), the call could not be
+// placed (Event.Err matches keyrate.ErrInvalidKey; codes.InvalidArgument),
+// or its client had gone (Event.Err matches middleware.ErrClientGone;
+// never served, failed with its own context's status). Default: none;
+// errors then pass silently, which under FailOpen means unnoticed.
+func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.onError = f } }
 
-// WithObserver sets an Observer told of every decision and every error, as
-// metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one. It
-// is independent of the hooks; both can be set. Default: none.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+// WithObserver sets an Observer told of every decision and every error,
+// as metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one.
+// It is called after the hooks, in addition to them, never in their place:
+// set both as needed. Default: none.
+func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }

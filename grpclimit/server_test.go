@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -67,7 +68,9 @@ func serve(t *testing.T, lim *grpclimit.Limiter) *testServer {
 }
 
 // client dials the server from the loopback address from (127.0.0.x), so
-// that tests can play distinct clients.
+// that tests can play distinct clients, and returns once connected: a
+// call's deadline then covers the call alone, not the dial as well, which
+// a loaded machine can take longer than a short deadline to finish.
 func (ts *testServer) client(t *testing.T, from string) healthpb.HealthClient {
 	t.Helper()
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -80,6 +83,14 @@ func (ts *testServer) client(t *testing.T, from string) healthpb.HealthClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn.Connect()
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("connecting to the test server: still %v", s)
+		}
+	}
 	return healthpb.NewHealthClient(conn)
 }
 

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -10,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // refusal is the error of a refused call. When waiting helps, it is
@@ -29,19 +30,32 @@ func refusal(method string, d keyrate.Decision) error {
 	return st.Err()
 }
 
-// failed answers a call for which no decision could be had. A call whose
-// client has gone fails with its context's status, and a client-caused
-// error fails it, in either mode; otherwise FailOpen serves it, with the
-// policy alone when known, and FailClosed fails it with Unavailable. The
-// error's text is not sent: it may name the key.
-func (l *Limiter) failed(ctx context.Context, r *route, err error) (metadata.MD, error) {
+// failed answers a call for which no decision could be had, and reports
+// ev, whose Err says why. A call whose client has gone fails with its
+// context's status, in every mode. A client-caused error fails it with
+// InvalidArgument in either failure mode, and FailClosed fails a store
+// failure with Unavailable; but shadow mode refuses neither, and marks
+// ev.Shadow instead. Any other call is served, with the policy alone when
+// known. The error's text is not sent: it may name the key.
+func (l *Limiter) failed(ctx context.Context, r *route, ev middleware.Event) (metadata.MD, error) {
+	var refusal error
 	switch {
-	case call.ClientGone(err):
+	case errors.Is(ev.Err, middleware.ErrClientGone):
+		report(l.onError, ev)
+		l.observe(ev)
 		return nil, status.FromContextError(ctx.Err()).Err()
-	case call.ClientCaused(err):
-		return nil, status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
-	case l.failure == FailClosed:
-		return nil, status.Error(codes.Unavailable, "keyrate: the rate limiter is unavailable; try again shortly")
+	case errors.Is(ev.Err, keyrate.ErrInvalidKey):
+		refusal = status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
+	case l.failure == middleware.FailClosed:
+		refusal = status.Error(codes.Unavailable, "keyrate: the rate limiter is unavailable; try again shortly")
+	}
+	if refusal != nil && l.shadow {
+		ev.Shadow, refusal = true, nil
+	}
+	report(l.onError, ev)
+	l.observe(ev)
+	if refusal != nil {
+		return nil, refusal
 	}
 	if p := r.defaultPolicy(); p != "" {
 		return metadata.MD{mdPolicy: {p}}, nil

@@ -44,26 +44,27 @@ func serve(b *testing.B, h http.Handler, rs []*http.Request) {
 	}
 }
 
-// allowAll is a free NonBlocking backend: what it costs is the middleware's
-// own overhead and nothing of a limiter's.
+// allowAll is a free backend that never waits (Bounded, with a budget of
+// 0): what it costs is the middleware's own overhead and nothing of a
+// limiter's.
 type allowAll struct{}
 
 func (allowAll) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	return keyrate.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute}, nil
 }
-func (allowAll) Limit() int            { return 100 }
-func (allowAll) Window() time.Duration { return time.Minute }
-func (allowAll) NonBlocking() bool     { return true }
+func (allowAll) Policies() []keyrate.Policy {
+	return []keyrate.Policy{{Limit: 100, Window: time.Minute}}
+}
+func (allowAll) TimeBudget() time.Duration { return 0 }
 
-// blockingAllowAll is allowAll without the NonBlocking mark: every call pays
-// for the goroutine and timer of the time budget.
+// blockingAllowAll is allowAll but not Bounded: every call pays for the
+// goroutine and timer of the time budget.
 type blockingAllowAll struct{}
 
 func (blockingAllowAll) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	return allowAll{}.TakeContext(ctx, key, n)
 }
-func (blockingAllowAll) Limit() int            { return 100 }
-func (blockingAllowAll) Window() time.Duration { return time.Minute }
+func (blockingAllowAll) Policies() []keyrate.Policy { return allowAll{}.Policies() }
 
 func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) http.Handler {
 	m, err := httplimit.New(backend, append(opts, httplimit.WithRoute("search"))...)
@@ -83,7 +84,7 @@ func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) ht
 //   - local-apikey: the same, identified by an X-API-Key header, as the
 //     demo does: the identity is a string of its own before the key.
 //   - local-refused: every request refused, 429 with a problem body.
-//   - blocking: the free backend without the NonBlocking mark, for the cost
+//   - blocking: the free backend, not Bounded, for the cost
 //     of the budget's goroutine and timer a networked backend pays.
 //   - overhead-1-policy, overhead-2-policies: a free backend answering
 //     Decisions made by keyrate.Combine of one and of two policies, for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // boundedStore stands in for a networked backend that bounds its own calls,
@@ -33,8 +34,9 @@ func (s boundedStore) TakeContext(ctx context.Context, key string, n int) (keyra
 	return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, RefillAfter: time.Minute, ResetAfter: time.Minute}, nil
 }
 func (s boundedStore) TimeBudget() time.Duration { return s.budget }
-func (s boundedStore) Limit() int                { return 3 }
-func (s boundedStore) Window() time.Duration     { return time.Minute }
+func (s boundedStore) Policies() []keyrate.Policy {
+	return []keyrate.Policy{{Limit: 3, Window: time.Minute}}
+}
 
 // In front of a backend with its own budget, the middleware adds none: a
 // call of 400ms, past the middleware's default 250ms, inside the store's
@@ -45,19 +47,19 @@ func TestBoundedBackendRunsOneBudget(t *testing.T) {
 		name  string
 		delay time.Duration
 		took  time.Duration
-		code  map[httplimit.FailureMode]int
+		code  map[middleware.FailureMode]int
 	}{
-		{"inside its budget", 400 * time.Millisecond, 400 * time.Millisecond, map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 200}},
-		{"past its budget", time.Second, 500 * time.Millisecond, map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}},
+		{"inside its budget", 400 * time.Millisecond, 400 * time.Millisecond, map[middleware.FailureMode]int{middleware.FailOpen: 200, middleware.FailClosed: 200}},
+		{"past its budget", time.Second, 500 * time.Millisecond, map[middleware.FailureMode]int{middleware.FailOpen: 200, middleware.FailClosed: 503}},
 	}
 	for _, c := range cases {
-		for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 			synctest.Test(t, func(t *testing.T) {
 				var deadlines []bool
 				var errs []error
 				store := boundedStore{budget: 500 * time.Millisecond, delay: c.delay, deadlines: &deadlines}
 				h := newHandler(t, store, httplimit.WithFailureMode(mode),
-					httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+					httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 				start := time.Now()
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -80,18 +82,21 @@ func TestBoundedBackendRunsOneBudget(t *testing.T) {
 }
 
 // WithTimeBudget is for backends the middleware must bound itself: for a
-// Bounded one it would be a second budget, or look like one, so New
-// refuses it. A NonBlocking backend never waits and takes it harmlessly.
+// Bounded one, the in-process limiter included (it never waits), it would
+// be a second budget, or look like one, so New refuses it.
 func TestTimeBudgetOnlyWhereTheMiddlewareEnforcesIt(t *testing.T) {
 	store := boundedStore{budget: 500 * time.Millisecond, deadlines: new([]bool)}
-	if _, err := httplimit.New(store, httplimit.WithTimeBudget(100*time.Millisecond)); !errors.Is(err, keyrate.ErrConfig) {
-		t.Fatalf("Bounded backend with WithTimeBudget: %v, want ErrConfig", err)
-	}
-	if _, err := httplimit.New(store); err != nil {
-		t.Fatalf("Bounded backend: %v", err)
-	}
 	l, _ := newLimiter(t, 3, time.Minute)
-	if _, err := httplimit.New(l, httplimit.WithTimeBudget(100*time.Millisecond)); err != nil {
-		t.Fatalf("in-process limiter with WithTimeBudget: %v", err)
+	for name, b := range map[string]keyrate.Backend{"a store with its own budget": store, "the in-process limiter": l} {
+		if _, err := httplimit.New(b, httplimit.WithTimeBudget(100*time.Millisecond)); !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("%s with WithTimeBudget: %v, want ErrConfig", name, err)
+		}
+		if _, err := httplimit.New(b); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	unbounded := keyrate.BackendFunc(l.TakeContext)
+	if _, err := httplimit.New(unbounded, httplimit.WithTimeBudget(100*time.Millisecond), httplimit.WithWindow(time.Minute)); err != nil {
+		t.Errorf("a backend that is not Bounded, with WithTimeBudget: %v", err)
 	}
 }

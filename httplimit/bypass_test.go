@@ -13,6 +13,7 @@ import (
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/internal/bypasstest"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // storeKeyLimit is the longest key storeKeyRules accepts: a store that
@@ -22,7 +23,7 @@ const storeKeyLimit = 1024
 // storeKeyRules returns a backend with strict rules for keys, in front of
 // b: an empty key or one over storeKeyLimit bytes is an error
 // wrapping keyrate.ErrInvalidKey, anything else goes to b.
-func storeKeyRules(b keyrate.Backend) httplimit.BackendFunc {
+func storeKeyRules(b keyrate.Backend) keyrate.BackendFunc {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		switch {
 		case key == "":
@@ -55,10 +56,10 @@ func TestClientCannotLiftItsLimit(t *testing.T) {
 // behind the route; a short one as it is.
 func TestLongIdentityIsHashed(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute)
-	var events []httplimit.Event
+	var events []middleware.Event
 	h := newHandler(t, l, httplimit.WithRoute("api"),
 		httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Identity"), nil }),
-		httplimit.WithOnDecision(func(e httplimit.Event) { events = append(events, e) }))
+		httplimit.WithOnDecision(func(e middleware.Event) { events = append(events, e) }))
 	long := strings.Repeat("k", 129)
 	get(h, "/", "Identity", long)
 	get(h, "/", "Identity", strings.Repeat("k", 128))

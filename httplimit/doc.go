@@ -36,14 +36,14 @@
 // type, names every violated policy (see DefaultLimitedHandler).
 //
 // When the store is unavailable (the backend fails, or outlives its time
-// budget), the middleware either serves the request (FailOpen, the default)
-// or answers 503 (FailClosed), and tells the OnError hook either way. Each
-// call runs under one time budget, in one place: a keyrate.Bounded backend
-// (such as the Redis one) bounds its own calls and is called inline under that
-// budget alone; a keyrate.NonBlocking one (*keyrate.Limiter) never waits and
-// is called inline at no extra cost; any other runs on its own goroutine
-// under the middleware's budget (WithTimeBudget, 250ms by default), so that
-// even one ignoring its context costs a request no more.
+// budget), the middleware either serves the request (middleware.FailOpen,
+// the default) or answers 503 (middleware.FailClosed), and tells the
+// OnError hook and the Observer either way. Each call runs under one time
+// budget, in one place: a keyrate.Bounded backend bounds its own calls
+// (the Redis one) or never waits (*keyrate.Limiter), and is called inline
+// under that budget alone; any other runs on its own goroutine under the
+// middleware's budget (WithTimeBudget, 250ms by default), so that even one
+// ignoring its context costs a request no more.
 //
 // A request that cannot be placed is the client's doing, not the store's,
 // and is never served, in either mode: a KeyFunc error, an empty identity,
@@ -60,7 +60,8 @@
 // requests. It gets 503 Service Unavailable with a problem body saying the
 // request was cancelled or timed out before it could be decided, which a
 // client that has hung up never reads, and one still waiting behind a
-// server-side deadline can act on; OnError hears of it as ErrClientGone.
+// server-side deadline can act on; OnError hears of it as
+// middleware.ErrClientGone.
 //
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it, not the key: the API key for HeaderKey, whatever
@@ -70,7 +71,15 @@
 //
 // WithShadow tries a limit out without enforcing it: every request is
 // decided, reported and given the RateLimit fields, and every request is
-// served; Event.Shadow marks what enforcement would have refused.
+// served, save one whose client has gone; middleware.Event.Shadow marks
+// what enforcement would have refused.
+//
+// The options httplimit and grpclimit share (WithCost, WithTimeBudget,
+// WithFailureMode, WithShadow, WithOnDecision, WithOnLimited, WithOnError,
+// WithObserver) mean the same in both, the hooks and the Observer get the
+// same middleware.Event, and an API key is the same identity in both:
+// "x-api-key=alice" from HeaderKey here, from grpclimit.WithMetadataKey
+// there, bounded alike.
 //
 // Most callers need three lines per route:
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // Two requests a minute per client on one route. The second, 10 seconds
@@ -43,7 +44,7 @@ func ExampleWithShadow() {
 	l, _ := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
 	defer l.Close()
 	mw, _ := httplimit.New(l, httplimit.WithRoute("export"), httplimit.WithShadow(),
-		httplimit.WithOnLimited(func(e httplimit.Event) {
+		httplimit.WithOnLimited(func(e middleware.Event) {
 			fmt.Printf("would refuse %s for %v (shadow %v)\n", e.Identity, e.Decision.RetryAfter, e.Shadow)
 		}))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

@@ -10,14 +10,15 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 var errStore = errors.New("store unreachable")
 
 // Backends that fail in the ways a networked store does. Each blocks, if at
 // all, until release is closed, so the test can end its goroutines.
-func failingBackends(release <-chan struct{}) map[string]httplimit.BackendFunc {
-	return map[string]httplimit.BackendFunc{
+func failingBackends(release <-chan struct{}) map[string]keyrate.BackendFunc {
+	return map[string]keyrate.BackendFunc{
 		"errors": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			return keyrate.Decision{}, errStore
 		},
@@ -38,7 +39,7 @@ func failingBackends(release <-chan struct{}) map[string]httplimit.BackendFunc {
 
 func TestBackendFailure(t *testing.T) {
 	const budget = 100 * time.Millisecond
-	modes := map[string]httplimit.FailureMode{"fail-open": httplimit.FailOpen, "fail-closed": httplimit.FailClosed}
+	modes := map[string]middleware.FailureMode{"fail-open": middleware.FailOpen, "fail-closed": middleware.FailClosed}
 	for mname, mode := range modes {
 		for bname := range failingBackends(nil) {
 			t.Run(mname+"/"+bname, func(t *testing.T) {
@@ -51,8 +52,8 @@ func TestBackendFailure(t *testing.T) {
 						httplimit.WithWindow(time.Minute),
 						httplimit.WithTimeBudget(budget),
 						httplimit.WithFailureMode(mode),
-						httplimit.WithOnError(func(e httplimit.Event) { reported = append(reported, e.Err) }),
-						httplimit.WithOnDecision(func(e httplimit.Event) { t.Errorf("OnDecision called for a failure") }),
+						httplimit.WithOnError(func(e middleware.Event) { reported = append(reported, e.Err) }),
+						httplimit.WithOnDecision(func(e middleware.Event) { t.Errorf("OnDecision called for a failure") }),
 					)
 					if err != nil {
 						t.Fatal(err)
@@ -69,7 +70,7 @@ func TestBackendFailure(t *testing.T) {
 					if len(reported) != 1 {
 						t.Fatalf("%d errors reported, want 1", len(reported))
 					}
-					if hangs && !(errors.Is(reported[0], httplimit.ErrBudgetExceeded) && errors.Is(reported[0], context.DeadlineExceeded)) {
+					if hangs && !(errors.Is(reported[0], middleware.ErrBudgetExceeded) && errors.Is(reported[0], context.DeadlineExceeded)) {
 						t.Errorf("reported %v, want ErrBudgetExceeded and DeadlineExceeded", reported[0])
 					}
 					if !hangs && !errors.Is(reported[0], errStore) {
@@ -79,11 +80,11 @@ func TestBackendFailure(t *testing.T) {
 						t.Errorf("fields sent without a decision: %v", rec.Header())
 					}
 					switch mode {
-					case httplimit.FailOpen:
+					case middleware.FailOpen:
 						if rec.Code != 200 || rec.Body.String() != "ok" {
 							t.Errorf("fail-open: %d %q, want the handler's 200", rec.Code, rec.Body)
 						}
-					case httplimit.FailClosed:
+					case middleware.FailClosed:
 						if rec.Code != 503 {
 							t.Errorf("fail-closed: %d, want 503", rec.Code)
 						}
@@ -98,11 +99,11 @@ func TestBackendFailure(t *testing.T) {
 // A backend that answers within the budget is waited for, goroutine or not.
 func TestSlowBackendWithinBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			time.Sleep(249 * time.Millisecond)
 			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}, nil
 		})
-		m, err := httplimit.New(b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(httplimit.FailClosed))
+		m, err := httplimit.New(b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(middleware.FailClosed))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func TestClientGoneIsNotBudgetExceeded(t *testing.T) {
 		var reported error
 		m, err := httplimit.New(failingBackends(release)["hangs ignoring its context"],
 			httplimit.WithWindow(time.Minute),
-			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
+			httplimit.WithOnError(func(e middleware.Event) { reported = e.Err }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestClientGoneIsNotBudgetExceeded(t *testing.T) {
 		time.AfterFunc(10*time.Millisecond, cancel)
 		start := time.Now()
 		m.Handler(okHandler).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
-		if took := time.Since(start); took != 10*time.Millisecond || !errors.Is(reported, context.Canceled) || errors.Is(reported, httplimit.ErrBudgetExceeded) {
+		if took := time.Since(start); took != 10*time.Millisecond || !errors.Is(reported, context.Canceled) || errors.Is(reported, middleware.ErrBudgetExceeded) {
 			t.Fatalf("after %v reported %v; want context.Canceled after 10ms", took, reported)
 		}
 	})
@@ -144,18 +145,18 @@ func TestClientGoneIsNotBudgetExceeded(t *testing.T) {
 // The in-process limiter is called inline: a closed one fails at once with
 // keyrate.ErrClosed, answered per the failure mode.
 func TestClosedLocalLimiter(t *testing.T) {
-	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		l, _ := newLimiter(t, 3, time.Minute)
 		l.Close()
 		var reported error
 		h := newHandler(t, l, httplimit.WithFailureMode(mode),
-			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
+			httplimit.WithOnError(func(e middleware.Event) { reported = e.Err }))
 		rec := get(h, "/")
-		want := map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[mode]
+		want := map[middleware.FailureMode]int{middleware.FailOpen: 200, middleware.FailClosed: 503}[mode]
 		if rec.Code != want || !errors.Is(reported, keyrate.ErrClosed) {
 			t.Fatalf("mode %d: %d, reported %v; want %d and ErrClosed", mode, rec.Code, reported, want)
 		}
-		if mode == httplimit.FailOpen && rec.Header().Get("RateLimit-Policy") != `"default";q=3;w=60` {
+		if mode == middleware.FailOpen && rec.Header().Get("RateLimit-Policy") != `"default";q=3;w=60` {
 			t.Errorf("fail-open lost the policy: %v", rec.Header())
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // goneContexts returns 10 cancelled contexts and 10 whose deadline has
@@ -33,7 +34,7 @@ func goneContexts(t *testing.T) []context.Context {
 	return ctxs
 }
 
-// viaGoroutine hides the limiter's NonBlocking, so that the middleware
+// viaGoroutine hides that the limiter is Bounded, so that the middleware
 // calls it on a goroutine under its time budget, as it calls a store.
 type viaGoroutine struct{ l *keyrate.Limiter }
 
@@ -48,14 +49,14 @@ func (b viaGoroutine) TakeContext(ctx context.Context, key string, n int) (keyra
 // the handler runs exactly once, for the live one, which comes last.
 func TestGoneClientNeverServed(t *testing.T) {
 	type setup struct {
-		mode   httplimit.FailureMode
+		mode   middleware.FailureMode
 		shadow bool
 	}
 	setups := map[string]setup{
-		"fail-open":           {httplimit.FailOpen, false},
-		"fail-closed":         {httplimit.FailClosed, false},
-		"fail-open, shadow":   {httplimit.FailOpen, true},
-		"fail-closed, shadow": {httplimit.FailClosed, true},
+		"fail-open":           {middleware.FailOpen, false},
+		"fail-closed":         {middleware.FailClosed, false},
+		"fail-open, shadow":   {middleware.FailOpen, true},
+		"fail-closed, shadow": {middleware.FailClosed, true},
 	}
 	backends := map[string]func(*keyrate.Limiter) keyrate.Backend{
 		"inline":    func(l *keyrate.Limiter) keyrate.Backend { return l },
@@ -70,7 +71,7 @@ func TestGoneClientNeverServed(t *testing.T) {
 				opts := []httplimit.Option{
 					httplimit.WithWindow(time.Minute),
 					httplimit.WithFailureMode(s.mode),
-					httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }),
+					httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }),
 				}
 				if s.shadow {
 					opts = append(opts, httplimit.WithShadow())
@@ -112,7 +113,7 @@ func TestGoneClientNeverServed(t *testing.T) {
 					if i >= 10 {
 						want = context.DeadlineExceeded
 					}
-					if !errors.Is(err, httplimit.ErrClientGone) || !errors.Is(err, want) || errors.Is(err, httplimit.ErrBudgetExceeded) {
+					if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, want) || errors.Is(err, middleware.ErrBudgetExceeded) {
 						t.Errorf("OnError got %v for gone request %d, want ErrClientGone and %v", err, i, want)
 					}
 				}
@@ -135,20 +136,20 @@ func TestGoneClientSlowStore(t *testing.T) {
 		"fails": func() (keyrate.Decision, error) { return keyrate.Decision{}, errStore },
 	}
 	for aname, answer := range answers {
-		for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 			t.Run(fmt.Sprintf("%s/mode=%d", aname, mode), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					// The store answers after 50ms, whatever its context
 					// says: the client gives up after 5ms, well inside the
 					// middleware's 250ms budget.
-					store := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+					store := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 						time.Sleep(50 * time.Millisecond)
 						return answer()
 					})
 					var served int
 					var errs []error
 					m, err := httplimit.New(store, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(mode),
-						httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+						httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -166,7 +167,7 @@ func TestGoneClientSlowStore(t *testing.T) {
 					if took != 5*time.Millisecond {
 						t.Errorf("mode %d: the request took %v, want the client's 5ms", mode, took)
 					}
-					if len(errs) != 1 || !errors.Is(errs[0], httplimit.ErrClientGone) || !errors.Is(errs[0], context.DeadlineExceeded) {
+					if len(errs) != 1 || !errors.Is(errs[0], middleware.ErrClientGone) || !errors.Is(errs[0], context.DeadlineExceeded) {
 						t.Errorf("mode %d: OnError got %v, want one ErrClientGone matching DeadlineExceeded", mode, errs)
 					}
 				})
@@ -184,7 +185,7 @@ func TestBudgetTimeoutIsNotClientGone(t *testing.T) {
 		var reported error
 		m, err := httplimit.New(failingBackends(release)["hangs until its context ends"],
 			httplimit.WithWindow(time.Minute), httplimit.WithTimeBudget(100*time.Millisecond),
-			httplimit.WithOnError(func(e httplimit.Event) { reported = e.Err }))
+			httplimit.WithOnError(func(e middleware.Event) { reported = e.Err }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func TestBudgetTimeoutIsNotClientGone(t *testing.T) {
 		defer cancel()
 		rec := httptest.NewRecorder()
 		m.Handler(okHandler).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
-		if rec.Code != 200 || !errors.Is(reported, httplimit.ErrBudgetExceeded) || errors.Is(reported, httplimit.ErrClientGone) {
+		if rec.Code != 200 || !errors.Is(reported, middleware.ErrBudgetExceeded) || errors.Is(reported, middleware.ErrClientGone) {
 			t.Fatalf("%d, reported %v; want the handler's 200 and ErrBudgetExceeded alone", rec.Code, reported)
 		}
 	})

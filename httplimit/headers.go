@@ -2,11 +2,12 @@ package httplimit
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // Canonical forms, so the hot path can index the header map directly.
@@ -25,41 +26,52 @@ var (
 // setHeaders writes the selected fields for d. Retry-After is left to the
 // refusal itself: a shadowed refusal is served, and gets none.
 func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
-	var one [1]keyrate.PolicyDecision
-	parts := ratelimitfield.Parts(d, m.fallback, &one)
-	// Under the backend's own policies, RateLimit-Policy was written in New.
-	known := m.policy != "" && ratelimitfield.Same(parts, m.policies)
-	f := m.newFields(parts, !known)
+	if d.Window == 0 && len(d.Policies()) == 0 {
+		d.Window = m.fallback // a Decision filled in by hand, without its window
+	}
+	f := m.newFields()
+	// Values are written here and copied into strings of their own; one
+	// policy's members fit, and more only cost the buffer's growth.
+	var scratch [128]byte
 	if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
-		// members stay, and this one's are added beside them.
+		// members stay, and this one's are added beside them. Under the
+		// backend's own policies, RateLimit-Policy was written in New.
 		policy := m.policy
-		if !known {
-			policy = f.value(ratelimitfield.AppendPolicies(f.buf, m.route, parts, m.unit))
+		if policy == "" || !samePolicies(d, m.policies) {
+			policy = string(ratelimitfield.AppendPolicy(scratch[:0], d, m.route, m.unit))
 		}
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, f.value(ratelimitfield.AppendUsages(f.buf, m.route, parts)))
+		f.add(h, hRateLimit, string(ratelimitfield.AppendRateLimit(scratch[:0], d, m.route)))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return
 	}
 	// The older fields hold one policy each: the binding one, and of nested
 	// middlewares the one with the least remaining.
-	binding := ratelimitfield.Binding(d)
-	t, _ := ratelimitfield.T(&binding)
+	t, _ := ratelimitfield.T(d)
 	remaining := max(d.Remaining, 0)
 	if m.headers&LegacyHeaders != 0 && binds(h, hRemaining, remaining) {
-		f.set(h, hLimit, f.value(strconv.AppendInt(f.buf, int64(d.Limit), 10)))
-		f.set(h, hRemaining, f.value(strconv.AppendInt(f.buf, int64(remaining), 10)))
-		f.set(h, hReset, f.value(strconv.AppendInt(f.buf, t, 10)))
+		f.set(h, hLimit, strconv.Itoa(d.Limit))
+		f.set(h, hRemaining, strconv.Itoa(remaining))
+		f.set(h, hReset, strconv.FormatInt(t, 10))
 	}
 	if m.headers&XHeaders != 0 && binds(h, hXRemaining, remaining) {
-		f.set(h, hXLimit, f.value(strconv.AppendInt(f.buf, int64(d.Limit), 10)))
-		f.set(h, hXRemaining, f.value(strconv.AppendInt(f.buf, int64(remaining), 10)))
-		f.set(h, hXReset, f.value(strconv.AppendInt(f.buf, time.Now().Unix()+t, 10)))
+		f.set(h, hXLimit, strconv.Itoa(d.Limit))
+		f.set(h, hXRemaining, strconv.Itoa(remaining))
+		f.set(h, hXReset, strconv.FormatInt(time.Now().Unix()+t, 10))
 	}
+}
+
+// samePolicies reports whether d was decided under policies, in order:
+// then their RateLimit-Policy value, written once, serves for d.
+func samePolicies(d *keyrate.Decision, policies []keyrate.Policy) bool {
+	if parts := d.Policies(); len(parts) > 0 {
+		return slices.EqualFunc(parts, policies, func(p keyrate.PolicyDecision, q keyrate.Policy) bool { return p.Policy == q })
+	}
+	return len(policies) == 1 && policies[0] == keyrate.Policy{Name: d.Policy, Limit: d.Limit, Window: d.Window}
 }
 
 // binds reports whether a policy with remaining left should fill the

@@ -177,7 +177,7 @@ func TestQuotaUnit(t *testing.T) {
 }
 
 // decided is a backend that answers every request with d, and reports
-// limit and window as its quota: a stand-in for the numbers behind one of
+// limit and window as its one policy: a stand-in for the numbers behind one of
 // the draft's examples.
 type decided struct {
 	limit  int
@@ -190,9 +190,10 @@ func (b decided) TakeContext(ctx context.Context, key string, n int) (keyrate.De
 	d.Limit = b.limit
 	return d, nil
 }
-func (b decided) Limit() int            { return b.limit }
-func (b decided) Window() time.Duration { return b.window }
-func (b decided) NonBlocking() bool     { return true }
+func (b decided) Policies() []keyrate.Policy {
+	return []keyrate.Policy{{Limit: b.limit, Window: b.window}}
+}
+func (b decided) TimeBudget() time.Duration { return 0 }
 
 // The examples of draft-ietf-httpapi-ratelimit-headers (-10 and -11 alike)
 // that this middleware can be in, as test vectors: the field values the

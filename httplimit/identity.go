@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 )
 
 // KeyFunc maps a request to the identity it is limited by. The middleware
@@ -243,56 +243,66 @@ func parseBare(s string) (netip.Addr, bool) {
 }
 
 // HeaderKey returns a KeyFunc that identifies a request by the value of the
-// named header (an API key, say) when present, as "Header-Name:value", and
-// by fallback otherwise (nil: ClientIP's default). Values over 256 bytes
-// count as absent. The name keeps header values apart from the fallback's
-// identities in the key; a backend's tier function sees the value alone
-// (see WithKeyFunc).
+// named header (an API key, say) when present and not empty, as
+// "name=value" with the name in lower case ("x-api-key=alice", as
+// grpclimit.WithMetadataKey gives the same key in metadata), and by
+// fallback otherwise (nil: ClientIP's default). The name keeps header
+// values apart from the fallback's identities, which never hold '='; a
+// backend's tier function sees the value alone (see WithKeyFunc). A value
+// of any length is the identity: the middleware limits one over 128 bytes
+// under its digest.
 //
 // The header is taken as given: validate API keys before this middleware
 // runs, or a client can mint fresh budgets by sending new keys (bound the
 // damage with keyrate.WithMaxKeys).
 func HeaderKey(header string, fallback KeyFunc) KeyFunc {
 	name := http.CanonicalHeaderKey(header)
-	keyHeader(name)
+	prefix := strings.ToLower(name) + "="
+	keyHeader(prefix[:len(prefix)-1], name)
 	if fallback == nil {
 		fallback, _ = ClientIP()
 	}
 	return func(r *http.Request) (string, error) {
-		if v := r.Header[name]; len(v) > 0 && v[0] != "" && len(v[0]) <= 256 {
-			return name + ":" + v[0], nil
+		if v := r.Header[name]; len(v) > 0 && v[0] != "" {
+			return prefix + v[0], nil
 		}
 		return fallback(r)
 	}
 }
 
-// headerKeys holds the canonical names of the headers HeaderKey reads, for
-// sentIdentity: a program makes a handful of HeaderKeys, so the set stays
+// headerKeys maps the names in the identities HeaderKey returns (lower
+// case) to the canonical names of the headers they are read from, for
+// sentIdentity: a program makes a handful of HeaderKeys, so the map stays
 // small, and is read without a lock on every request.
 var headerKeys struct {
 	mu    sync.Mutex // serialises the copies that add a name
-	names atomic.Pointer[map[string]bool]
+	names atomic.Pointer[map[string]string]
 }
 
-// keyHeader adds name to headerKeys.
-func keyHeader(name string) {
+// keyHeader adds name, read from the header canonical, to headerKeys.
+func keyHeader(name, canonical string) {
 	headerKeys.mu.Lock()
 	defer headerKeys.mu.Unlock()
 	old := headerKeys.names.Load()
-	if old != nil && (*old)[name] {
+	if old != nil && (*old)[name] == canonical {
 		return
 	}
-	names := map[string]bool{name: true}
+	names := map[string]string{name: canonical}
 	if old != nil {
 		maps.Copy(names, *old)
 	}
 	headerKeys.names.Store(&names)
 }
 
-// headerKeyed reports whether HeaderKey reads the header called name.
-func headerKeyed(name string) bool {
+// keyedHeader returns the canonical name of the header that HeaderKey
+// reads for the identities named name, and whether there is one.
+func keyedHeader(name string) (string, bool) {
 	names := headerKeys.names.Load()
-	return names != nil && (*names)[name]
+	if names == nil {
+		return "", false
+	}
+	canonical, ok := (*names)[name]
+	return canonical, ok
 }
 
 // Join returns a KeyFunc whose identity is every fs's, joined by "\x00":

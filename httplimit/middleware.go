@@ -1,15 +1,16 @@
 package httplimit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/call"
-	"github.com/keyrate/keyrate/internal/clientkey"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/clientkey"
+	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // errEmptyIdentity is reported for a request whose KeyFunc returned "":
@@ -26,40 +27,6 @@ const (
 // of at most clientkey.MaxLen bytes) stays well inside what any store takes.
 const maxRoute = 256
 
-// Event describes one request the middleware decided, or failed to; the
-// hooks receive it.
-type Event struct {
-	// Request is the request decided.
-	Request *http.Request
-	// Route is the name given with WithRoute.
-	Route string
-	// Identity is the client's identity as limited: what the KeyFunc
-	// returned, or its "sha256:" digest when that is longer than 128 bytes
-	// (see WithKeyFunc). "" when the KeyFunc failed or returned "".
-	Identity string
-	// Key is the key the backend was asked about: Route + "\x00" + Identity,
-	// or Identity alone when Route is "".
-	Key string
-	// Cost is the request's weight.
-	Cost int
-	// Decision is the backend's answer; zero when Err is set.
-	Decision keyrate.Decision
-	// Err is set for OnError: the backend's error, one matching
-	// ErrBudgetExceeded, for a request that cannot be placed (the KeyFunc
-	// failed or returned "", or the backend refused the key) one matching
-	// keyrate.ErrInvalidKey, and for a request whose client had gone before
-	// it was decided one matching ErrClientGone.
-	Err error
-	// Duration is how long the backend took to answer or fail; 0 when it
-	// was not asked. It is measured only when a hook is set.
-	Duration time.Duration
-	// Shadow reports a request that WithShadow let through although the
-	// middleware would have refused it: a refusal (reported to OnDecision
-	// and OnLimited), or an error answered 400 or 503 when enforcing
-	// (reported to OnError).
-	Shadow bool
-}
-
 // Middleware limits the requests that reach a handler. Create one with New
 // and wrap handlers with its Handler method; one Middleware is one budget
 // (one route), and may wrap several handlers that should share it.
@@ -69,8 +36,8 @@ type Event struct {
 // own: a request the inner one refuses has already been counted by the
 // outer one.
 type Middleware struct {
-	backend *call.Caller
-	timed   bool      // a hook is set: measure Event.Duration
+	backend *middleware.Caller
+	timed   bool      // a hook or an Observer is set: measure Event.Duration
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
@@ -92,9 +59,9 @@ type Middleware struct {
 // DraftHeaders). The policies advertised without one (RateLimit-Policy on a
 // request served while the store is unavailable) are b's own: those its
 // Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (func (b) Policies() []keyrate.Policy; with tiers, the
-// default tier's); else its keyrate.Quota; else none, and WithWindow must
-// give the window for decisions that do not carry one.
+// Redis backend do (keyrate.PolicyLister; with tiers, the default
+// tier's); else none, and WithWindow must give the window for decisions
+// that do not carry one.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -105,7 +72,10 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
-	policies := ratelimitfield.BackendPolicies(b)
+	var policies []keyrate.Policy
+	if l, ok := b.(keyrate.PolicyLister); ok {
+		policies = l.Policies()
+	}
 	switch {
 	case c.window < 0 || c.window == 0 && len(policies) == 0:
 		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, c.window)
@@ -113,13 +83,13 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
 		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
-	case c.failure != FailOpen && c.failure != FailClosed:
+	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	case len(c.route) > maxRoute:
 		return nil, fmt.Errorf("%w: httplimit: route name is %d bytes, want at most %d", keyrate.ErrConfig, len(c.route), maxRoute)
-	case !ratelimitfield.Printable(c.route):
+	case !printable(c.route):
 		return nil, fmt.Errorf("%w: httplimit: route %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.route)
-	case !ratelimitfield.Printable(c.unit):
+	case !printable(c.unit):
 		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
 	}
 	var ip *ipConfig
@@ -130,8 +100,12 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if c.limited == nil {
 		c.limited = DefaultLimitedHandler
 	}
+	caller, err := middleware.NewCaller(b, c.budget)
+	if err != nil {
+		return nil, err
+	}
 	m := &Middleware{
-		backend:  call.New(b, c.budget),
+		backend:  caller,
 		ip:       ip,
 		config:   c,
 		policies: policies,
@@ -139,13 +113,24 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	}
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
-		m.policy = string(ratelimitfield.AppendPolicies(nil, c.route, ratelimitfield.PolicyParts(policies), c.unit))
+		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
-	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil
+	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
 	return m, nil
+}
+
+// printable reports whether s is printable ASCII, all that a
+// structured-field string holds as it is.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func isBounded(b keyrate.Backend) bool {
@@ -167,7 +152,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	ev := Event{Request: r, Route: m.route, Cost: 1}
+	ev := middleware.Event{Route: m.route, Cost: 1, Context: r.Context(), Request: r}
 	sent, err := m.identify(r, &ev)
 	if err != nil {
 		m.fail(w, r, next, ev, err)
@@ -192,18 +177,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
 	m.setHeaders(h, &d)
-	m.report(m.onDecision, ev)
+	report(m.onDecision, ev)
 	if d.Allowed {
+		m.observe(ev)
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.report(m.onLimited, ev)
+	report(m.onLimited, ev)
+	m.observe(ev)
 	if m.shadow {
 		next.ServeHTTP(w, r)
 		return
 	}
 	if d.RetryAfter > 0 {
-		setRetryAfter(h, ratelimitfield.CeilSeconds(d.RetryAfter))
+		setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
 	}
 	m.limited(w, r, ev)
 }
@@ -211,7 +198,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // identify sets ev's Identity and Key for r and returns the identity as
 // the client sent it (see sentIdentity), or returns why it cannot: an error
 // wrapping keyrate.ErrInvalidKey.
-func (m *Middleware) identify(r *http.Request, ev *Event) (string, error) {
+func (m *Middleware) identify(r *http.Request, ev *middleware.Event) (string, error) {
 	if m.ip != nil {
 		// The default identity, the client's address (at most 43 bytes),
 		// is written straight after the route: one allocation for both.
@@ -237,25 +224,25 @@ func (m *Middleware) identify(r *http.Request, ev *Event) (string, error) {
 	if m.prefix != "" {
 		ev.Key = m.prefix + ev.Identity
 	}
-	if !m.backend.ReadsIdentity() {
-		return id, nil
-	}
 	return sentIdentity(r, id), nil
 }
 
 // sentIdentity returns the identity a backend's tier function sees for the
 // KeyFunc's identity id: the header's value when id is in HeaderKey's form,
-// "Name:value", for a header HeaderKey reads and r carries with that very
-// value; id itself otherwise. Both checks are needed: the header's value
-// alone could be any client's, and an identity of another form can look
-// like HeaderKey's ("2001:db8:1:2::/64", for a client that sends a header
-// named 2001), which would show the tier function part of an address.
+// "name=value", for a header HeaderKey reads and r carries with that very
+// value; id itself otherwise. Both checks are needed: a KeyFunc of one's
+// own may return identities of that form for other reasons, and the value
+// alone would then show the tier function part of an identity.
 func sentIdentity(r *http.Request, id string) string {
-	name, value, ok := strings.Cut(id, ":")
-	if !ok || !headerKeyed(name) {
+	name, value, ok := strings.Cut(id, "=")
+	if !ok {
 		return id
 	}
-	if v := r.Header[name]; len(v) > 0 && v[0] == value {
+	header, ok := keyedHeader(name)
+	if !ok {
+		return id
+	}
+	if v := r.Header[header]; len(v) > 0 && v[0] == value {
 		return value
 	}
 	return id
@@ -263,23 +250,25 @@ func sentIdentity(r *http.Request, id string) string {
 
 // fail answers a request that got no decision: err is the KeyFunc's
 // trouble, the backend's, or the client's leaving.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev Event, err error) {
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event, err error) {
 	ev.Err = err
-	if call.ClientGone(err) {
+	if errors.Is(err, middleware.ErrClientGone) {
 		// Serving it in any mode would let a client have work done over
 		// its limit by giving up on its requests. No one may be there to
 		// read the answer; a client still waiting behind a server-side
 		// deadline gets one it can act on.
-		m.report(m.onError, ev)
+		report(m.onError, ev)
+		m.observe(ev)
 		writeProblem(w, http.StatusServiceUnavailable, detailGone)
 		return
 	}
 	// A request that cannot be placed is refused whatever the failure mode:
 	// serving it would let a client go unlimited at will.
-	clientCaused := call.ClientCaused(err)
-	refuse := clientCaused || m.failure == FailClosed
+	clientCaused := errors.Is(err, keyrate.ErrInvalidKey)
+	refuse := clientCaused || m.failure == middleware.FailClosed
 	ev.Shadow = m.shadow && refuse
-	m.report(m.onError, ev)
+	report(m.onError, ev)
+	m.observe(ev)
 	switch {
 	case !refuse || m.shadow:
 		m.setPolicy(w.Header())
@@ -291,8 +280,14 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	}
 }
 
-func (m *Middleware) report(hook func(Event), ev Event) {
+func report(hook func(middleware.Event), ev middleware.Event) {
 	if hook != nil {
 		hook(ev)
+	}
+}
+
+func (m *Middleware) observe(ev middleware.Event) {
+	if m.observer != nil {
+		m.observer.Observe(ev)
 	}
 }

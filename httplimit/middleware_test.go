@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -316,14 +317,14 @@ func TestSkip(t *testing.T) {
 
 func TestHooksAndCustomHandler(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	var decided, limited, handled []httplimit.Event
+	var decided, limited, handled []middleware.Event
 	m, err := httplimit.New(l,
 		httplimit.WithRoute("search"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
-		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
-		httplimit.WithOnLimited(func(e httplimit.Event) { limited = append(limited, e) }),
-		httplimit.WithOnError(func(e httplimit.Event) { t.Errorf("OnError: %v", e.Err) }),
-		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, e httplimit.Event) {
+		httplimit.WithOnDecision(func(e middleware.Event) { decided = append(decided, e) }),
+		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }),
+		httplimit.WithOnError(func(e middleware.Event) { t.Errorf("OnError: %v", e.Err) }),
+		httplimit.WithLimitedHandler(func(w http.ResponseWriter, r *http.Request, e middleware.Event) {
 			handled = append(handled, e)
 			w.WriteHeader(http.StatusTeapot)
 		}),
@@ -341,8 +342,8 @@ func TestHooksAndCustomHandler(t *testing.T) {
 		t.Fatalf("%d decisions and %d refusals reported, want 2 and 1", len(decided), len(limited))
 	}
 	e := limited[0]
-	if e.Route != "search" || e.Identity != "X-Api-Key:k" || e.Key != "search\x00X-Api-Key:k" ||
-		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil {
+	if e.Route != "search" || e.Identity != "x-api-key=k" || e.Key != "search\x00x-api-key=k" ||
+		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
 		t.Fatalf("event %+v", e)
 	}
 	if len(handled) != 1 || handled[0].Key != e.Key || handled[0].Decision != e.Decision {
@@ -358,12 +359,12 @@ func TestHooksAndCustomHandler(t *testing.T) {
 // the KeyFunc's own error inside.
 func TestKeyFuncErrorIsRefused(t *testing.T) {
 	errNoKey := errors.New("no API key")
-	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		l, _ := newLimiter(t, 1, time.Minute)
 		var errs []error
 		h := newHandler(t, l, httplimit.WithFailureMode(mode),
 			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return "", errNoKey }),
-			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }))
+			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		rec := get(h, "/")
 		if rec.Code != 400 || len(errs) != 1 || !errors.Is(errs[0], keyrate.ErrInvalidKey) || !errors.Is(errs[0], errNoKey) {
 			t.Fatalf("mode %d: %d, reported %v; want 400 and one error matching ErrInvalidKey and the KeyFunc's", mode, rec.Code, errs)
@@ -377,7 +378,7 @@ func TestKeyFuncErrorIsRefused(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	noWindow := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	noWindow := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	cases := map[string]struct {
@@ -401,11 +402,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// A backend without Quota methods: the policy's quota comes from each
+// A backend that lists no policies: the policy's quota comes from each
 // Decision, and t from ResetAfter when the backend leaves RefillAfter 0.
 // 1.5s is no whole number of seconds, so w is left out.
 func TestPolicyFromDecision(t *testing.T) {
-	b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
 	})
 	h := newHandler(t, b, httplimit.WithWindow(1500*time.Millisecond), httplimit.WithRoute(`a"b`))

@@ -3,6 +3,8 @@ package httplimit
 import (
 	"net/http"
 	"time"
+
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // Option configures a Middleware; pass options to New.
@@ -16,50 +18,16 @@ type config struct {
 	window     time.Duration
 	budget     time.Duration
 	budgetSet  bool // WithTimeBudget was given
-	failure    FailureMode
+	failure    middleware.FailureMode
 	headers    HeaderSet
-	onDecision func(Event)
-	onLimited  func(Event)
-	onError    func(Event)
+	onDecision func(middleware.Event)
+	onLimited  func(middleware.Event)
+	onError    func(middleware.Event)
+	observer   middleware.Observer
 	shadow     bool
 	unit       string
-	limited    func(http.ResponseWriter, *http.Request, Event)
+	limited    func(http.ResponseWriter, *http.Request, middleware.Event)
 }
-
-// FailureMode says what the middleware does when it cannot get a decision
-// because the store is unavailable: the backend failed (a network error,
-// a closed limiter), or outlived the time budget.
-//
-//   - FailOpen (the default) serves the request as if it were allowed, with
-//     no RateLimit field (only RateLimit-Policy), and reports the error to
-//     OnError. A store outage then costs the limits, not the API: choose it
-//     when availability matters more than the limit, and alert on OnError.
-//   - FailClosed answers 503 Service Unavailable with a problem body and
-//     reports the error to OnError. A store outage then takes the limited
-//     routes down: choose it when the limit protects something that must not
-//     be overrun (a paid upstream, a login form).
-//
-// Neither applies to a request that cannot be placed: the KeyFunc failed or
-// returned "", or the backend refused the key (an error wrapping
-// keyrate.ErrInvalidKey). The request, not the store, caused that, and a
-// client could cause it at will; so it is answered 400 Bad Request with a
-// problem body, and reported to OnError, in both modes. It is never served.
-//
-// Nor does either apply to a request whose context was done before it could
-// be decided: its client hung up, or a deadline passed (ErrClientGone). The
-// store is not at fault, and serving such requests would let a client have
-// work done over its limit by giving up on them; so it is answered 503 with
-// a problem body saying the request was cancelled or timed out before it
-// could be decided, and reported to OnError, in both modes and in shadow
-// mode. It is never served.
-type FailureMode int
-
-const (
-	// FailOpen serves the request when no decision can be had.
-	FailOpen FailureMode = iota
-	// FailClosed answers 503 when no decision can be had.
-	FailClosed
-)
 
 // HeaderSet selects the response fields that carry the limit. Combine them
 // with |.
@@ -126,8 +94,8 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // "sha256:": every backend then gets keys of bounded length, whatever a
 // client sends, and two identities share a budget only if they are equal
 // (save for a SHA-256 collision). An empty identity, or an error, means the
-// request cannot be placed: it is answered 400 and reported to OnError (see
-// FailureMode), never served, never counted against a shared "" budget.
+// request cannot be placed: it is answered 400 and reported to OnError,
+// never served, never counted against a shared "" budget.
 // A KeyFunc that wants one budget for all anonymous clients returns a fixed
 // name for them, such as "anonymous".
 //
@@ -135,15 +103,16 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // keyrate.ContextWithIdentity), before the 128-byte bound: the address for
 // ClientIP; the header's value alone for HeaderKey; what your own KeyFunc
 // returns, whole, for it and for Join (save an identity in HeaderKey's
-// form, "Name:value" for a header a HeaderKey reads and the request
+// form, "name=value" for a header a HeaderKey reads and the request
 // carries with that value, which counts as HeaderKey's).
 func WithKeyFunc(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets the weight of a request, for routes where some requests
 // cost more than others (a batch, a large export). Default: 1 for every
 // request. A weight of 0 is always admitted and consumes nothing; a weight
-// above the limit can never be admitted and is answered 413 (see
-// DefaultLimitedHandler). Negative weights are refused the same way.
+// that can never be admitted (negative, or above a policy's limit) is
+// refused with no wait that would help: 413 Content Too Large (see
+// DefaultLimitedHandler).
 //
 // With weights, q and r in the RateLimit fields count cost units, not
 // requests, and the draft's default unit is requests. When the weight
@@ -161,79 +130,88 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 
 // WithSkip sets a function that exempts requests from the limit: health
 // checks, allow-listed clients. Skipped requests reach the handler with no
-// RateLimit fields and consume nothing. Default: none.
+// RateLimit fields, consume nothing and are reported to no hook. Default:
+// none.
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
 // WithWindow sets the window reported in RateLimit-Policy for a backend
-// that reports none: a BackendFunc whose decisions leave Decision.Window 0.
-// A backend's own windows win: those of each Decision, of its Policies
-// method or of its keyrate.Quota (see New). Default: none; New then needs
-// one from the backend. A window that is not a whole number of seconds is
+// that reports none: a keyrate.BackendFunc whose decisions leave
+// Decision.Window 0. A backend's own windows win: those of each Decision
+// and of its Policies method (see New). Default: none; New then needs one
+// from the backend. A window that is not a whole number of seconds is
 // enforced as it is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
-// WithTimeBudget bounds each call to a backend that may block. A call that
-// outlives it counts as a store failure (ErrBudgetExceeded, answered per the
-// FailureMode), and the request waits no longer, even for a backend that
-// ignores its context: the call runs on its own goroutine, under a timer.
-// Default: 250ms. Must be positive.
+// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
+// A call that outlives it is a store failure (an error matching
+// middleware.ErrBudgetExceeded, answered per the failure mode), and the
+// request waits no longer, even for a backend that ignores its context:
+// the call runs on a goroutine of its own, under a timer. Default: 250ms.
+// Must be positive.
 //
-// It is for backends that are neither keyrate.NonBlocking nor
-// keyrate.Bounded. A NonBlocking one (*keyrate.Limiter) is called inline and
-// never times out, so the budget has nothing to bound. A Bounded one (the
-// Redis backend) is called inline too, under its own budget alone: one
-// budget, in one place, and no goroutine hand-off per request. Set that
-// budget on the backend; New refuses WithTimeBudget for a Bounded backend
-// rather than let the middleware's budget look like it applies.
+// A Bounded backend is called on the request's goroutine under its own
+// budget alone: one budget, in one place, and no goroutine hand-off per
+// request. The Redis backend bounds its calls by its own timeout (set the
+// budget there); *keyrate.Limiter never waits. New refuses WithTimeBudget
+// for a Bounded backend rather than let a budget look like it applies.
 func WithTimeBudget(d time.Duration) Option {
 	return func(c *config) { c.budget, c.budgetSet = d, true }
 }
 
-// WithFailureMode sets what happens when the backend fails. Default:
-// FailOpen. See FailureMode for the trade-off.
-func WithFailureMode(m FailureMode) Option { return func(c *config) { c.failure = m } }
+// WithFailureMode sets what happens when the store is unavailable: the
+// backend failed or outlived the time budget. Default:
+// middleware.FailOpen, which serves the request; middleware.FailClosed
+// answers 503. See middleware.FailureMode for the trade-off.
+func WithFailureMode(m middleware.FailureMode) Option { return func(c *config) { c.failure = m } }
 
 // WithHeaders selects the fields written on every decided response.
 // Default: DraftHeaders. Retry-After is always written on a 429.
 func WithHeaders(h HeaderSet) Option { return func(c *config) { c.headers = h } }
 
 // WithOnDecision sets a hook called for every request the backend decided,
-// admitted or refused, before the response is written. It runs on the
-// request's goroutine, so keep it quick. Default: none.
-func WithOnDecision(f func(Event)) Option { return func(c *config) { c.onDecision = f } }
+// admitted or refused, before the request is served or refused. It runs on
+// the request's goroutine, so keep it quick. Default: none.
+func WithOnDecision(f func(middleware.Event)) Option { return func(c *config) { c.onDecision = f } }
 
 // WithOnLimited sets a hook called for every refused request, after
 // OnDecision and before the refusal is written. Default: none.
-func WithOnLimited(f func(Event)) Option { return func(c *config) { c.onLimited = f } }
+func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.onLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the store
-// failed or the budget ran out (answered per the FailureMode), the request
-// could not be placed (answered 400; Event.Err matches
-// keyrate.ErrInvalidKey), or its client had gone (answered 503, never
-// served; Event.Err matches ErrClientGone). Default: none; errors then pass
-// silently, which under FailOpen means unnoticed.
-func WithOnError(f func(Event)) Option { return func(c *config) { c.onError = f } }
+// was unavailable (answered per the failure mode), the request could not
+// be placed (Event.Err matches keyrate.ErrInvalidKey; answered 400), or
+// its client had gone (Event.Err matches middleware.ErrClientGone; never
+// served, answered 503). Default: none; errors then pass silently, which
+// under FailOpen means unnoticed.
+func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.onError = f } }
+
+// WithObserver sets an Observer told of every decision and every error,
+// as metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one.
+// It is called after the hooks, in addition to them, never in their place:
+// set both as needed. Default: none.
+func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }
 
 // WithLimitedHandler replaces the response to a refused request. When it
 // runs, the RateLimit fields (and Retry-After, when waiting helps) are
 // already set; it writes the status and the body. The Event is the one the
 // hooks get (Route, Identity, Decision). Default: DefaultLimitedHandler.
-func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, Event)) Option {
+func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, middleware.Event)) Option {
 	return func(c *config) { c.limited = f }
 }
 
-// WithShadow puts the middleware in shadow mode: it decides every request
-// as usual, writes RateLimit-Policy and RateLimit with what enforcing would
-// say (r=0 and t on what it would refuse), and reports to the hooks as
-// usual, with Event.Shadow set on what it would have refused; but it serves
-// every request. Roll a new limit out this way and watch what it would
-// refuse before enforcing it.
+// WithShadow puts the middleware in shadow mode: it decides and records
+// every request as usual, writes RateLimit-Policy and RateLimit with what
+// enforcing would say (r=0 and t on what it would refuse), and reports to
+// the hooks and the Observer as usual, with Event.Shadow set on what it
+// would have refused; but it refuses nothing. Roll a new limit out this
+// way and watch what it would refuse before enforcing it.
 //
-// A shadowed refusal gets no Retry-After, as the response is no refusal,
-// and records nothing, as a refusal never does: the budget moves exactly as
-// it would under enforcement, so the hooks see the decisions enforcement
-// would make. Errors are served too (the middleware limits no one yet, so
-// serving them lifts no limit) and reported to OnError, with Event.Shadow
-// set where enforcing would have answered 400 or 503; save a request whose
-// client has gone, which is never served (see FailureMode). Default: off.
+// A shadowed refusal records nothing, as a refusal never does, so the
+// budget moves exactly as it would under enforcement; it gets no
+// Retry-After, as the response is no refusal. Errors are served too (the
+// middleware limits no one yet, so serving them lifts no limit) and
+// reported to OnError, with Event.Shadow set where enforcing would have
+// refused (a request that cannot be placed, a store failure under
+// FailClosed); save a request whose client has gone, which is never
+// served. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }

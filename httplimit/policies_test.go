@@ -254,4 +254,4 @@ func (b unavailable) TakeContext(context.Context, string, int) (keyrate.Decision
 	return keyrate.Decision{}, errors.New("store unavailable")
 }
 func (b unavailable) Policies() []keyrate.Policy { return b }
-func (b unavailable) NonBlocking() bool          { return true }
+func (b unavailable) TimeBudget() time.Duration  { return 0 }

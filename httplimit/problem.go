@@ -5,7 +5,8 @@ import (
 	"strconv"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/ratelimitfield"
+	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // quotaExceeded is the draft's problem type for a request over one or more
@@ -33,14 +34,14 @@ const (
 //     exceeds a policy's limit (a refusal with RetryAfter 0), so no wait
 //     would let it through. No Retry-After is sent; retrying the same request is
 //     pointless.
-func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e Event) {
+func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.Event) {
 	d := e.Decision
 	if d.RetryAfter <= 0 && !d.Overflow {
 		writeProblem(w, http.StatusRequestEntityTooLarge,
 			"This request costs more than the limit of "+strconv.Itoa(d.Limit)+" allows; it can never be admitted.")
 		return
 	}
-	wait := ratelimitfield.CeilSeconds(d.RetryAfter)
+	wait := ratelimitfield.Seconds(d.RetryAfter)
 	if d.Overflow {
 		writeProblem(w, http.StatusTooManyRequests, "Too many clients are being tracked; retry in "+strconv.FormatInt(wait, 10)+" seconds.")
 		return
@@ -67,18 +68,17 @@ const quotaExceededStart = `{"type":"` + quotaExceeded + `","title":"` + quotaEx
 // also how JSON quotes them.
 func appendViolated(b []byte, route string, d *keyrate.Decision) []byte {
 	start := len(b)
-	var one [1]keyrate.PolicyDecision
-	for _, p := range ratelimitfield.Parts(d, 0, &one) {
+	for _, p := range d.Policies() {
 		if p.Allowed {
 			continue
 		}
 		if len(b) > start {
 			b = append(b, ',')
 		}
-		b = ratelimitfield.AppendName(b, route, p.Name)
+		b = ratelimitfield.AppendName(b, p.Name, route)
 	}
 	if len(b) == start {
-		b = ratelimitfield.AppendName(b, route, d.Policy)
+		b = ratelimitfield.AppendName(b, d.Policy, route)
 	}
 	return b
 }

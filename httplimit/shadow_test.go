@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // In shadow mode every request is served. Decisions are made and reported
@@ -18,11 +19,11 @@ import (
 // enforcing, so the budget moves exactly as it would under enforcement.
 func TestShadow(t *testing.T) {
 	l, clock := newLimiter(t, 2, time.Minute)
-	var decided, limited []httplimit.Event
+	var decided, limited []middleware.Event
 	h := newHandler(t, l, httplimit.WithShadow(),
-		httplimit.WithOnDecision(func(e httplimit.Event) { decided = append(decided, e) }),
-		httplimit.WithOnLimited(func(e httplimit.Event) { limited = append(limited, e) }),
-		httplimit.WithOnError(func(e httplimit.Event) { t.Errorf("OnError: %v", e.Err) }))
+		httplimit.WithOnDecision(func(e middleware.Event) { decided = append(decided, e) }),
+		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }),
+		httplimit.WithOnError(func(e middleware.Event) { t.Errorf("OnError: %v", e.Err) }))
 	steps := []struct {
 		at        time.Duration
 		allowed   bool
@@ -78,13 +79,13 @@ func TestShadowServesErrors(t *testing.T) {
 		shadow bool
 	}{
 		{"empty identity", l, []httplimit.Option{httplimit.WithKeyFunc(func(*http.Request) (string, error) { return "", nil })}, true},
-		{"store unavailable, fail-closed", closed, []httplimit.Option{httplimit.WithFailureMode(httplimit.FailClosed)}, true},
+		{"store unavailable, fail-closed", closed, []httplimit.Option{httplimit.WithFailureMode(middleware.FailClosed)}, true},
 		{"store unavailable, fail-open", closed, nil, false},
 	}
 	for _, c := range cases {
-		var errs []httplimit.Event
+		var errs []middleware.Event
 		h := newHandler(t, c.b, append(c.opts, httplimit.WithShadow(),
-			httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e) }))...)
+			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e) }))...)
 		rec := get(h, "/")
 		if rec.Code != 200 || rec.Body.String() != "ok" {
 			t.Errorf("%s: %d %q, want the handler's response", c.name, rec.Code, rec.Body)
@@ -100,7 +101,7 @@ func TestShadowServesErrors(t *testing.T) {
 func TestEventDuration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		delay := 30 * time.Millisecond
-		b := httplimit.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			if key == "slow" {
 				<-ctx.Done()
 				return keyrate.Decision{}, ctx.Err()
@@ -108,8 +109,8 @@ func TestEventDuration(t *testing.T) {
 			time.Sleep(delay)
 			return keyrate.Decision{Allowed: key == "a", Limit: 1, RetryAfter: time.Second}, nil
 		})
-		var events []httplimit.Event
-		record := func(e httplimit.Event) { events = append(events, e) }
+		var events []middleware.Event
+		record := func(e middleware.Event) { events = append(events, e) }
 		h := newHandler(t, b, httplimit.WithWindow(time.Minute), httplimit.WithTimeBudget(100*time.Millisecond),
 			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Id"), nil }),
 			httplimit.WithOnDecision(record), httplimit.WithOnError(record))

@@ -10,12 +10,13 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // seenBy returns a backend that admits everything and records, for each
 // call, what a tier function would see: the identity its context carries,
 // else the key.
-func seenBy(seen *[]string) httplimit.BackendFunc {
+func seenBy(seen *[]string) keyrate.BackendFunc {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		id, ok := keyrate.IdentityFromContext(ctx)
 		if !ok {
@@ -45,11 +46,13 @@ func TestTierSeesIdentityAsSent(t *testing.T) {
 		{"long API key, limited under its digest", apiKey, "192.0.2.1:1234", []string{"X-Api-Key", long}, long},
 		{"API key holding a colon", apiKey, "192.0.2.1:1234", []string{"X-Api-Key", "pro:42"}, "pro:42"},
 		{"no API key: the fallback's address", apiKey, "192.0.2.1:1234", nil, "192.0.2.1"},
-		// An address that looks like HeaderKey's form stays whole, whatever
-		// the client sends.
+		// An address stays whole, whatever the client sends.
 		{"fallback IPv6 address", apiKey, "[2001:db8:1:2::9]:1234", []string{"2001", "db8:1:2::/64"}, "2001:db8:1:2::/64"},
 		{"own KeyFunc", tenant, "192.0.2.1:1234", []string{"Tenant", "alice"}, "tenant:alice"},
-		{"Join", httplimit.Join(apiKey, tenant), "192.0.2.1:1234", []string{"X-Api-Key", "pro-42", "Tenant", "alice"}, "X-Api-Key:pro-42\x00tenant:alice"},
+		// An identity of HeaderKey's form is HeaderKey's only when the
+		// request carries the header with that value.
+		{"own KeyFunc in HeaderKey's form", func(*http.Request) (string, error) { return "x-api-key=pro-42", nil }, "192.0.2.1:1234", nil, "x-api-key=pro-42"},
+		{"Join", httplimit.Join(apiKey, tenant), "192.0.2.1:1234", []string{"X-Api-Key", "pro-42", "Tenant", "alice"}, "x-api-key=pro-42\x00tenant:alice"},
 	}
 	for _, tc := range cases {
 		var seen []string
@@ -58,7 +61,7 @@ func TestTierSeesIdentityAsSent(t *testing.T) {
 			opts = append(opts, httplimit.WithKeyFunc(tc.key))
 		}
 		var keys []string
-		opts = append(opts, httplimit.WithOnDecision(func(e httplimit.Event) { keys = append(keys, e.Key) }))
+		opts = append(opts, httplimit.WithOnDecision(func(e middleware.Event) { keys = append(keys, e.Key) }))
 		h := newHandler(t, seenBy(&seen), opts...)
 		r := httptest.NewRequest("GET", "/search", nil)
 		r.RemoteAddr = tc.remote

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // discard is a ResponseWriter that keeps nothing but its header map, cleared
@@ -20,15 +21,15 @@ func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discard) WriteHeader(int)             {}
 
 // BenchmarkHTTP measures what the metrics add to a request: the same
-// in-process Limiter behind httplimit, without and with promlimit's hooks,
-// over 1024 client addresses. The difference is the hooks' cost: reading
-// the clock twice, an atomic add and a histogram observation.
+// in-process Limiter behind httplimit, without and with the Metrics as its
+// Observer, over 1024 client addresses. The difference is the Observer's
+// cost: reading the clock twice, a route lookup, an atomic add and a
+// histogram observation.
 //
 //   - plain: httplimit alone.
-//   - metrics: httplimit with Metrics.HTTP's hooks.
+//   - metrics: httplimit with the Metrics as its Observer.
 //   - metrics-refused: every request refused (counted as limited).
-//   - observe: ObserveDecision alone, what grpclimit's Observer pays per
-//     call, route lookup included.
+//   - observe: Observe alone, route lookup included.
 func BenchmarkHTTP(b *testing.B) {
 	rs := make([]*http.Request, 1024)
 	for i := range rs {
@@ -43,7 +44,7 @@ func BenchmarkHTTP(b *testing.B) {
 		opts := []httplimit.Option{httplimit.WithRoute("search")}
 		if withMetrics {
 			m, _ := newMetrics(b)
-			opts = append(m.HTTP("search"), opts...)
+			opts = append(opts, httplimit.WithObserver(m))
 		}
 		mw, err := httplimit.New(l, opts...)
 		if err != nil {
@@ -67,10 +68,10 @@ func BenchmarkHTTP(b *testing.B) {
 	b.Run("metrics-refused", func(b *testing.B) { run(b, 1, time.Hour, true) })
 	b.Run("observe", func(b *testing.B) {
 		m, _ := newMetrics(b)
-		d := keyrate.Decision{Allowed: true}
+		ev := middleware.Event{Route: "/pkg.Service/Method", Key: "k", Decision: keyrate.Decision{Allowed: true}, Duration: 300 * time.Nanosecond}
 		b.ReportAllocs()
 		for range b.N {
-			m.ObserveDecision("/pkg.Service/Method", d, false, 300*time.Nanosecond)
+			m.Observe(ev)
 		}
 	})
 }

@@ -7,10 +7,9 @@
 //	keyrate_policy_violations_total{route, policy}   counter; a refusal once for each policy that refused it
 //	keyrate_keys{route}                              gauge of keys an in-process Limiter tracks
 //
-// Metrics are fed by httplimit's hooks (Metrics.HTTP returns them as
-// options) and by grpclimit, whose Observer interface *Metrics satisfies
-// (pass it to grpclimit.WithObserver). promlimit does not import grpclimit,
-// so an HTTP-only program does not build gRPC.
+// *Metrics is a middleware.Observer: pass it to httplimit.WithObserver or
+// grpclimit.WithObserver, beside any hooks of your own. promlimit imports
+// neither, so an HTTP-only program does not build gRPC.
 //
 // Label values are route names, policy names (from the backend's
 // configuration, at most 32 per route) and fixed words, never anything

@@ -25,7 +25,7 @@ func Example() {
 	l, _ := keyrate.New(2, time.Minute, keyrate.WithClock(clock))
 	defer l.Close()
 	_ = metrics.TrackKeys("search", l)
-	search, _ := httplimit.New(l, append(metrics.HTTP("search"), httplimit.WithRoute("search"))...)
+	search, _ := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithObserver(metrics))
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /search", search.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

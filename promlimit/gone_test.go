@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // A request whose client has gone before it was decided is counted as
@@ -39,11 +40,11 @@ func TestHTTPClientGone(t *testing.T) {
 	}
 }
 
-// ObserveError, as grpclimit calls it, counts a gone client the same way.
+// Observe counts a gone client the same way whatever the middleware.
 func TestObserveClientGone(t *testing.T) {
 	m, reg := newMetrics(t)
 	const route = "/pkg.S/M"
-	m.ObserveError(route, goneError(t), 5*time.Millisecond)
+	observeError(m, route, goneError(t), 5*time.Millisecond)
 	if g, e := requests(t, reg, route, "client_gone"), requests(t, reg, route, "error"); g != 1 || e != 0 {
 		t.Errorf("client_gone %v, error %v; want 1 and 0", g, e)
 	}
@@ -57,7 +58,7 @@ func TestObserveClientGone(t *testing.T) {
 func goneError(t *testing.T) error {
 	t.Helper()
 	var err error
-	mw, e := httplimit.New(manualLimiter(t, 5, time.Minute), httplimit.WithOnError(func(ev httplimit.Event) { err = ev.Err }))
+	mw, e := httplimit.New(manualLimiter(t, 5, time.Minute), httplimit.WithOnError(func(ev middleware.Event) { err = ev.Err }))
 	if e != nil {
 		t.Fatal(e)
 	}

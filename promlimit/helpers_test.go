@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
 )
 
@@ -73,10 +74,10 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 }
 
 // limited returns a handler behind an httplimit Middleware on route "search"
-// with promlimit's hooks, and a count of the requests it served.
+// that m observes, and a count of the requests it served.
 func limited(t *testing.T, m *promlimit.Metrics, b keyrate.Backend, opts ...httplimit.Option) (http.Handler, *int) {
 	t.Helper()
-	opts = append(append(m.HTTP("search"), httplimit.WithRoute("search")), opts...)
+	opts = append([]httplimit.Option{httplimit.WithRoute("search"), httplimit.WithObserver(m)}, opts...)
 	mw, err := httplimit.New(b, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +102,16 @@ func manualLimiter(t *testing.T, limit int, window time.Duration) *keyrate.Limit
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// observeDecision and observeError tell m of a decision and of an error for
+// route as a middleware does once it has asked the backend: with a key.
+func observeDecision(m *promlimit.Metrics, route string, d keyrate.Decision, shadow bool, took time.Duration) {
+	m.Observe(middleware.Event{Route: route, Key: "k", Decision: d, Shadow: shadow, Duration: took})
+}
+
+func observeError(m *promlimit.Metrics, route string, err error, took time.Duration) {
+	m.Observe(middleware.Event{Route: route, Key: "k", Err: err, Duration: took})
 }
 
 type backendFunc func(ctx context.Context, key string, n int) (keyrate.Decision, error)

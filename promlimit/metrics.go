@@ -19,8 +19,8 @@ type Metrics struct {
 	violations *prometheus.CounterVec
 	keys       *keysCollector
 
-	// observed maps the routes ObserveDecision and ObserveError were told
-	// of to their series; see maxObservedRoutes.
+	// observed maps the routes Observe was told of to their series; see
+	// maxObservedRoutes.
 	observed sync.Map // string -> *route
 	mu       sync.Mutex
 	nobs     int // routes in observed, under mu

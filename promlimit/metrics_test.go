@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,15 +16,11 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
 )
 
-// The method set grpclimit.Observer asks for, written out here so that
-// promlimit need not import gRPC to check it.
-var _ interface {
-	ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration)
-	ObserveError(route string, err error, took time.Duration)
-} = (*promlimit.Metrics)(nil)
+var _ middleware.Observer = (*promlimit.Metrics)(nil)
 
 func requests(t *testing.T, reg prometheus.Gatherer, route, result string) float64 {
 	t.Helper()
@@ -172,14 +169,14 @@ func fail(err error) keyrate.Backend {
 	})
 }
 
-// The Observer methods count what grpclimit reports, by route.
+// Observe counts what a middleware reports, by route.
 func TestObserve(t *testing.T) {
 	m, reg := newMetrics(t)
 	const route = "/pkg.S/M"
-	m.ObserveDecision(route, keyrate.Decision{Allowed: true}, false, time.Microsecond)
-	m.ObserveDecision(route, keyrate.Decision{}, false, time.Microsecond)
-	m.ObserveDecision(route, keyrate.Decision{}, true, time.Microsecond)
-	m.ObserveError(route, fmt.Errorf("budget: %w", context.DeadlineExceeded), 251*time.Millisecond)
+	observeDecision(m, route, keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	observeDecision(m, route, keyrate.Decision{}, false, time.Microsecond)
+	observeDecision(m, route, keyrate.Decision{}, true, time.Microsecond)
+	observeError(m, route, fmt.Errorf("budget: %w", context.DeadlineExceeded), 251*time.Millisecond)
 	for result, want := range map[string]float64{"allowed": 1, "limited": 1, "shadow_limited": 1, "error": 1} {
 		if got := requests(t, reg, route, result); got != want {
 			t.Errorf("%s: %v, want %v", result, got, want)
@@ -210,7 +207,7 @@ func TestObserve(t *testing.T) {
 func TestObservedRoutesAreBounded(t *testing.T) {
 	m, reg := newMetrics(t)
 	for i := range 1500 {
-		m.ObserveDecision(fmt.Sprintf("/pkg.S/M%d", i), keyrate.Decision{Allowed: true}, false, time.Microsecond)
+		observeDecision(m, fmt.Sprintf("/pkg.S/M%d", i), keyrate.Decision{Allowed: true}, false, time.Microsecond)
 	}
 	routes := map[string]bool{}
 	for _, s := range series(t, reg, "keyrate_requests_total") {
@@ -301,7 +298,7 @@ func TestNew(t *testing.T) {
 	if _, err := promlimit.New(reg); err == nil {
 		t.Error("New twice on one registry: no error")
 	}
-	m.ObserveDecision("r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	observeDecision(m, "r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
 	if got := requests(t, reg, "r", "allowed"); got != 1 {
 		t.Errorf("the first Metrics no longer counts: %v", got)
 	}
@@ -319,7 +316,7 @@ func TestNew(t *testing.T) {
 // The metrics pass Prometheus's own linter: names, units, help.
 func TestLint(t *testing.T) {
 	m, reg := newMetrics(t)
-	m.ObserveDecision("r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	observeDecision(m, "r", keyrate.Decision{Allowed: true}, false, time.Microsecond)
 	if err := m.TrackKeys("r", manualLimiter(t, 1, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -329,5 +326,29 @@ func TestLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// Hooks of one's own and the metrics both hear of every request: neither
+// replaces the other, whatever the order of the options.
+func TestOwnHooksBesideMetrics(t *testing.T) {
+	m, reg := newMetrics(t)
+	var decided, failed int
+	h, _ := limited(t, m, manualLimiter(t, 1, time.Minute),
+		httplimit.WithOnDecision(func(middleware.Event) { decided++ }),
+		httplimit.WithOnError(func(middleware.Event) { failed++ }),
+		httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Id"), nil }))
+	for _, id := range []string{"alice", "alice", ""} {
+		r := httptest.NewRequest("GET", "/search", nil)
+		r.Header.Set("Id", id)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	if decided != 2 || failed != 1 {
+		t.Errorf("own hooks heard %d decisions and %d errors, want 2 and 1", decided, failed)
+	}
+	for result, want := range map[string]float64{"allowed": 1, "limited": 1, "error": 1} {
+		if got := requests(t, reg, "search", result); got != want {
+			t.Errorf("%s: %v, want %v", result, got, want)
+		}
 	}
 }

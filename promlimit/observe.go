@@ -1,45 +1,46 @@
 package promlimit
 
-import (
-	"time"
+import "github.com/keyrate/keyrate/middleware"
 
-	"github.com/keyrate/keyrate"
-)
-
-// maxObservedRoutes bounds the routes ObserveDecision and ObserveError give
-// series of their own. Their routes come from the middleware at run time
-// (grpclimit's are method names, which a client chooses behind
-// grpc.UnknownServiceHandler); past the bound, further routes are counted
-// under route="(other)", so that no client can grow the series without
-// end.
+// maxObservedRoutes bounds the routes Observe gives series of their own.
+// Routes come from the middleware at run time (grpclimit's are method
+// names, which a client chooses behind grpc.UnknownServiceHandler); past
+// the bound, further routes are counted under route="(other)", so that no
+// client can grow the series without end.
 const maxObservedRoutes = 1000
 
 // otherRoute labels the routes past maxObservedRoutes.
 const otherRoute = "(other)"
 
-// ObserveDecision counts a request of route that the backend decided in
-// took: allowed, limited, or shadow_limited when shadow says a refusal was
-// served anyway; and, for a refusal, each policy of d that refused it. With ObserveError it makes *Metrics a grpclimit.Observer;
-// middleware of your own can call it too.
-func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
-	m.observedRoute(route).decided(d, shadow, took)
-}
-
-// ObserveError counts a request of route for which the backend gave no
-// decision within took, and classifies err: invalid when it wraps
-// keyrate.ErrInvalidKey; oom when it wraps keyrate.ErrOutOfMemory;
-// unavailable when it holds a network error that is not a timeout (a
-// refused or reset connection, as *net.OpError), even if it also matches
-// context.DeadlineExceeded, as the Redis backend's error does when the
-// budget ran out while Redis refused connections; timeout when it matches
-// context.DeadlineExceeded (as a call over its time budget does);
-// unavailable otherwise. A request whose client had gone before it was
-// decided (grpclimit.ErrClientGone) counts as result="client_gone", and
-// nowhere else: it says nothing of the store. Another cancellation
-// (context.Canceled) counts as result="error" but not as a backend error,
-// for the same reason.
-func (m *Metrics) ObserveError(route string, err error, took time.Duration) {
-	m.observedRoute(route).failed(err, took, true)
+// Observe counts one request of ev.Route, as a middleware.Observer: pass
+// the Metrics to httplimit.WithObserver or grpclimit.WithObserver, or call
+// it from middleware of your own.
+//
+// A decision (ev.Err nil) counts as allowed, limited, or shadow_limited
+// when ev.Shadow says a refusal was served anyway; a refusal also counts
+// once for each policy of ev.Decision that refused it; and the backend's
+// time is observed.
+//
+// An error counts as result="error", and, when the backend was asked (a
+// request that could not be identified has no ev.Key, and was not), as a
+// backend error of a kind: invalid when it wraps keyrate.ErrInvalidKey;
+// oom when it wraps keyrate.ErrOutOfMemory; unavailable when it holds a
+// network error that is not a timeout (a refused or reset connection, as
+// *net.OpError), even if it also matches context.DeadlineExceeded, as the
+// Redis backend's error does when the budget ran out while Redis refused
+// connections; timeout when it matches context.DeadlineExceeded (as a
+// call over its time budget does); unavailable otherwise. A request whose
+// client had gone before it was decided (middleware.ErrClientGone) counts
+// as result="client_gone", and nowhere else: it says nothing of the store.
+// Another cancellation (context.Canceled) counts as result="error" but not
+// as a backend error, for the same reason.
+func (m *Metrics) Observe(ev middleware.Event) {
+	r := m.observedRoute(ev.Route)
+	if ev.Err != nil {
+		r.failed(ev.Err, ev.Duration, ev.Key != "")
+		return
+	}
+	r.decided(ev.Decision, ev.Shadow, ev.Duration)
 }
 
 func (m *Metrics) observedRoute(name string) *route {

@@ -38,7 +38,7 @@ func TestPolicyViolations(t *testing.T) {
 	m, reg := newMetrics(t)
 	const route = "/pkg.S/M"
 	observe := func(parts ...keyrate.PolicyDecision) {
-		m.ObserveDecision(route, keyrate.Combine(parts...), false, time.Microsecond)
+		observeDecision(m, route, keyrate.Combine(parts...), false, time.Microsecond)
 	}
 	observe(part(perSecond, true), part(perDay, true))
 	if s, d := violations(t, reg, route, "second"), violations(t, reg, route, "day"); s != 0 || d != 0 {
@@ -50,8 +50,8 @@ func TestPolicyViolations(t *testing.T) {
 	observe(part(perSecond, false), part(perDay, false))
 	overflow := keyrate.Combine(part(perSecond, false), part(perDay, false))
 	overflow.Overflow = true
-	m.ObserveDecision(route, overflow, false, time.Microsecond)
-	m.ObserveDecision(route, keyrate.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
+	observeDecision(m, route, overflow, false, time.Microsecond)
+	observeDecision(m, route, keyrate.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
 	if s, d := violations(t, reg, route, "second"), violations(t, reg, route, "day"); s != 4 || d != 2 {
 		t.Errorf("violations: second %v, day %v; want 4 (three refusals, one shadowed) and 2", s, d)
 	}
@@ -59,7 +59,7 @@ func TestPolicyViolations(t *testing.T) {
 		t.Errorf("refusals %v, want 6: each counted once in keyrate_requests_total", got)
 	}
 	// A Decision a backend filled in by hand names its binding policy alone.
-	m.ObserveDecision(route, keyrate.Decision{Policy: "day", Limit: 1000, RetryAfter: time.Hour}, false, time.Microsecond)
+	observeDecision(m, route, keyrate.Decision{Policy: "day", Limit: 1000, RetryAfter: time.Hour}, false, time.Microsecond)
 	if got := violations(t, reg, route, "day"); got != 3 {
 		t.Errorf("day after a decision by hand: %v, want 3", got)
 	}
@@ -88,7 +88,7 @@ func TestPolicyLabelsAreBounded(t *testing.T) {
 	m, reg := newMetrics(t)
 	for i := range 100 {
 		p := keyrate.Policy{Name: fmt.Sprintf("tier-%d", i), Limit: 1, Window: time.Minute}
-		m.ObserveDecision("r", keyrate.Combine(part(p, false)), false, time.Microsecond)
+		observeDecision(m, "r", keyrate.Combine(part(p, false)), false, time.Microsecond)
 	}
 	n := 0
 	for _, s := range series(t, reg, "keyrate_policy_violations_total") {
@@ -111,8 +111,8 @@ func TestObservePoliciesAllocations(t *testing.T) {
 	}
 	m, _ := newMetrics(t)
 	d := keyrate.Combine(part(perSecond, false), part(perDay, false))
-	m.ObserveDecision("r", d, false, time.Microsecond)
-	if allocs := testing.AllocsPerRun(1000, func() { m.ObserveDecision("r", d, false, time.Microsecond) }); allocs != 0 {
+	observeDecision(m, "r", d, false, time.Microsecond)
+	if allocs := testing.AllocsPerRun(1000, func() { observeDecision(m, "r", d, false, time.Microsecond) }); allocs != 0 {
 		t.Errorf("%.1f allocations per observed refusal, want 0", allocs)
 	}
 }

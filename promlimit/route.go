@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // route holds one route's series, resolved once, so that counting a request
@@ -60,7 +60,7 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 // something about the backend counts as a backend error: not one from
 // before the backend was asked (asked false), nor a cancellation.
 func (r *route) failed(err error, took time.Duration, asked bool) {
-	if call.ClientGone(err) {
+	if errors.Is(err, middleware.ErrClientGone) {
 		r.clientGone.Inc()
 		return
 	}
@@ -69,7 +69,7 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 		return
 	}
 	switch {
-	case call.ClientCaused(err):
+	case errors.Is(err, keyrate.ErrInvalidKey):
 		r.invalid.Inc()
 	case errors.Is(err, keyrate.ErrOutOfMemory):
 		r.oom.Inc()
@@ -78,7 +78,7 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 		// until the budget runs out reports both, and the store was not
 		// slow, it was not there.
 		r.unavailable.Inc()
-	case errors.Is(err, call.ErrBudgetExceeded), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, middleware.ErrBudgetExceeded), errors.Is(err, context.DeadlineExceeded):
 		r.timeout.Inc()
 	case errors.Is(err, context.Canceled):
 		return

@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyrate/keyrate/internal/call"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // TestOneBudget checks that a Limiter reports its budget and that the
-// middleware's caller (internal/call) relies on it: given a budget of 1ns,
+// middleware's caller (middleware.Caller) relies on it: given a budget of 1ns,
 // which no call could meet, the caller still gets the Limiter's answer,
 // because it calls a Bounded backend directly and adds no budget of its
 // own; against a server that never answers, the Limiter's budget alone
@@ -27,7 +27,10 @@ func TestOneBudget(t *testing.T) {
 	if got := newLimiter(t, srv.Client(t), 2, time.Hour).TimeBudget(); got != redislimit.DefaultTimeout {
 		t.Fatalf("TimeBudget() without WithTimeout = %v, want %v", got, redislimit.DefaultTimeout)
 	}
-	c := call.New(l, time.Nanosecond)
+	c, err := middleware.NewCaller(l, time.Nanosecond)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		d, err := c.Take(context.Background(), "k", "k", 1)
 		if err != nil || d.Allowed != (i < 2) {
@@ -43,9 +46,13 @@ func TestOneBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = call.New(lh, time.Hour).Take(context.Background(), "k", "k", 1)
+		c, err := middleware.NewCaller(lh, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Take(context.Background(), "k", "k", 1)
 		took := time.Since(start)
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, call.ErrBudgetExceeded) || took < budget || took > budget+slack {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, middleware.ErrBudgetExceeded) || took < budget || took > budget+slack {
 			t.Fatalf("ContextTimeoutEnabled %v: %v after %v; want the Limiter's own %v budget to end the call", ctxTimeouts, err, took, budget)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/backendtest"
+	"github.com/keyrate/keyrate/backendtest"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -27,7 +27,7 @@ func TestCluster(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("BackendSuite", func(t *testing.T) {
-		backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
+		backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) keyrate.Backend {
 			l, err := redislimit.New(client, limit, window,
 				redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
 			if err != nil {

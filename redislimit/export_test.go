@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -85,7 +85,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/clientkey"
+	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -26,7 +26,6 @@ import (
 // leaves the time budget to it.
 var (
 	_ keyrate.Backend      = (*redislimit.Limiter)(nil)
-	_ keyrate.Quota        = (*redislimit.Limiter)(nil)
 	_ keyrate.Bounded      = (*redislimit.Limiter)(nil)
 	_ keyrate.PolicyLister = (*redislimit.Limiter)(nil)
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/backendtest"
+	"github.com/keyrate/keyrate/backendtest"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -25,7 +25,7 @@ func uniquePrefix() string { return fmt.Sprintf("test%d:", prefixes.Add(1)) }
 func TestBackendSuite(t *testing.T) {
 	srv := redistest.Shared(t)
 	client := srv.Client(t)
-	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) backendtest.Backend {
+	backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) keyrate.Backend {
 		l, err := redislimit.New(client, limit, window,
 			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
 		if err != nil {
@@ -46,7 +46,7 @@ func TestBackendPoliciesSuite(t *testing.T) {
 // log in Redis.
 func TestBackendTiersSuite(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	backendtest.RunTiers(t, func(t *testing.T, policies []keyrate.Policy, tier func(string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+	backendtest.RunTiers(t, func(t *testing.T, policies []keyrate.Policy, tier func(string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) keyrate.Backend {
 		l, err := redislimit.NewPolicies(client, policies, redislimit.WithTiers(tier, tiers),
 			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
 		if err != nil {
@@ -58,7 +58,7 @@ func TestBackendTiersSuite(t *testing.T) {
 
 // newPoliciesBackend makes the multi-policy suite's backends on client.
 func newPoliciesBackend(client redis.UniversalClient) backendtest.NewPoliciesBackend {
-	return func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) backendtest.Backend {
+	return func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) keyrate.Backend {
 		l, err := redislimit.NewPolicies(client, policies,
 			redislimit.WithPrefix(uniquePrefix()), redislimit.WithClock(clock))
 		if err != nil {

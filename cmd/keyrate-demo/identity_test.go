@@ -14,14 +14,14 @@ import (
 
 // The fingerprints below are the first 8 hex digits of the values' SHA-256,
 // as `printf secret-123 | sha256sum | cut -c1-8` prints them.
-const secretFingerprint = "X-Api-Key:30010959"
+const secretFingerprint = "x-api-key=30010959"
 
 func TestShownIdentity(t *testing.T) {
 	long := strings.Repeat("k", 200)
 	cases := []struct{ identity, want string }{
-		{"X-Api-Key:secret-123", secretFingerprint},
-		{"X-Api-Key:alice", "X-Api-Key:2bd806c9"},
-		{"X-Api-Key:", "X-Api-Key:e3b0c442"},
+		{"x-api-key=secret-123", secretFingerprint},
+		{"x-api-key=alice", "x-api-key=2bd806c9"},
+		{"x-api-key=", "x-api-key=e3b0c442"},
 		{"203.0.113.7", "203.0.113.7"},
 		{"2001:db8::/64", "2001:db8::/64"},
 		{"sha256:abc", "sha256:abc"},

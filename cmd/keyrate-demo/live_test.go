@@ -106,7 +106,7 @@ func TestLiveViewIsWired(t *testing.T) {
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			t.Fatal(err)
 		}
-		if ev.Route != "status" || ev.Key != "X-Api-Key:2bd806c9" || !ev.Allowed || ev.Limit != 3 || ev.Remaining != 2 {
+		if ev.Route != "status" || ev.Key != "x-api-key=2bd806c9" || !ev.Allowed || ev.Limit != 3 || ev.Remaining != 2 {
 			t.Errorf("streamed decision %+v, want alice's first of 3 on status", ev)
 		}
 		return

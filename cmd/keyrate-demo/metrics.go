@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/promlimit"
 )
 
@@ -27,17 +26,4 @@ func newMetrics() (*metrics, error) {
 		return nil, err
 	}
 	return &metrics{m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}, nil
-}
-
-// observe counts one event of the middleware's hooks. The demo sets the
-// hooks itself (for its log and its page), which replaces the ones
-// promlimit's HTTP options would set, so it feeds the metrics from its own:
-// every decision from OnDecision (the demo never shadows), every failure
-// from OnError.
-func (m *metrics) observe(e httplimit.Event) {
-	if e.Err != nil {
-		m.ObserveError(e.Route, e.Err, e.Duration)
-		return
-	}
-	m.ObserveDecision(e.Route, e.Decision, e.Shadow, e.Duration)
 }

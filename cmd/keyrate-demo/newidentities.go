@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/clientkey"
 	"github.com/keyrate/keyrate/httplimit"
-	"github.com/keyrate/keyrate/internal/clientkey"
 )
 
 // newIdentityLimit new API keys per newIdentityWindow is what one address

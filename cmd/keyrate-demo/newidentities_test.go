@@ -154,7 +154,7 @@ func TestChargeOncePerKey(t *testing.T) {
 	defer n.budget.Close()
 	defer n.charged.Close()
 	for range 3 {
-		if d := n.charge("a", "a\x00status\x00X-Api-Key:k"); !d.Allowed {
+		if d := n.charge("a", "a\x00status\x00x-api-key=k"); !d.Allowed {
 			t.Fatal("a key charged already is admitted again")
 		}
 	}
@@ -162,7 +162,7 @@ func TestChargeOncePerKey(t *testing.T) {
 		t.Errorf("budget left after one key: %d, want %d (and one for the Peek)", d.Remaining+1, newIdentityLimit-1)
 	}
 	clock.Advance(newIdentityWindow)
-	n.charge("a", "a\x00status\x00X-Api-Key:k")
+	n.charge("a", "a\x00status\x00x-api-key=k")
 	if d := n.budget.Peek("a"); d.Remaining != newIdentityLimit-2 {
 		t.Errorf("a window later the key is charged again, in a fresh budget: %d left", d.Remaining+1)
 	}

@@ -97,7 +97,7 @@ func TestTierOf(t *testing.T) {
 		"alice":                         "",
 		"Pro-alice":                     "",
 		"203.0.113.7":                   "",
-		"status\x00X-Api-Key:pro-alice": "", // a key, not an identity as sent
+		"status\x00x-api-key=pro-alice": "", // a key, not an identity as sent
 	} {
 		if got := tierOf(key); got != want {
 			t.Errorf("tierOf(%q) = %q, want %q", key, got, want)
@@ -113,14 +113,14 @@ func TestDecisionLogNamesThePolicy(t *testing.T) {
 	at := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	burst := keyrate.Policy{Name: "export-burst", Limit: 2, Window: 10 * time.Second}
 	hourly := keyrate.Policy{Name: "export-hourly", Limit: 5, Window: time.Hour}
-	log(decision{At: at, Route: "export", Key: "X-Api-Key:2bd806c9", Decision: keyrate.Combine(
+	log(decision{At: at, Route: "export", Key: "x-api-key=2bd806c9", Decision: keyrate.Combine(
 		keyrate.PolicyDecision{Policy: burst, Allowed: true, Remaining: 1},
 		keyrate.PolicyDecision{Policy: hourly, RetryAfter: 58 * time.Minute},
 	)})
 	log(decision{At: at, Route: "status", Key: "127.0.0.1", Decision: keyrate.Combine(
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 3, Window: time.Minute}, Allowed: true, Remaining: 2},
 	)})
-	want := `12:00:00.000 export  "X-Api-Key:2bd806c9"   refused  remaining=0 retry-after=58m0s policy=export-hourly
+	want := `12:00:00.000 export  "x-api-key=2bd806c9"   refused  remaining=0 retry-after=58m0s policy=export-hourly
 12:00:00.000 status  "127.0.0.1"            allowed  remaining=2
 `
 	if out.String() != want {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,7 +92,7 @@ const maxKeys = 100_000
 type decision struct {
 	At       time.Time
 	Route    string // a route's Name
-	Key      string // the client as shownIdentity shows it: "X-Api-Key:2bd806c9" (alice's fingerprint) or "127.0.0.1"
+	Key      string // the client as shownIdentity shows it: "x-api-key=2bd806c9" (alice's fingerprint) or "127.0.0.1"
 	Decision keyrate.Decision
 	Err      error // the limiter failed; Decision is zero
 }
@@ -138,8 +139,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	if publish == nil {
 		publish = func(decision) {}
 	}
-	hook := func(e httplimit.Event) {
-		stats.observe(e)
+	hook := func(e middleware.Event) {
 		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err})
 	}
 
@@ -177,6 +177,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			httplimit.WithKeyFunc(identity),
 			httplimit.WithOnDecision(hook),
 			httplimit.WithOnError(hook),
+			httplimit.WithObserver(stats),
 		)
 		if err != nil {
 			close()

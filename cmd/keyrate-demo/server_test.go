@@ -77,7 +77,7 @@ func TestRoutesAndBudgets(t *testing.T) {
 	}
 	alice := (*seen)[5]
 	// alice's fingerprint: printf alice | sha256sum | cut -c1-8
-	if alice.Route != "status" || alice.Key != "X-Api-Key:2bd806c9" || !alice.Decision.Allowed || alice.At.IsZero() {
+	if alice.Route != "status" || alice.Key != "x-api-key=2bd806c9" || !alice.Decision.Allowed || alice.At.IsZero() {
 		t.Fatalf("decision %+v", alice)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
 )
 
@@ -128,13 +129,15 @@ func (s *service) observe(domain string, items []item, took time.Duration, asked
 	if !asked {
 		return
 	}
+	// promlimit reads a non-empty Key as "the store was asked"; it never
+	// labels anything with it.
 	switch {
 	case overall != nil:
-		m.prom.ObserveDecision(domain, decisionOf(overall), false, took)
+		m.prom.Observe(middleware.Event{Route: domain, Key: domain, Decision: decisionOf(overall), Duration: took})
 	case shadowOnly != nil:
-		m.prom.ObserveDecision(domain, decisionOf(shadowOnly), true, took)
+		m.prom.Observe(middleware.Event{Route: domain, Key: domain, Decision: decisionOf(shadowOnly), Shadow: true, Duration: took})
 	case least != nil:
-		m.prom.ObserveDecision(domain, least.d, false, took)
+		m.prom.Observe(middleware.Event{Route: domain, Key: domain, Decision: least.d, Duration: took})
 	}
 }
 
@@ -171,5 +174,5 @@ func nearHits(it *item) int {
 
 // storeError counts a request the store could not decide.
 func (m *metrics) storeError(domain string, err error, took time.Duration) {
-	m.prom.ObserveError(domain, err, took)
+	m.prom.Observe(middleware.Event{Route: domain, Key: domain, Err: err, Duration: took})
 }

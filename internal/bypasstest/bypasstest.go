@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // NewBackend returns an empty backend that admits limit events per key in
@@ -47,6 +48,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"1KiB", identity, []string{long}, nil, limit},
 		{"64KiB", identity, []string{strings.Repeat("k", 64<<10)}, nil, limit},
 		{"two 1KiB differing in the last byte", identity, []string{long, long[:len(long)-1] + "x"}, nil, limit},
+		{"1KiB API key", httplimit.HeaderKey("Identity", nil), []string{long}, nil, limit},
 		{"four 256-byte headers joined", httplimit.Join(
 			httplimit.HeaderKey("A", nil), httplimit.HeaderKey("B", nil),
 			httplimit.HeaderKey("C", nil), httplimit.HeaderKey("D", nil),
@@ -55,8 +57,8 @@ func Run(t *testing.T, newBackend NewBackend) {
 	}
 	modes := []struct {
 		name string
-		mode httplimit.FailureMode
-	}{{"fail-open", httplimit.FailOpen}, {"fail-closed", httplimit.FailClosed}}
+		mode middleware.FailureMode
+	}{{"fail-open", middleware.FailOpen}, {"fail-closed", middleware.FailClosed}}
 	for _, mode := range modes {
 		for _, route := range []string{"", "api"} {
 			for _, c := range cases {
@@ -67,7 +69,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 						httplimit.WithRoute(route),
 						httplimit.WithFailureMode(mode.mode),
 						httplimit.WithKeyFunc(c.key),
-						httplimit.WithOnError(func(e httplimit.Event) { errs = append(errs, e.Err) }),
+						httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }),
 					)
 					if err != nil {
 						t.Fatal(err)

@@ -1,4 +1,4 @@
-// Package tierhint tells the middleware whether a backend can use the
+// Package tierhint tells middleware.Caller whether a backend can use the
 // client identity it would put in a context (keyrate.ContextWithIdentity),
 // so that it spends the allocation only where the identity may be read.
 // The root package answers for its own *keyrate.Limiter, which reads it

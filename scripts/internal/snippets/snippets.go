@@ -100,6 +100,7 @@ func unindent(line string, indent int) string {
 var Imports = map[string]string{
 	"keyrate":    "github.com/keyrate/keyrate",
 	"httplimit":  "github.com/keyrate/keyrate/httplimit",
+	"middleware": "github.com/keyrate/keyrate/middleware",
 	"redislimit": "github.com/keyrate/keyrate/redislimit",
 	"redis":      "github.com/redis/go-redis/v9",
 	"context":    "context",

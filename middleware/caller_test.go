@@ -1,9 +1,8 @@
-package call
+package middleware
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +11,38 @@ import (
 )
 
 type ctxKey struct{}
+
+func mustCaller(t *testing.T, b keyrate.Backend, budget time.Duration) *Caller {
+	t.Helper()
+	c, err := NewCaller(b, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A Caller needs a backend, and a budget for one that does not bound its
+// own calls; a Bounded one needs none.
+func TestNewCaller(t *testing.T) {
+	p := probe{seen: make(chan context.Context, 1)}
+	for name, c := range map[string]struct {
+		b      keyrate.Backend
+		budget time.Duration
+		ok     bool
+	}{
+		"nil backend":                 {nil, time.Second, false},
+		"zero budget":                 {p, 0, false},
+		"negative budget":             {p, -time.Second, false},
+		"budget":                      {p, time.Second, true},
+		"Bounded backend, no budget":  {bounded{p}, 0, true},
+		"Bounded backend, any budget": {bounded{p}, time.Second, true},
+	} {
+		_, err := NewCaller(c.b, c.budget)
+		if c.ok && err != nil || !c.ok && !errors.Is(err, keyrate.ErrConfig) {
+			t.Errorf("%s: %v, want ok %v or keyrate.ErrConfig", name, err, c.ok)
+		}
+	}
+}
 
 // probe records the context of each call and answers after delay, or when
 // the context ends if it heeds it.
@@ -37,7 +68,7 @@ func (p probe) TakeContext(ctx context.Context, key string, n int) (keyrate.Deci
 
 type nonBlocking struct{ probe }
 
-func (nonBlocking) NonBlocking() bool { return true }
+func (nonBlocking) TimeBudget() time.Duration { return 0 }
 
 type bounded struct{ probe }
 
@@ -67,7 +98,7 @@ func TestTake(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				seen := make(chan context.Context, 2)
-				caller := New(c.backend(probe{delay: c.delay, heeds: c.heeds, seen: seen}), budget)
+				caller := mustCaller(t, c.backend(probe{delay: c.delay, heeds: c.heeds, seen: seen}), budget)
 				ctx := context.WithValue(context.Background(), ctxKey{}, "request")
 				start := time.Now()
 				d, err := caller.Take(ctx, "k", "k", 2)
@@ -101,7 +132,7 @@ func TestTake(t *testing.T) {
 // client is gone.
 func TestTakeCallerCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		caller := New(probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 1)}, 100*time.Millisecond)
+		caller := mustCaller(t, probe{delay: time.Second, heeds: true, seen: make(chan context.Context, 1)}, 100*time.Millisecond)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Millisecond, cancel)
 		_, err := caller.Take(ctx, "k", "k", 1)
@@ -154,29 +185,29 @@ func TestTakeClientGone(t *testing.T) {
 			if inline {
 				b = nonBlockingAnswer{answering{calls: &calls, d: tc.d, err: tc.err}}
 			}
-			d, err := New(b, time.Second).Take(tc.ctx, "k", "k", 1)
+			d, err := mustCaller(t, b, time.Second).Take(tc.ctx, "k", "k", 1)
 			if calls != tc.calls {
 				t.Errorf("%s, inline %v: backend asked %d times, want %d", tc.name, inline, calls, tc.calls)
 			}
 			switch {
 			case tc.gone != nil:
-				if !ClientGone(err) || !errors.Is(err, tc.gone) || d.Allowed {
+				if !errors.Is(err, ErrClientGone) || !errors.Is(err, tc.gone) || d.Allowed {
 					t.Errorf("%s, inline %v: %+v, %v; want ErrClientGone matching %v", tc.name, inline, d, err, tc.gone)
 				}
-			case d != tc.d || !errors.Is(err, tc.err) || ClientGone(err):
+			case d != tc.d || !errors.Is(err, tc.err) || errors.Is(err, ErrClientGone):
 				t.Errorf("%s, inline %v: %+v, %v; want the backend's %+v, %v", tc.name, inline, d, err, tc.d, tc.err)
 			}
 		}
 	}
 	// A cause says why the request ended, beside its context's error.
-	if _, err := New(answering{calls: new(int)}, time.Second).Take(cancelled, "k", "k", 1); err == nil || err.Error() != ErrClientGone.Error()+": context canceled: stream reset" {
+	if _, err := mustCaller(t, answering{calls: new(int)}, time.Second).Take(cancelled, "k", "k", 1); err == nil || err.Error() != ErrClientGone.Error()+": context canceled: stream reset" {
 		t.Errorf("with a cause: %v", err)
 	}
 }
 
 type nonBlockingAnswer struct{ answering }
 
-func (nonBlockingAnswer) NonBlocking() bool { return true }
+func (nonBlockingAnswer) TimeBudget() time.Duration { return 0 }
 
 // A backend failing once the request's own deadline has passed failed
 // because the client left, even though the budget is far off; the same
@@ -188,8 +219,8 @@ func TestTakeClientGoneDuringCall(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := New(b, 100*time.Millisecond).Take(ctx, "k", "k", 1)
-			if !ClientGone(err) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBudgetExceeded) || time.Since(start) != 5*time.Millisecond {
+			_, err := mustCaller(t, b, 100*time.Millisecond).Take(ctx, "k", "k", 1)
+			if !errors.Is(err, ErrClientGone) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBudgetExceeded) || time.Since(start) != 5*time.Millisecond {
 				t.Errorf("%s: %v after %v, want ErrClientGone and DeadlineExceeded after 5ms", name, err, time.Since(start))
 			}
 		}
@@ -201,9 +232,9 @@ func TestTakeClientGoneDuringCall(t *testing.T) {
 // limiter without tiers never reads it, so it never gets it.
 func TestTakePassesIdentity(t *testing.T) {
 	seen := make(chan context.Context, 1)
-	caller := New(nonBlocking{probe{seen: seen}}, time.Second)
+	caller := mustCaller(t, nonBlocking{probe{seen: seen}}, time.Second)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "request")
-	if _, err := caller.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1); err != nil {
+	if _, err := caller.Take(ctx, "route\x00x-api-key=pro-42", "pro-42", 1); err != nil {
 		t.Fatal(err)
 	}
 	got := <-seen
@@ -225,31 +256,15 @@ func TestTakePassesIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tiered.Close()
-	u, tr := New(untiered, time.Second), New(tiered, time.Second)
-	if u.ReadsIdentity() || !tr.ReadsIdentity() || !caller.ReadsIdentity() {
+	u, tr := mustCaller(t, untiered, time.Second), mustCaller(t, tiered, time.Second)
+	if u.identity || !tr.identity || !caller.identity {
 		t.Errorf("identity passed to: an untiered limiter %v, a tiered one %v, another backend %v; want false, true, true",
-			u.ReadsIdentity(), tr.ReadsIdentity(), caller.ReadsIdentity())
+			u.identity, tr.identity, caller.identity)
 	}
 	// An untiered limiter gets the request's context as it is.
 	u.backend = nonBlocking{probe{seen: seen}}
-	u.Take(ctx, "route\x00X-Api-Key:pro-42", "pro-42", 1)
+	u.Take(ctx, "route\x00x-api-key=pro-42", "pro-42", 1)
 	if got := <-seen; got != ctx {
 		t.Errorf("a backend that never reads the identity got a new context, want the request's")
-	}
-}
-
-func TestClientCaused(t *testing.T) {
-	cases := map[error]bool{
-		fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey): true,
-		keyrate.ErrInvalidKey:                              true,
-		keyrate.ErrClosed:                                  false,
-		fmt.Errorf("wrapped: %w", ErrBudgetExceeded):       false,
-		context.DeadlineExceeded:                           false,
-		errors.New("dial tcp: connection refused"):         false,
-	}
-	for err, want := range cases {
-		if got := ClientCaused(err); got != want {
-			t.Errorf("ClientCaused(%v) = %v, want %v", err, got, want)
-		}
 	}
 }

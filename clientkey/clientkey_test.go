@@ -7,7 +7,7 @@ import (
 )
 
 func TestBoundKeepsShortIdentities(t *testing.T) {
-	for _, id := range []string{"", "a", "X-Api-Key:abc", strings.Repeat("k", MaxLen)} {
+	for _, id := range []string{"", "a", "x-api-key=abc", strings.Repeat("k", MaxLen)} {
 		if got := Bound(id); got != id {
 			t.Errorf("Bound(%d bytes) = %q, want it unchanged", len(id), got)
 		}
@@ -48,6 +48,9 @@ func TestAddr(t *testing.T) {
 		{"2001:db8:1:2:3:4:5:6", 32, 64, "2001:db8:1:2::/64"},
 		{"fe80::1%eth0", 32, 128, "fe80::1"},
 		{"192.0.2.77", 24, 64, "192.0.2.0/24"},
+		{"192.0.2.77", 40, 64, "192.0.2.77"},
+		{"192.0.2.77", -1, 64, "0.0.0.0/0"},
+		{"2001:db8:1:2:3:4:5:6", 32, 200, "2001:db8:1:2:3:4:5:6"},
 	}
 	for _, c := range cases {
 		if got := Addr(netip.MustParseAddr(c.in), c.v4, c.v6); got != c.want {
@@ -56,5 +59,8 @@ func TestAddr(t *testing.T) {
 		if got := AppendAddr([]byte("route\x00"), netip.MustParseAddr(c.in), c.v4, c.v6); string(got) != "route\x00"+c.want {
 			t.Errorf("AppendAddr(route, %s, %d, %d) = %q, want the route and %q", c.in, c.v4, c.v6, got, c.want)
 		}
+	}
+	if got := Addr(netip.Addr{}, 32, 64); got != "" {
+		t.Errorf("Addr of the zero Addr = %q, want \"\"", got)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // unless tier names another of tiers for them, deciding at clock's
 // instants: keyrate.WithTiers, or a store's equivalent. It should register
 // its own cleanup with t.Cleanup.
-type NewTieredBackend func(t *testing.T, policies []keyrate.Policy, tier func(key string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) Backend
+type NewTieredBackend func(t *testing.T, policies []keyrate.Policy, tier func(key string) string, tiers map[string][]keyrate.Policy, clock *keyrate.ManualClock) keyrate.Backend
 
 // The README's plans: every client gets free, a client whose key starts
 // with "pro-" gets pro.

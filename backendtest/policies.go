@@ -14,7 +14,7 @@ import (
 // a key is admitted only when every one of policies admits it, deciding at
 // clock's instants, with no events recorded for any key. It should register
 // its own cleanup with t.Cleanup.
-type NewPoliciesBackend func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) Backend
+type NewPoliciesBackend func(t *testing.T, policies []keyrate.Policy, clock *keyrate.ManualClock) keyrate.Backend
 
 // RunPolicies runs the suite's multi-policy scenarios against the backends
 // newBackend makes, each as a subtest. Windows are whole seconds and

@@ -1,14 +1,29 @@
-// Package backendtest is the behavioural suite every keyrate backend must
-// pass: the in-process Limiter and the Redis backend run the same scenarios
-// and must give the same Decisions, number for number, each policy's part
-// (Decision.Policies) included. Run holds the scenarios of one policy,
-// RunPolicies those of several.
+// Package backendtest is the behavioural suite every keyrate.Backend
+// passes: the in-process keyrate.Limiter and the Redis backend run the
+// same scenarios and give the same Decisions, number for number, each
+// policy's part (Decision.Policies) included. Run holds the scenarios of
+// one policy, RunPolicies those of several, RunTiers those of tiers.
 //
-// Time comes from a keyrate.ManualClock that the suite moves; a backend
-// under test must decide at that clock's instants. Instants and durations
-// are whole microseconds, the finest unit every backend keeps, and windows
-// are seconds long, so a backend that also expires state in real time (as
-// Redis does) never loses it while a scenario runs.
+// A backend of your own (another store, say) should pass it too: run it
+// from a test, with a constructor that makes a fresh, empty backend for
+// each scenario and registers its cleanup with t.Cleanup:
+//
+//	func TestSuite(t *testing.T) {
+//		backendtest.Run(t, func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) keyrate.Backend {
+//			b := mystore.New(limit, window, mystore.WithClock(clock))
+//			t.Cleanup(func() { b.Close() })
+//			return b
+//		})
+//	}
+//
+// Time comes from a keyrate.ManualClock that the suite moves; the backend
+// under test must decide at that clock's instants, not at its store's.
+// Instants and durations are whole microseconds, the finest unit every
+// backend keeps, and windows are seconds long, so a backend that also
+// expires state in real time (as Redis does) never loses it while a
+// scenario runs. The Concurrent scenarios call the backend from many
+// goroutines at once and count what it admitted: run them with the race
+// detector.
 package backendtest
 
 import (
@@ -20,14 +35,10 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// Backend is what the suite drives: the one atomic check-and-record call
-// that the HTTP middleware depends on.
-type Backend = keyrate.Backend
-
 // NewBackend returns a fresh backend for one scenario: limit events per key
 // in any window, deciding at clock's instants, with no events recorded for
 // any key. It should register its own cleanup with t.Cleanup.
-type NewBackend func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) Backend
+type NewBackend func(t *testing.T, limit int, window time.Duration, clock *keyrate.ManualClock) keyrate.Backend
 
 // start is the instant every scenario's clock starts at.
 var start = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
@@ -74,7 +85,7 @@ func runTrace(t *testing.T, newBackend NewBackend, limit int, window time.Durati
 // take calls b.Take and fails the test on an error. It returns the
 // Decision without its Receipt, which is the backend's own, so that
 // Decisions compare by what they say.
-func take(t *testing.T, b Backend, key string, n int) keyrate.Decision {
+func take(t *testing.T, b keyrate.Backend, key string, n int) keyrate.Decision {
 	t.Helper()
 	d, err := b.TakeContext(context.Background(), key, n)
 	if err != nil {

@@ -1,0 +1,128 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/tierhint"
+)
+
+// ErrBudgetExceeded is wrapped by the error of a backend call that
+// outlived the time budget a Caller bounds it by. That error also matches
+// context.DeadlineExceeded. It is a store failure, answered per the
+// FailureMode.
+var ErrBudgetExceeded = errors.New("keyrate: backend exceeded its time budget")
+
+// ErrClientGone is wrapped by the error of a request whose context was
+// done before it could be decided: the client hung up, reset the stream,
+// or its deadline passed. That error also wraps the context's own error
+// (context.Canceled or context.DeadlineExceeded). The store is not at
+// fault, so it is no store failure; and the request must not be served,
+// whatever the FailureMode, or a client could have work done over its
+// limit by giving up on its requests.
+var ErrClientGone = errors.New("keyrate: the request ended before it was decided")
+
+// Caller asks one backend for decisions as httplimit and grpclimit do: on
+// the request's goroutine when the backend bounds its own calls, else on a
+// goroutine of its own under a time budget, so that even a backend that
+// ignores its context costs a request no more than the budget; never for a
+// request whose client has gone; and with the client's identity, as the
+// client sent it, in the context, for the backend's tier function. It is
+// safe for concurrent use.
+type Caller struct {
+	backend   keyrate.Backend
+	inline    bool // the backend is keyrate.Bounded: no goroutine, no timer
+	identity  bool // the backend may read the identity: pass it
+	budget    time.Duration
+	budgetErr error // what a call that outlives the budget fails with
+}
+
+// NewCaller returns a Caller for b. A keyrate.Bounded b (the in-process
+// *keyrate.Limiter, which never waits, or the Redis backend, which bounds
+// its own calls) is called under its own budget alone, and budget is not
+// used. Any other is called under budget, which must then be positive. A
+// nil b or such a budget gives an error wrapping keyrate.ErrConfig.
+func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: middleware: backend is nil", keyrate.ErrConfig)
+	}
+	_, bounded := b.(keyrate.Bounded)
+	if !bounded && budget <= 0 {
+		return nil, fmt.Errorf("%w: middleware: time budget is %v, want > 0", keyrate.ErrConfig, budget)
+	}
+	return &Caller{
+		backend:   b,
+		inline:    bounded,
+		identity:  tierhint.ReadsIdentity(b),
+		budget:    budget,
+		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
+	}, nil
+}
+
+type result struct {
+	d   keyrate.Decision
+	err error
+}
+
+// Take asks the backend about a request of weight n for key, made by the
+// client identity names as it sent it (see keyrate.ContextWithIdentity: an
+// API key without the route and header name the key adds to it); ctx is
+// the request's. A request whose ctx is done is not asked about at all,
+// and one whose ctx ends before the backend answers fails too: both with
+// an error wrapping ErrClientGone. An answer that came in time stands,
+// admitted or not, even if ctx has ended since.
+func (c *Caller) Take(ctx context.Context, key, identity string, n int) (keyrate.Decision, error) {
+	if ctx.Err() != nil {
+		return keyrate.Decision{}, gone(ctx)
+	}
+	// The backend falls back to the key when no identity is given, so an
+	// identity equal to the key costs nothing.
+	bctx := ctx
+	if c.identity && identity != key {
+		bctx = keyrate.ContextWithIdentity(ctx, identity)
+	}
+	d, err := c.take(bctx, key, n)
+	if err != nil && ctx.Err() != nil {
+		return keyrate.Decision{}, gone(ctx)
+	}
+	return d, err
+}
+
+// gone returns the error for a request whose ctx is done.
+func gone(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != err {
+		return fmt.Errorf("%w: %w: %w", ErrClientGone, err, cause)
+	}
+	return fmt.Errorf("%w: %w", ErrClientGone, err)
+}
+
+// take calls the backend, bounding the call by the budget unless the
+// backend bounds itself.
+func (c *Caller) take(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	if c.inline {
+		return c.backend.TakeContext(ctx, key, n)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
+	defer cancel()
+	// The call runs in its own goroutine so that a backend that ignores ctx
+	// costs the request no more than the budget. Such a backend keeps the
+	// goroutine until it returns; the buffer lets it exit then.
+	done := make(chan result, 1)
+	go func() {
+		d, err := c.backend.TakeContext(ctx, key, n)
+		done <- result{d, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil && ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
+			res.err = context.Cause(ctx) // say whether the budget or the request ran out
+		}
+		return res.d, res.err
+	case <-ctx.Done():
+		return keyrate.Decision{}, context.Cause(ctx)
+	}
+}
