@@ -135,8 +135,12 @@ var ErrRefundFailed = errors.New("keyrate: refund failed")
 // refunder is a backend that gives back a decision's events: the Redis
 // backend's Refund, or, without a context, *keyrate.Limiter's.
 type (
-	refunder        interface{ Refund(context.Context, string, *keyrate.Decision) error }
-	inMemoryRefunds interface{ Refund(string, *keyrate.Decision) error }
+	refunder interface {
+		Refund(context.Context, string, *keyrate.Decision) error
+	}
+	inMemoryRefunds interface {
+		Refund(string, *keyrate.Decision) error
+	}
 )
 
 // CanRefund reports whether the backend can give back a decision's events:
