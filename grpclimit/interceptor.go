@@ -11,7 +11,7 @@ import (
 // refused call never reaches the handler.
 func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := l.decide(ctx, info.FullMethod, req)
+		md, after, err := l.decide(ctx, info.FullMethod, req)
 		if md != nil {
 			// It fails only outside a server, where there is no one to tell.
 			_ = grpc.SetHeader(ctx, md)
@@ -19,7 +19,11 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		resp, err := handler(ctx, req)
+		if after != nil {
+			after(err)
+		}
+		return resp, err
 	}
 }
 
@@ -28,13 +32,17 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 // then carries are not counted. A refused stream never reaches the handler.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := l.decide(ss.Context(), info.FullMethod, nil)
+		md, after, err := l.decide(ss.Context(), info.FullMethod, nil)
 		if md != nil {
 			_ = ss.SetHeader(md) // fails only once headers were sent, which no handler has done yet
 		}
 		if err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		err = handler(srv, ss)
+		if after != nil {
+			after(err)
+		}
+		return err
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
@@ -71,7 +72,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		}
 		c.mdKey = name
 	}
-	fallback, err := newBackend(b, c.budget)
+	fallback, err := newBackend(b, c.budget, c.refund != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		if !validMethod(method) {
 			return nil, fmt.Errorf("%w: grpclimit: %q is not a full method name (/pkg.Service/Method, printable ASCII)", keyrate.ErrConfig, method)
 		}
-		nb, err := newBackend(mb, c.budget)
+		nb, err := newBackend(mb, c.budget, c.refund != nil)
 		if err != nil {
 			return nil, err
 		}
@@ -109,10 +110,13 @@ func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
 	return ok
 }
 
-func newBackend(b keyrate.Backend, budget time.Duration) (*backend, error) {
+func newBackend(b keyrate.Backend, budget time.Duration, refunds bool) (*backend, error) {
 	caller, err := middleware.NewCaller(b, budget)
 	if err != nil {
 		return nil, err
+	}
+	if refunds && !caller.CanRefund() {
+		return nil, fmt.Errorf("%w: grpclimit: WithRefund, but a backend cannot refund", keyrate.ErrConfig)
 	}
 	nb := &backend{caller: caller}
 	if l, ok := b.(keyrate.PolicyLister); ok {
@@ -156,7 +160,7 @@ func (l *Limiter) routeFor(method string) *route {
 
 // decide asks the backend about a call of method and returns the header
 // metadata to send and, when the call must not be served, its error.
-func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, error) {
+func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, func(error), error) {
 	r := l.routeFor(method)
 	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
@@ -175,7 +179,8 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	}
 	if err != nil {
 		ev.Err = err
-		return l.failed(ctx, r, ev)
+		md, err := l.failed(ctx, r, ev)
+		return md, nil, err
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
@@ -185,10 +190,26 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	}
 	l.observe(ev)
 	md := r.fields(&d)
-	if d.Allowed || l.shadow {
-		return md, nil
+	if d.Allowed && l.refund != nil && d.Receipt.N() > 0 {
+		return md, func(served error) { l.settle(ctx, r, ev, served) }, nil
 	}
-	return md, refusal(method, d)
+	if d.Allowed || l.shadow {
+		return md, nil, nil
+	}
+	return md, nil, refusal(method, d)
+}
+
+// settle gives back the events of a call served with the outcome served,
+// when WithRefund's function says its code should not count.
+func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, served error) {
+	if !l.refund(status.Code(served)) {
+		return
+	}
+	if err := r.caller.Refund(ctx, ev.Key, &ev.Decision); err != nil {
+		ev.Err = err
+		report(l.onError, ev)
+		l.observe(ev)
+	}
 }
 
 func report(hook func(middleware.Event), ev middleware.Event) {

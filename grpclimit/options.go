@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -23,6 +25,7 @@ type config struct {
 	onLimited  func(middleware.Event)
 	onError    func(middleware.Event)
 	observer   middleware.Observer
+	refund     func(codes.Code) bool
 }
 
 // WithMetadataKey identifies a client by the first value of the named
@@ -130,3 +133,18 @@ func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.o
 // It is called after the hooks, in addition to them, never in their place:
 // set both as needed. Default: none.
 func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }
+
+// WithRefund counts only the calls whose outcome should count: after the
+// handler has served an admitted call, a status code for which refund
+// returns true gives the call's events back (see keyrate.Limiter.Refund),
+// exactly, as if it had never been made: with
+// func(c codes.Code) bool { return c == codes.OK }, only failed calls count.
+// The code is that of the error the handler returned (codes.OK for nil). As
+// httplimit.WithRefund: every backend (New's and WithMethod's) must be able
+// to refund, or New returns an error wrapping keyrate.ErrConfig; a refund
+// that fails leaves the call counted and is reported to OnError and the
+// Observer with an Err wrapping middleware.ErrRefundFailed. Default: every
+// decided call counts.
+func WithRefund(refund func(codes.Code) bool) Option {
+	return func(c *config) { c.refund = refund }
+}

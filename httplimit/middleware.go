@@ -104,6 +104,9 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.refund != nil && !caller.CanRefund() {
+		return nil, fmt.Errorf("%w: httplimit: WithRefund, but the backend cannot refund", keyrate.ErrConfig)
+	}
 	m := &Middleware{
 		backend:  caller,
 		ip:       ip,
@@ -180,6 +183,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	report(m.onDecision, ev)
 	if d.Allowed {
 		m.observe(ev)
+		if m.refund != nil && d.Receipt.N() > 0 {
+			m.serveRefundable(w, r, next, ev)
+			return
+		}
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -291,3 +298,59 @@ func (m *Middleware) observe(ev middleware.Event) {
 		m.observer.Observe(ev)
 	}
 }
+
+// serveRefundable serves an admitted request and, when WithRefund's
+// function says its response's status should not count, gives its events
+// back. A refund that fails is reported to OnError and the Observer, with
+// an Err wrapping middleware.ErrRefundFailed: the request stays counted.
+func (m *Middleware) serveRefundable(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event) {
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	if !m.refund(sw.status()) {
+		return
+	}
+	if err := m.backend.Refund(r.Context(), ev.Key, &ev.Decision); err != nil {
+		ev.Err = err
+		report(m.onError, ev)
+		m.observe(ev)
+	}
+}
+
+// statusWriter remembers the status of the response written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int // 0 until a final status is written
+}
+
+// status returns the response's status: 200 when the handler wrote no
+// header, as net/http sends then.
+func (s *statusWriter) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 && code >= 200 { // 1xx are not the response's status
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush passes a flush on, so that a handler that streams still can.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -27,6 +27,7 @@ type config struct {
 	shadow     bool
 	unit       string
 	limited    func(http.ResponseWriter, *http.Request, middleware.Event)
+	refund     func(status int) bool
 }
 
 // HeaderSet selects the response fields that carry the limit. Combine them
@@ -215,3 +216,23 @@ func WithLimitedHandler(f func(http.ResponseWriter, *http.Request, middleware.Ev
 // FailClosed); save a request whose client has gone, which is never
 // served. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
+
+// WithRefund counts only the requests whose responses should count: after
+// the handler has served an admitted request, a response status for which
+// refund returns true gives the request's events back (see
+// keyrate.Limiter.Refund), exactly, as if it had never been made. With
+// func(status int) bool { return status < 400 }, only failures count, as a
+// login endpoint that limits failed attempts wants; with
+// func(status int) bool { return status >= 500 }, the server's own errors
+// are not held against the client.
+//
+// The status is what the handler wrote first (200 when it wrote no
+// header). The backend must be able to refund: *keyrate.Limiter and the
+// Redis backend can; New refuses another with an error wrapping
+// keyrate.ErrConfig. A refund that fails (the store went away meanwhile)
+// leaves the request counted, and is reported to OnError and the Observer
+// with an Err wrapping middleware.ErrRefundFailed. Default: every decided
+// request counts.
+func WithRefund(refund func(status int) bool) Option {
+	return func(c *config) { c.refund = refund }
+}

@@ -126,3 +126,57 @@ func (c *Caller) take(ctx context.Context, key string, n int) (keyrate.Decision,
 		return keyrate.Decision{}, context.Cause(ctx)
 	}
 }
+
+// ErrRefundFailed is wrapped by the error of a refund the backend could
+// not make (see Caller.Refund). The request was decided and served; its
+// events stay counted, which errs on the side of the limit.
+var ErrRefundFailed = errors.New("keyrate: refund failed")
+
+// refunder is a backend that gives back a decision's events: the Redis
+// backend's Refund, or, without a context, *keyrate.Limiter's.
+type (
+	refunder interface {
+		Refund(context.Context, string, *keyrate.Decision) error
+	}
+	inMemoryRefunds interface {
+		Refund(string, *keyrate.Decision) error
+	}
+)
+
+// CanRefund reports whether the backend can give back a decision's events:
+// whether it has a method Refund(ctx, key, *Decision) error, as the Redis
+// backend has, or Refund(key, *Decision) error, as *keyrate.Limiter has.
+func (c *Caller) CanRefund() bool {
+	switch c.backend.(type) {
+	case refunder, inMemoryRefunds:
+		return true
+	}
+	return false
+}
+
+// Refund gives back the events the admitted decision *d recorded for key,
+// once its request has been served, and consumes d's Receipt. It runs even
+// when ctx is done (the client may hang up after its response), under the
+// budget when the backend does not bound its own calls. Its error wraps
+// ErrRefundFailed.
+func (c *Caller) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	switch b := c.backend.(type) {
+	case refunder:
+		if !c.inline {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
+			defer cancel()
+		}
+		err = b.Refund(ctx, key, d)
+	case inMemoryRefunds:
+		err = b.Refund(key, d)
+	default:
+		err = errors.New("the backend cannot refund")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRefundFailed, err)
+	}
+	return nil
+}

@@ -3,7 +3,7 @@
 //
 //	keyrate_requests_total{route, result}            counter; result: allowed, limited, shadow_limited, error, client_gone
 //	keyrate_backend_duration_seconds{route}          histogram of the backend's decision time
-//	keyrate_backend_errors_total{route, kind}        counter; kind: timeout, unavailable, oom, invalid
+//	keyrate_backend_errors_total{route, kind}        counter; kind: timeout, unavailable, oom, invalid, refund
 //	keyrate_policy_violations_total{route, policy}   counter; a refusal once for each policy that refused it
 //	keyrate_keys{route}                              gauge of keys an in-process Limiter tracks
 //

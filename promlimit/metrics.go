@@ -52,6 +52,7 @@ const (
 	kindUnavailable = "unavailable"
 	kindInvalid     = "invalid"
 	kindOOM         = "oom"
+	kindRefund      = "refund"
 )
 
 // New creates keyrate's collectors and registers them on reg. It fails when
@@ -74,7 +75,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"route"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_backend_errors_total",
-			Help: "Backend calls that gave no decision, by route and kind: timeout (the store did not answer within the time budget or a deadline), unavailable (the store failed, or refused the connection), oom (the store is out of memory and refused to record) or invalid (the request could not be placed).",
+			Help: "Backend calls that gave no decision, by route and kind: timeout (the store did not answer within the time budget or a deadline), unavailable (the store failed, or refused the connection), oom (the store is out of memory and refused to record), invalid (the request could not be placed) or refund (a refund the backend could not make, for a request already counted).",
 		}, []string{"route", "kind"}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_policy_violations_total",

@@ -252,10 +252,10 @@ func TestLabelsNeverNameClients(t *testing.T) {
 			}
 		}
 	}
-	// 5 results + 4 error kinds + 1 histogram + 1 policy's violations + 1
+	// 5 results + 5 error kinds + 1 histogram + 1 policy's violations + 1
 	// gauge, for one route.
-	if n != 12 {
-		t.Errorf("%d series, want 12", n)
+	if n != 13 {
+		t.Errorf("%d series, want 13", n)
 	}
 	if got := value(t, reg, "keyrate_policy_violations_total", map[string]string{"route": "search", "policy": ""}); got != 200 {
 		t.Errorf("violations of the unnamed policy %v, want 200", got)
@@ -350,5 +350,28 @@ func TestOwnHooksBesideMetrics(t *testing.T) {
 		if got := requests(t, reg, "search", result); got != want {
 			t.Errorf("%s: %v, want %v", result, got, want)
 		}
+	}
+}
+
+// TestRefundFailure counts a refund that failed as a backend error of its
+// own kind, and the request it was for once, as decided.
+func TestRefundFailure(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
+	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d})
+	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d,
+		Err: fmt.Errorf("%w: store unavailable", middleware.ErrRefundFailed)})
+	if got := value(t, reg, "keyrate_backend_errors_total", map[string]string{"route": "login", "kind": "refund"}); got != 1 {
+		t.Errorf("refund errors %v, want 1", got)
+	}
+	if got := value(t, reg, "keyrate_requests_total", map[string]string{"route": "login", "result": "error"}); got != 0 {
+		t.Errorf("requests counted as errors %v, want 0", got)
+	}
+	if got := value(t, reg, "keyrate_requests_total", map[string]string{"route": "login", "result": "allowed"}); got != 1 {
+		t.Errorf("requests allowed %v, want 1", got)
 	}
 }

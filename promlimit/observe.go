@@ -33,7 +33,9 @@ const otherRoute = "(other)"
 // client had gone before it was decided (middleware.ErrClientGone) counts
 // as result="client_gone", and nowhere else: it says nothing of the store.
 // Another cancellation (context.Canceled) counts as result="error" but not
-// as a backend error, for the same reason.
+// as a backend error, for the same reason. A refund that failed
+// (middleware.ErrRefundFailed), for a request counted already, counts only
+// as a backend error of kind refund.
 func (m *Metrics) Observe(ev middleware.Event) {
 	r := m.observedRoute(ev.Route)
 	if ev.Err != nil {

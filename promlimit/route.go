@@ -18,6 +18,7 @@ type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
 	clientGone                               prometheus.Counter
 	timeout, unavailable, invalid, oom       prometheus.Counter
+	refund                                   prometheus.Counter
 	duration                                 prometheus.Observer
 	policies                                 *policyCounters
 }
@@ -35,6 +36,7 @@ func (m *Metrics) route(name string) *route {
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
 		oom:           m.errors.WithLabelValues(name, kindOOM),
+		refund:        m.errors.WithLabelValues(name, kindRefund),
 		duration:      m.duration.WithLabelValues(name),
 		policies:      &policyCounters{vec: m.violations, route: name},
 	}
@@ -60,8 +62,14 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 // something about the backend counts as a backend error: not one from
 // before the backend was asked (asked false), nor a cancellation.
 func (r *route) failed(err error, took time.Duration, asked bool) {
-	if errors.Is(err, middleware.ErrClientGone) {
+	switch {
+	case errors.Is(err, middleware.ErrClientGone):
 		r.clientGone.Inc()
+		return
+	case errors.Is(err, middleware.ErrRefundFailed):
+		// The request was decided and counted already; only the refund
+		// after it failed.
+		r.refund.Inc()
 		return
 	}
 	r.errored.Inc()
