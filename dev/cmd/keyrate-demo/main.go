@@ -1,8 +1,8 @@
 // Command keyrate-demo is a small API behind the keyrate middleware, to try
 // rate limiting with curl:
 //
-//	go run ./cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
-//	                          [-max-conns 1024] [-max-conns-per-addr 128]
+//	go run ./dev/cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
+//	                              [-max-conns 1024] [-max-conns-per-addr 128]
 //
 // GET /api/status allows 3 requests per 60 s (10 for an API key starting
 // with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
@@ -58,7 +58,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keyrate/keyrate/cmd/keyrate-demo/internal/live"
+	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keyrate/keyrate/internal/redisserver"
+	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 

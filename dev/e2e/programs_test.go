@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyrate/keyrate/internal/redisserver"
+	"github.com/keyrate/keyrate/dev/internal/redisserver"
 )
 
 // build compiles the command in the repository directory dir (such as
-// "cmd/keyrate-demo") into a temporary directory and returns its path.
-// Each command is a module of its own: it is built in its directory, which
-// works in the workspace and with GOWORK=off alike (the test runner's).
+// "dev/cmd/keyrate-demo") into a temporary directory and returns its path.
+// It is built in its directory, within its own module, which works in the
+// workspace and with GOWORK=off alike (the test command's).
 func build(t *testing.T, dir string) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func build(t *testing.T, dir string) string {
 // ends, and its output shown if the test failed.
 func startDemo(t *testing.T, flags ...string) string {
 	t.Helper()
-	return runDemo(t, build(t, "cmd/keyrate-demo"), flags...)
+	return runDemo(t, build(t, "dev/cmd/keyrate-demo"), flags...)
 }
 
 // runDemo starts the demo binary bin as startDemo does.

@@ -2,21 +2,20 @@ package benchcmp_test
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 )
-
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
 // allowFunc is one library's "may this key go ahead now" call.
 type allowFunc func(ctx context.Context, key string) (bool, error)
@@ -82,11 +81,11 @@ var contenders = []contender{
 // period of an hour, GCRA's emission interval (36s) is far longer than the
 // test, so its answer is as exact as the others'.
 func TestSameBudget(t *testing.T) {
-	srv := redistest.Shared(t)
+	addr := redisserver.Start(t)
 	for _, c := range contenders {
 		t.Run(c.name, func(t *testing.T) {
 			const limit = 100
-			allow := c.new(t, srv.Client(t), limit, time.Hour)
+			allow := c.new(t, newClient(t, addr), limit, time.Hour)
 			key := "same-budget-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			admitted := 0
 			for range limit + 20 {
@@ -144,18 +143,18 @@ var workloads = []workload{
 // decisions per second with the deny cache against redis_rate's (HotKey,
 // keyrate-SlidingLog-DenyCache); and round trips per decision everywhere.
 func BenchmarkAllow(b *testing.B) {
-	srv := redistest.Shared(b)
+	addr := redisserver.Start(b)
 	for _, work := range workloads {
 		for _, c := range contenders {
 			// key=value names let benchstat put the libraries side by side:
 			// benchstat -col /lib results.txt
 			b.Run("work="+work.name+"/lib="+c.name, func(b *testing.B) {
-				client := srv.Client(b)
+				client := newClient(b, addr)
 				ctx := context.Background()
 				if err := client.FlushDB(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				var rt redistest.RoundTrips
+				var rt roundTrips
 				client.AddHook(&rt)
 				allow := c.new(b, client, work.limit, time.Minute)
 				if _, err := allow(ctx, "warm-up"); err != nil {
@@ -202,4 +201,54 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	}
+}
+
+// newClient returns a go-redis client of the server at addr, closed when tb
+// ends, with ContextTimeoutEnabled on as redislimit recommends.
+func newClient(tb testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// roundTrips is a go-redis hook that counts round trips: each command sent
+// on its own is one, and so is each pipeline. The handshake go-redis sends
+// on every new connection (HELLO, CLIENT SETINFO, AUTH, SELECT) is left out,
+// being a cost of the pool, not of any decision.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) Load() int64 { return r.n.Load() }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isHandshake(cmd) {
+			r.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if !isHandshake(c) {
+				r.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func isHandshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "readonly":
+		return true
+	case "client":
+		args := cmd.Args()
+		return len(args) > 1 && strings.EqualFold(fmt.Sprint(args[1]), "setinfo")
+	}
+	return false
 }

@@ -3,7 +3,7 @@
 // ratio to keyrate, the lead of each of keyrate's configurations (columns
 // named keyrate or keyrate-*) over the fastest of the peers, scaling across
 // -cpu, the HTTP middleware beside each other, and the floor.
-// benchmarks/run.sh runs it; the accuracy, memory and latency tables come
+// dev/benchmarks/run.sh runs it; the accuracy, memory and latency tables come
 // from cmd/tables and are appended as they are.
 //
 //	go run ./cmd/results -allow allow.csv -http http.csv -floor floor.csv -tables tables.md -cmd "..."
@@ -134,7 +134,7 @@ func main() {
 	httpCSV := flag.String("http", "", "benchstat -format csv -col /lib output of BenchmarkHTTP")
 	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor")
 	tablesMD := flag.String("tables", "", "markdown from cmd/tables, appended as is")
-	command := flag.String("cmd", "benchmarks/run.sh", "the command that produced the numbers")
+	command := flag.String("cmd", "dev/benchmarks/run.sh", "the command that produced the numbers")
 	count := flag.Int("count", 5, "runs per benchmark (go test -count)")
 	flag.Parse()
 	if *allow == "" {

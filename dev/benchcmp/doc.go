@@ -1,10 +1,10 @@
 // Package benchcmp holds benchmarks and agreement tests that put redislimit
 // side by side with other Redis-backed rate limiters: go-redis/redis_rate
-// (GCRA) and ulule/limiter's Redis store (fixed window). It is a module of
-// its own so that those libraries never enter redislimit's go.mod; it has no
-// code to import, only tests:
+// (GCRA) and ulule/limiter's Redis store (fixed window). It lives in the
+// development module so that those libraries never enter redislimit's
+// go.mod; it has no code to import, only tests (from the repository root):
 //
-//	go test -run '^$' -bench . -count 5 ./redislimit/benchcmp | tee results.txt
+//	go test -run '^$' -bench . -count 5 ./dev/benchcmp | tee results.txt
 //	benchstat -col /lib results.txt
 //
 // One run gives the three comparisons redislimit's README reports: the
@@ -15,6 +15,6 @@
 // each workload's calls were admitted. With the deny cache's default
 // maximum hold of 1s, the hot key goes to Redis about once a second of the
 // run, so its round trips per decision fall with the run's length. Every
-// library talks to the same
-// redis-server, started by the tests on a free loopback port.
+// library talks to the same redis-server, started by each test and
+// benchmark on a free loopback port.
 package benchcmp

@@ -1,6 +1,6 @@
 // Command tables measures accuracy, memory per key and latency during a
 // sweep for keyrate and each peer, and prints the results as markdown tables.
-// benchmarks/run.sh runs it and puts its output in RESULTS.md.
+// dev/benchmarks/run.sh runs it and puts its output in RESULTS.md.
 //
 //	go run ./cmd/tables [-keys 100000] [-sections accuracy,memory,latency]
 package main
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keyrate/keyrate/benchmarks"
+	"github.com/keyrate/keyrate/dev/benchmarks"
 )
 
 func main() {

@@ -3,7 +3,7 @@ package main
 import (
 	"net/http"
 
-	"github.com/keyrate/keyrate/cmd/keyrate-demo/internal/live"
+	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
 	"github.com/keyrate/keyrate/httplimit"
 )
 

@@ -18,7 +18,7 @@ import (
 // through, which is why replicas need a shared store.
 func TestReplicasShareOneBudget(t *testing.T) {
 	redis := startRedis(t)
-	demo := build(t, "cmd/keyrate-demo")
+	demo := build(t, "dev/cmd/keyrate-demo")
 	load := build(t, "cmd/keyrate-load")
 
 	// /api/burst allows 10 per 10 s; 2 s of 40 requests/s from 2

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every side-by-side benchmark and measurement and writes RESULTS.md.
 #
-#   benchmarks/run.sh            # about 10 minutes on 2 cores
+#   dev/benchmarks/run.sh        # about 10 minutes on 2 cores
 #
 # Raw outputs (benchmark text, benchstat text and CSV, profiles) go to
-# benchmarks/results/raw/, which git ignores. COUNT, CPU and BENCHTIME
+# dev/benchmarks/results/raw/, which git ignores. COUNT, CPU and BENCHTIME
 # override the defaults (5, "1,2", 200ms) for a quicker look; RESULTS.md
 # is only meant to be committed from a default run.
 set -euo pipefail
@@ -28,7 +28,7 @@ echo "== floor ($(date +%T))"
 go test "${flags[@]}" -cpu 1 -bench '^BenchmarkFloor$' . | tee "$RAW/floor.txt"
 
 echo "== the core's own benchmarks: one policy and two ($(date +%T))"
-(cd .. && go test "${flags[@]}" -cpu 1 -bench '^Benchmark(Allow|Take|AllowPolicies|TakePolicies)$' .) | tee "$RAW/core.txt"
+(cd ../.. && go test "${flags[@]}" -cpu 1 -bench '^Benchmark(Allow|Take|AllowPolicies|TakePolicies)$' .) | tee "$RAW/core.txt"
 
 echo "== accuracy, memory, latency ($(date +%T))"
 go run ./cmd/tables | tee "$RAW/tables.md"
@@ -42,7 +42,7 @@ $BENCHSTAT -format csv "$RAW/floor.txt" > "$RAW/floor.csv" 2>/dev/null
 
 go run ./cmd/results -allow "$RAW/allow.csv" -http "$RAW/http.csv" -floor "$RAW/floor.csv" \
   -tables "$RAW/tables.md" -count "$COUNT" \
-  -cmd "benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
+  -cmd "dev/benchmarks/run.sh (COUNT=$COUNT CPU=$CPU BENCHTIME=$BENCHTIME, $(go env GOVERSION), $(date -u +%Y-%m-%d))" \
   > RESULTS.md
 $BENCHSTAT "$RAW/core.txt" > "$RAW/core.benchstat.txt"
 {
@@ -58,7 +58,7 @@ $BENCHSTAT "$RAW/core.txt" > "$RAW/core.benchstat.txt"
   cat "$RAW/core.benchstat.txt"
   echo '```'
 } >> RESULTS.md
-echo "== wrote benchmarks/RESULTS.md ($(date +%T))"
+echo "== wrote dev/benchmarks/RESULTS.md ($(date +%T))"
 
 # Copy RESULTS.md's throughput and HTTP tables (each section up to its
 # first subsection), one heading level down, between README.md's markers.
@@ -76,4 +76,4 @@ awk '
   /<!-- results:end -->/ { skip = 0 }
   !skip
 ' README.md > README.md.new && mv README.md.new README.md
-echo "== copied the throughput and HTTP tables into benchmarks/README.md"
+echo "== copied the throughput and HTTP tables into dev/benchmarks/README.md"

@@ -1,7 +1,8 @@
 // Package redisserver starts a throwaway redis-server for a test: on a free
 // loopback port, without persistence, stopped when the test ends. It uses
-// the standard library alone, so every module's tests can share it (the
-// demo's, the browser tests'), whatever Redis client they use.
+// the standard library alone, so the development module's tests share it
+// (the demo's, the browser tests', benchcmp's), whatever Redis client they
+// use.
 package redisserver
 
 import (
