@@ -1,13 +1,12 @@
-// Package readme checks that the Go code in the repository's Markdown files
+// Package readme checks that the Go code of the repository's Markdown files
 // is code that go test compiles and runs: every go block quotes an Example
-// function of a package at or below the file's directory, either its body
-// (with or without its output comment) or declarations of a file that holds
-// an Example (a whole-file example). To change a README's code, change the
-// Example and paste it.
+// of a package at or below the file's directory, either its body (with or
+// without its output comment) or declarations of a file that holds an
+// Example, as a whole-file example does. To change a README's code, change
+// the Example and paste it.
 package readme
 
 import (
-	"bytes"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -17,185 +16,132 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/yuin/goldmark"
+	mdast "github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/text"
 )
 
-// block is one go block of a Markdown file.
-type block struct {
-	line int // of the block's first line of code
-	code string
-}
-
-// goBlocks returns the fenced blocks of md whose info string starts with
-// "go", with the fence's indentation (at most three spaces, as in a list
-// item) taken off every line.
-func goBlocks(md string) []block {
-	var out []block
-	lines := strings.Split(md, "\n")
-	for i := 0; i < len(lines); i++ {
-		trimmed := strings.TrimLeft(lines[i], " ")
-		indent := len(lines[i]) - len(trimmed)
-		n := len(trimmed) - len(strings.TrimLeft(trimmed, "`"))
-		if n == 0 {
-			n = len(trimmed) - len(strings.TrimLeft(trimmed, "~"))
-		}
-		if indent > 3 || n < 3 {
-			continue
-		}
-		fence, info := trimmed[:n], strings.Fields(trimmed[n:])
-		start := i + 1
-		var code []string
-		for i++; i < len(lines) && !(strings.HasPrefix(strings.TrimSpace(lines[i]), fence) && strings.Trim(strings.TrimSpace(lines[i]), fence[:1]) == ""); i++ {
-			line := lines[i]
-			for j := 0; j < indent && strings.HasPrefix(line, " "); j++ {
-				line = line[1:]
-			}
-			code = append(code, line)
-		}
-		if len(info) > 0 && info[0] == "go" {
-			out = append(out, block{line: start + 1, code: strings.Join(code, "\n")})
-		}
-	}
-	return out
-}
-
-// quotable is what a README below some directory may quote: the bodies of
-// its Example functions, and the declarations of its files that hold one.
-type quotable struct{ bodies, decls map[string]bool }
+// quotable is what a Markdown file may quote: the bodies of the Examples
+// under its directory, and the declarations of the files that hold them.
+type quotable map[string]bool
 
 // examples reads every _test.go file under dir.
 func examples(dir string) (quotable, error) {
-	q := quotable{map[string]bool{}, map[string]bool{}}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case d.IsDir() && p != dir && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
-			return filepath.SkipDir
-		case d.IsDir() || !strings.HasSuffix(p, "_test.go"):
-			return nil
-		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
+	q := quotable{}
+	err := walk(dir, "_test.go", func(p string, src []byte) error {
 		f, err := parser.ParseFile(token.NewFileSet(), p, src, parser.ParseComments)
 		if err != nil {
 			return err
 		}
-		text := func(n ast.Node) string { return string(src[n.Pos()-f.FileStart : n.End()-f.FileStart]) }
+		var decls []string
 		hasExample := false
-		for _, decl := range f.Decls {
-			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") && fn.Body != nil {
-				hasExample = true
-				body := text(fn.Body)
-				body = strings.Trim(body[1:len(body)-1], "\n")
-				body = strings.ReplaceAll("\n"+body, "\n\t", "\n")[1:]
-				q.bodies[body] = true
-				if i := outputComment(body); i >= 0 {
-					q.bodies[strings.TrimRight(body[:i], "\n")] = true
-				}
+		for _, d := range f.Decls {
+			decls = append(decls, declText(d, src, f.FileStart))
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+				continue
 			}
+			body := string(src[fn.Body.Lbrace-f.FileStart+1 : fn.Body.Rbrace-f.FileStart])
+			body = strings.ReplaceAll("\n"+strings.Trim(body, "\n"), "\n\t", "\n")[1:]
+			q[body] = true
+			if i := max(strings.LastIndex(body, "\n// Output:"), strings.LastIndex(body, "\n// Unordered output:")); i >= 0 {
+				q[body[:i]] = true
+			}
+			hasExample = true
 		}
-		if hasExample {
-			for _, decl := range f.Decls {
-				q.decls[declText(decl, text)] = true
-			}
+		for _, d := range decls {
+			q[d] = q[d] || hasExample
 		}
 		return nil
 	})
 	return q, err
 }
 
-// declText is a top-level declaration with its doc comment.
-func declText(decl ast.Decl, text func(ast.Node) string) string {
-	var doc *ast.CommentGroup
-	switch d := decl.(type) {
-	case *ast.FuncDecl:
-		doc = d.Doc
-	case *ast.GenDecl:
-		doc = d.Doc
+// declText is a declaration's source with its doc comment.
+func declText(d ast.Decl, src []byte, base token.Pos) string {
+	start := d.Pos()
+	if fn, ok := d.(*ast.FuncDecl); ok && fn.Doc != nil {
+		start = fn.Doc.Pos()
+	} else if gen, ok := d.(*ast.GenDecl); ok && gen.Doc != nil {
+		start = gen.Doc.Pos()
 	}
-	if doc == nil {
-		return text(decl)
-	}
-	return text(doc) + "\n" + text(decl)
+	return string(src[start-base : d.End()-base])
 }
 
-// outputComment returns where the output comment of an Example's body
-// starts, or -1.
-func outputComment(body string) int {
-	i := strings.LastIndex("\n"+body, "\n// Output:")
-	if j := strings.LastIndex("\n"+body, "\n// Unordered output:"); j > i {
-		i = j
-	}
-	return i
-}
-
-// quotes reports whether code is the body of an Example in q, or
-// declarations of a file in q that holds one.
+// quotes reports whether code is in q: an Example's body, or declarations.
 func (q quotable) quotes(code string) bool {
 	code = strings.Trim(code, "\n")
-	if q.bodies[code] {
+	if q[code] {
 		return true
 	}
-	src := "package p\n\n" + code + "\n"
+	src := []byte("package p\n\n" + code + "\n")
 	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.ParseComments)
 	if err != nil || len(f.Decls) == 0 {
 		return false
 	}
-	text := func(n ast.Node) string { return src[n.Pos()-f.FileStart : n.End()-f.FileStart] }
-	for _, decl := range f.Decls {
-		if !q.decls[declText(decl, text)] {
+	for _, d := range f.Decls {
+		if !q[declText(d, src, f.FileStart)] {
 			return false
 		}
 	}
 	return true
 }
 
+// walk calls fn on every file under dir whose name ends in suffix, outside
+// hidden and testdata directories.
+func walk(dir, suffix string, fn func(p string, src []byte) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && p != dir && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(p, suffix):
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return fn(p, src)
+	})
+}
+
 // check returns a line for each go block of the Markdown files under root
 // that quotes no Example.
 func check(root string) ([]string, error) {
 	var problems []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case d.IsDir() && p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules"):
-			return filepath.SkipDir
-		case d.IsDir() || !strings.HasSuffix(p, ".md"):
-			return nil
-		}
-		md, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		blocks := goBlocks(string(md))
-		if len(blocks) == 0 {
-			return nil
-		}
-		dir := filepath.Dir(p)
-		q, err := examples(dir)
-		if err != nil {
-			return err
-		}
-		name, _ := filepath.Rel(root, p)
-		for _, b := range blocks {
-			if !q.quotes(b.code) {
-				problems = append(problems, fmt.Sprintf("%s:%d: this go block quotes no Example under %s (neither an Example's body nor declarations of a file holding one)", filepath.ToSlash(name), b.line, filepath.ToSlash(filepath.Dir(name))+"/"))
+	err := walk(root, ".md", func(p string, md []byte) error {
+		var q quotable
+		return mdast.Walk(goldmark.New().Parser().Parse(text.NewReader(md)), func(n mdast.Node, entering bool) (mdast.WalkStatus, error) {
+			block, ok := n.(*mdast.FencedCodeBlock)
+			if !entering || !ok || string(block.Language(md)) != "go" {
+				return mdast.WalkContinue, nil
 			}
-		}
-		return nil
+			var code strings.Builder
+			for i := range block.Lines().Len() {
+				code.Write(md[block.Lines().At(i).Start:block.Lines().At(i).Stop])
+			}
+			var err error
+			if q == nil {
+				q, err = examples(filepath.Dir(p))
+			}
+			if err == nil && !q.quotes(code.String()) {
+				name, _ := filepath.Rel(root, p)
+				line := 1 + strings.Count(string(md[:block.Lines().At(0).Start]), "\n")
+				problems = append(problems, fmt.Sprintf("%s:%d: this go block quotes no Example under %s/ (an Example's body, or declarations of a file holding one)",
+					filepath.ToSlash(name), line, filepath.ToSlash(filepath.Dir(name))))
+			}
+			return mdast.WalkContinue, err
+		})
 	})
 	return problems, err
 }
 
 // TestMarkdownQuotesExamples checks every Markdown file of the repository.
 func TestMarkdownQuotesExamples(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := check(root)
+	problems, err := check(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +152,24 @@ func TestMarkdownQuotesExamples(t *testing.T) {
 
 // TestCheck runs the check on a small tree: a README quoting an Example's
 // body, with and without its output, a whole-file example's declarations,
-// and three blocks that quote nothing it may quote.
+// and four blocks that quote nothing it may quote.
 func TestCheck(t *testing.T) {
 	root := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
+	for name, content := range map[string]string{
+		"lib/example_test.go": "package lib_test\n\nimport \"fmt\"\n\nfunc Example() {\n\tx := 1\n\tfmt.Println(x)\n\t// Output: 1\n}\n",
+		"lib/whole_example_test.go": "package lib_test\n\nimport \"fmt\"\n\n// hello greets.\nfunc hello() { fmt.Println(\"hi\") }\n\n" +
+			"const n = 2\n\nfunc Example_hello() {\n\thello()\n\t// Output: hi\n}\n",
+		"lib/helper_test.go":    "package lib_test\n\nfunc helper() {}\n",
+		"other/example_test.go": "package other_test\n\nfunc Example() {\n\tprintln()\n}\n",
+		"lib/README.md": "# lib\n\n```go\nx := 1\nfmt.Println(x)\n// Output: 1\n```\n\n" + // 4: the body
+			"```go\nx := 1\nfmt.Println(x)\n```\n\n" + // 10: without its output
+			"```go\n// hello greets.\nfunc hello() { fmt.Println(\"hi\") }\n\nconst n = 2\n```\n\n" + // 15
+			"```go\nx := 2\nfmt.Println(x)\n```\n\n" + // 22: changed
+			"```go\nfunc helper() {}\n```\n\n" + // 27: in a file with no Example
+			"- a list item:\n\n  ```go\n  println()\n  ```\n\n" + // 33: another directory's Example
+			"```go\n// hello greets.\nfunc hello() {}\n```\n\n" + // 37: a changed declaration
+			"```sh\nnot go\n```\n",
+	} {
 		p := filepath.Join(root, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -219,38 +178,16 @@ func TestCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("lib/example_test.go", "package lib_test\n\nimport \"fmt\"\n\n"+
-		"func Example() {\n\tx := 1\n\tfmt.Println(x)\n\t// Output: 1\n}\n")
-	write("lib/whole_example_test.go", "package lib_test\n\nimport \"fmt\"\n\n"+
-		"// hello greets.\nfunc hello() { fmt.Println(\"hi\") }\n\nconst n = 2\n\n"+
-		"func Example_hello() {\n\thello()\n\t// Output: hi\n}\n")
-	write("lib/helper_test.go", "package lib_test\n\nfunc helper() {}\n")
-	write("other/example_test.go", "package other_test\n\nfunc Example() {\n\tprintln()\n}\n")
-	var md bytes.Buffer
-	for _, code := range []string{
-		"x := 1\nfmt.Println(x)\n// Output: 1",                                  // 4: the body
-		"x := 1\nfmt.Println(x)",                                                // 11: without its output
-		"// hello greets.\nfunc hello() { fmt.Println(\"hi\") }\n\nconst n = 2", // 17
-		"x := 2\nfmt.Println(x)",                                                // 25: changed
-		"func helper() {}",                                                      // 31: no Example in its file
-		"println()",                                                             // 36: an Example of another directory
-		"// hello greets.\nfunc hello() {}",                                     // 41: a changed declaration
-	} {
-		fmt.Fprintf(&md, "text\n\n```go\n%s\n```\n", code)
-	}
-	md.WriteString("\n```sh\nnot go\n```\n")
-	write("lib/README.md", md.String())
-
 	problems, err := check(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
+	var got []string
 	for _, p := range problems {
 		where, _, _ := strings.Cut(p, ": ")
-		lines = append(lines, where)
+		got = append(got, where)
 	}
-	if got, want := strings.Join(lines, " "), "lib/README.md:25 lib/README.md:31 lib/README.md:36 lib/README.md:41"; got != want {
-		t.Errorf("check found %q, want %q:\n%s", got, want, strings.Join(problems, "\n"))
+	if want := "lib/README.md:22 lib/README.md:27 lib/README.md:33 lib/README.md:37"; strings.Join(got, " ") != want {
+		t.Errorf("check found %q, want %s:\n%s", got, want, strings.Join(problems, "\n"))
 	}
 }
