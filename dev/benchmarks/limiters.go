@@ -6,7 +6,7 @@
 //
 // Every limiter sits behind one small adapter (Limiter) configured to the
 // same budget, so each workload runs the same code against each of them. It
-// is a module of its own so that the peers never enter keyrate's go.mod.
+// lives in the development module so that the peers never enter keyrate's go.mod.
 // run.sh runs everything and writes RESULTS.md; README.md explains what each
 // number means.
 package benchmarks
