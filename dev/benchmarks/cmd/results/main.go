@@ -1,0 +1,390 @@
+// Command results turns benchstat's CSV output into the markdown tables of
+// RESULTS.md: the medians of every limiter side by side with each peer's
+// ratio to keyrate, the lead of each of keyrate's configurations (columns
+// named keyrate or keyrate-*) over the fastest of the peers, scaling across
+// -cpu, the HTTP middleware beside each other, and the floor.
+// dev/benchmarks/run.sh runs it; the accuracy, memory and latency tables come
+// from cmd/tables and are appended as they are.
+//
+//	go run ./cmd/results -allow allow.csv -http http.csv -floor floor.csv -tables tables.md -cmd "..."
+package main
+
+import (
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// table is one unit's table from benchstat's CSV: a value per row and column.
+type table struct {
+	unit string
+	cols []string
+	rows []string
+	val  map[string]map[string]float64 // row -> col -> center
+	vs   map[string]map[string]string  // row -> col -> "vs base" and p
+}
+
+// parse reads every table of a benchstat CSV file.
+func parse(path string) (map[string]*table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	var recs [][]string
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(rec) > 1 {
+			recs = append(recs, rec)
+		}
+	}
+	tables := map[string]*table{}
+	for i := 0; i+1 < len(recs); i++ {
+		groups, units := recs[i], recs[i+1]
+		if groups[0] != "" || units[0] != "" {
+			continue
+		}
+		t := &table{unit: units[1], val: map[string]map[string]float64{}, vs: map[string]map[string]string{}}
+		colAt := map[int]string{}
+		vsAt := map[int]string{}
+		group := ""
+		for j := 1; j < len(units); j++ {
+			if j < len(groups) && groups[j] != "" {
+				group = groups[j]
+			}
+			switch units[j] {
+			case t.unit:
+				colAt[j] = group
+				t.cols = append(t.cols, group)
+			case "vs base":
+				vsAt[j] = group
+			}
+		}
+		for i += 2; i < len(recs) && recs[i][0] != ""; i++ {
+			row := recs[i]
+			if row[0] == "geomean" {
+				continue
+			}
+			t.rows = append(t.rows, row[0])
+			t.val[row[0]] = map[string]float64{}
+			t.vs[row[0]] = map[string]string{}
+			for j, c := range colAt {
+				if j < len(row) && row[j] != "" {
+					if v, err := strconv.ParseFloat(row[j], 64); err == nil {
+						t.val[row[0]][c] = v
+					}
+				}
+			}
+			for j, c := range vsAt {
+				if j+1 < len(row) {
+					t.vs[row[0]][c] = row[j] + " (" + row[j+1] + ")"
+				}
+			}
+		}
+		i--
+		tables[t.unit] = t
+	}
+	return tables, nil
+}
+
+// splitName turns "Allow/work=W/path=P-2" into W, P and the -cpu value.
+func splitName(name string) (work, path, cpu string) {
+	cpu = "1"
+	if i := strings.LastIndex(name, "-"); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			name, cpu = name[:i], name[i+1:]
+		}
+	}
+	for _, part := range strings.Split(name, "/") {
+		if k, v, ok := strings.Cut(part, "="); ok {
+			switch k {
+			case "work":
+				work = v
+			case "path":
+				path = v
+			}
+		}
+	}
+	return work, path, cpu
+}
+
+func ns(sec float64) string {
+	n := sec * 1e9
+	if n >= 100 {
+		return fmt.Sprintf("%.0f", n)
+	}
+	return fmt.Sprintf("%.1f", n)
+}
+
+func main() {
+	allow := flag.String("allow", "", "benchstat -format csv -col /lib output of BenchmarkAllow")
+	httpCSV := flag.String("http", "", "benchstat -format csv -col /lib output of BenchmarkHTTP")
+	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor")
+	tablesMD := flag.String("tables", "", "markdown from cmd/tables, appended as is")
+	command := flag.String("cmd", "dev/benchmarks/run.sh", "the command that produced the numbers")
+	count := flag.Int("count", 5, "runs per benchmark (go test -count)")
+	flag.Parse()
+	if *allow == "" {
+		fmt.Fprintln(os.Stderr, "results: -allow is required")
+		os.Exit(2)
+	}
+	in := inputs{allow: *allow, http: *httpCSV, floor: *floor, tables: *tablesMD, command: *command, count: *count}
+	if err := write(os.Stdout, in); err != nil {
+		fmt.Fprintln(os.Stderr, "results:", err)
+		os.Exit(1)
+	}
+}
+
+// inputs names the files write reads (each but allow may be empty, and its
+// section is then left out) and what the header says of the run.
+type inputs struct {
+	allow, http, floor, tables string
+	command                    string
+	count                      int
+}
+
+func write(w io.Writer, in inputs) error {
+	allowCSV, floorCSV, tablesMD, command, count := in.allow, in.floor, in.tables, in.command, in.count
+	at, err := parse(allowCSV)
+	if err != nil {
+		return err
+	}
+	sec := at["sec/op"]
+	if sec == nil || len(sec.cols) == 0 || sec.cols[0] != "keyrate" {
+		return fmt.Errorf("%s: no sec/op table with keyrate as its first column", allowCSV)
+	}
+	fmt.Fprintf(w, "# Benchmark results\n\nProduced by `%s`. Medians of %d runs (benchstat); absolute numbers on a shared\n", command, count)
+	fmt.Fprintf(w, "2-core machine are noisy, so read the ratios, which come from one side-by-side run.\n\n")
+
+	own := ownColumns(sec.cols)
+	fmt.Fprintf(w, "## Throughput: ns per Allow\n\n")
+	fmt.Fprintf(w, "Each peer's cell is its median and, in brackets, its time divided by keyrate's (above 1: keyrate is faster).\n")
+	fmt.Fprintf(w, "\"lead\" is the fastest peer's time divided by keyrate's; the goal is 1.5 or more (below it: ✗).\n")
+	for _, c := range own[1:] {
+		fmt.Fprintf(w, "%s is keyrate in another configuration, not a peer: \"%s\" is the fastest peer's time divided by its own.\n", c, leadName(c))
+	}
+	fmt.Fprintf(w, "\n| workload | path | cpu | %s | fastest peer |", strings.Join(sec.cols, " | "))
+	for _, c := range own {
+		fmt.Fprintf(w, " %s |", leadName(c))
+	}
+	fmt.Fprintf(w, "\n|---|---|---:|")
+	for range sec.cols {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintf(w, "---|")
+	for range own {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	behind := map[string][]string{}
+	for _, row := range sec.rows {
+		work, path, cpu := splitName(row)
+		base := sec.val[row]["keyrate"]
+		fmt.Fprintf(w, "| %s | %s | %s |", work, path, cpu)
+		fastest, fastestName := 0.0, ""
+		for _, c := range sec.cols {
+			v, ok := sec.val[row][c]
+			switch {
+			case !ok:
+				fmt.Fprintf(w, " – |")
+			case isOwn(c):
+				fmt.Fprintf(w, " **%s** |", ns(v))
+			default:
+				fmt.Fprintf(w, " %s (%.2f) |", ns(v), v/base)
+				if fastestName == "" || v < fastest {
+					fastest, fastestName = v, c
+				}
+			}
+		}
+		fmt.Fprintf(w, " %s |", fastestName)
+		for _, c := range own {
+			v, ok := sec.val[row][c]
+			if !ok || fastestName == "" {
+				fmt.Fprintf(w, " – |")
+				continue
+			}
+			lead := fastest / v
+			mark := ""
+			if lead < 1.5 {
+				mark = " ✗"
+				behind[c] = append(behind[c], fmt.Sprintf("%s/%s/cpu=%s (%.2fx vs %s)", work, path, cpu, lead, fastestName))
+			}
+			fmt.Fprintf(w, " %.2f%s |", lead, mark)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	for _, c := range own {
+		if len(behind[c]) > 0 {
+			fmt.Fprintf(w, "%s below the 1.5x goal: %s.\n\n", c, strings.Join(behind[c], "; "))
+		} else {
+			fmt.Fprintf(w, "%s meets the 1.5x goal on every row.\n\n", c)
+		}
+	}
+	writeScaling(w, sec, "parallel-10k")
+
+	for _, unit := range []string{"allocs/op", "B/op", "admit/op"} {
+		t := at[unit]
+		if t == nil {
+			continue
+		}
+		fmt.Fprintf(w, "### %s\n\n| workload | path | cpu | %s |\n|---|---|---:|", unit, strings.Join(t.cols, " | "))
+		for range t.cols {
+			fmt.Fprintf(w, "---:|")
+		}
+		fmt.Fprintln(w)
+		for _, row := range t.rows {
+			work, path, cpu := splitName(row)
+			fmt.Fprintf(w, "| %s | %s | %s |", work, path, cpu)
+			for _, c := range t.cols {
+				if v, ok := t.val[row][c]; ok {
+					fmt.Fprintf(w, " %s |", strconv.FormatFloat(v, 'g', 3, 64))
+				} else {
+					fmt.Fprintf(w, " – |")
+				}
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+	}
+
+	if in.http != "" {
+		if err := writeHTTP(w, in.http); err != nil {
+			return err
+		}
+	}
+	if floorCSV != "" {
+		if err := writeFloor(w, floorCSV, sec); err != nil {
+			return err
+		}
+	}
+	if tablesMD != "" {
+		b, err := os.ReadFile(tablesMD)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "## Accuracy, memory and latency\n\nFrom `go run ./cmd/tables`.\n\n%s", b)
+	}
+	return nil
+}
+
+// isOwn reports whether a column is one of keyrate's own configurations
+// ("keyrate", "keyrate-coarse", ...) rather than a peer.
+func isOwn(col string) bool { return col == "keyrate" || strings.HasPrefix(col, "keyrate-") }
+
+// ownColumns returns keyrate's own columns in order; write has checked that
+// "keyrate" is the first.
+func ownColumns(cols []string) []string {
+	var own []string
+	for _, c := range cols {
+		if isOwn(c) {
+			own = append(own, c)
+		}
+	}
+	return own
+}
+
+// leadName is the header of the lead column for one of keyrate's own
+// configurations: "lead" for keyrate, "lead (coarse)" for keyrate-coarse.
+func leadName(col string) string {
+	if col == "keyrate" {
+		return "lead"
+	}
+	return "lead (" + strings.TrimPrefix(col, "keyrate-") + ")"
+}
+
+// writeScaling compares each limiter's time per call at the lowest and the
+// highest -cpu on one workload, per path: above 1, more cores made it faster.
+func writeScaling(w io.Writer, sec *table, work string) {
+	type key struct{ path, cpu string }
+	at := map[key]string{}
+	var paths, cpus []string
+	for _, row := range sec.rows {
+		wk, path, cpu := splitName(row)
+		if wk != work {
+			continue
+		}
+		if !slices.Contains(paths, path) {
+			paths = append(paths, path)
+		}
+		if !slices.Contains(cpus, cpu) {
+			cpus = append(cpus, cpu)
+		}
+		at[key{path, cpu}] = row
+	}
+	if len(cpus) < 2 {
+		return
+	}
+	lo, hi := cpus[0], cpus[len(cpus)-1]
+	fmt.Fprintf(w, "### Scaling on distinct keys\n\n%s, ns per Allow at -cpu %s and -cpu %s, and the speed-up (the first over the second;\n", work, lo, hi)
+	fmt.Fprintf(w, "%s would be perfect on this machine).\n\n| path | %s |\n|---|", hi, strings.Join(sec.cols, " | "))
+	for range sec.cols {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, path := range paths {
+		fmt.Fprintf(w, "| %s |", path)
+		for _, c := range sec.cols {
+			a, okA := sec.val[at[key{path, lo}]][c]
+			b, okB := sec.val[at[key{path, hi}]][c]
+			if !okA || !okB || b == 0 {
+				fmt.Fprintf(w, " – |")
+				continue
+			}
+			fmt.Fprintf(w, " %s → %s (%.2fx) |", ns(a), ns(b), a/b)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+}
+
+func writeFloor(w io.Writer, floorCSV string, allow *table) error {
+	ft, err := parse(floorCSV)
+	if err != nil {
+		return err
+	}
+	t := ft["sec/op"]
+	if t == nil || len(t.cols) == 0 {
+		return fmt.Errorf("%s: no sec/op table", floorCSV)
+	}
+	get := func(op string) float64 {
+		for _, row := range t.rows {
+			if strings.HasSuffix(row, "op="+op) {
+				return t.val[row][t.cols[0]]
+			}
+		}
+		return 0
+	}
+	since, hash, mu, sum := get("time-since"), get("maphash"), get("mutex"), get("sum")
+	allowNs := allow.val["Allow/work=serial-hot/path=deny"]["keyrate"]
+	fmt.Fprintf(w, "## Floor\n\nWhat one exact decision must at least do, serial, -cpu 1, against keyrate's serial hot-key Allow (deny path).\n\n")
+	fmt.Fprintf(w, "| operation | ns |\n|---|---:|\n")
+	fmt.Fprintf(w, "| time.Now | %s |\n| time.Since (keyrate's clock read) | %s |\n", ns(get("time-now")), ns(since))
+	fmt.Fprintf(w, "| maphash.String, 17-byte key | %s |\n| sync.Mutex Lock+Unlock, uncontended | %s |\n", ns(hash), ns(mu))
+	fmt.Fprintf(w, "| sum of the three | %s |\n| the three in one loop | %s |\n", ns(since+hash+mu), ns(sum))
+	if allowNs > 0 {
+		fmt.Fprintf(w, "| **keyrate Allow** | **%s** |\n| Allow minus the sum | %s (%.2fx the sum) |\n", ns(allowNs), ns(allowNs-(since+hash+mu)), allowNs/(since+hash+mu))
+	}
+	for _, c := range ownColumns(allow.cols)[1:] {
+		// A coarse clock reads no clock per call: its floor is the hash and the lock.
+		v := allow.val["Allow/work=serial-hot/path=deny"][c]
+		if v > 0 && strings.HasSuffix(c, "-coarse") {
+			fmt.Fprintf(w, "| **%s Allow** (no clock read) | **%s** |\n| %s Allow minus maphash and mutex | %s (%.2fx the two) |\n", c, ns(v), c, ns(v-(hash+mu)), v/(hash+mu))
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}

@@ -1,0 +1,165 @@
+// Package benchmarks measures keyrate side by side with other per-key rate
+// limiters for Go: throughput on the same workloads, memory per tracked key,
+// accuracy at window boundaries and under overload, and the latency callers
+// see while idle keys are swept; and keyrate's httplimit side by side with
+// other net/http rate limiting middleware (HTTPPeers).
+//
+// Every limiter sits behind one small adapter (Limiter) configured to the
+// same budget, so each workload runs the same code against each of them. It
+// lives in the development module so that the peers never enter keyrate's go.mod.
+// run.sh runs everything and writes RESULTS.md; README.md explains what each
+// number means.
+package benchmarks
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limiter is the one decision every adapter offers: admit or refuse one
+// event for a key, now.
+type Limiter interface {
+	// Allow reports whether one event for key is admitted now, recording it
+	// if so.
+	Allow(key string) bool
+	// Exhaust spends key's whole budget, so that the next Allow for key is
+	// refused. Limiters whose budget refills continuously (token buckets,
+	// GCRA) are also put one window into deficit through their public API,
+	// so that a key touched rarely still stays refused for a benchmark's
+	// length: the refusal path measured afterwards is the same one a freshly
+	// spent key takes.
+	Exhaust(key string)
+	// Close releases background goroutines where the library allows it.
+	Close()
+}
+
+// ErrorCounter is implemented by adapters whose library can answer a call
+// with an error instead of a decision. Allow counts such a call as refused.
+type ErrorCounter interface {
+	Errors() int64
+}
+
+// Config is the budget every adapter is built with: Limit events per
+// Window per key. Token buckets get a burst of Limit and a refill of Limit
+// per Window.
+type Config struct {
+	Limit  int
+	Window time.Duration
+	// Now, when set, replaces the system clock for limiters that accept a
+	// clock (see Peer.Clock); others ignore it.
+	Now func() time.Time
+	// Sweep is how often a limiter with a background sweeper looks for idle
+	// keys (go-limiter then treats a key idle for one Window as idle). Zero
+	// keeps the library's default; NoSweep turns the sweeper off where the
+	// library allows it (keyrate, ulule).
+	Sweep time.Duration
+}
+
+// NoSweep in Config.Sweep turns background sweeping off where possible.
+const NoSweep time.Duration = -1
+
+func (c Config) validate() error {
+	if c.Limit < 1 || c.Window <= 0 {
+		return fmt.Errorf("benchmarks: need limit >= 1 and window > 0, got %d per %v", c.Limit, c.Window)
+	}
+	if c.Sweep < 0 && c.Sweep != NoSweep {
+		return errors.New("benchmarks: negative sweep interval")
+	}
+	return nil
+}
+
+// Peer describes one limiter under test.
+type Peer struct {
+	// Name is the short name used in benchmark names and tables.
+	Name string
+	// Module is the Go module (and version) measured.
+	Module string
+	// Algorithm is how the limiter counts.
+	Algorithm string
+	// Sweeper says how idle keys leave memory.
+	Sweeper string
+	// Clock reports whether New honours Config.Now.
+	Clock bool
+	// Resolution is the coarse clock's resolution for a keyrate
+	// configuration that reads its clock once per Resolution
+	// (keyrate.WithCoarseClock); zero when every call reads the clock.
+	Resolution time.Duration
+	// New builds the limiter.
+	New func(Config) (Limiter, error)
+}
+
+// CoarseResolution is the clock resolution of the keyrate-coarse
+// configuration.
+const CoarseResolution = time.Millisecond
+
+// Peers lists keyrate's own configurations first (the default, which reads
+// the clock on every call, then keyrate-coarse, with
+// keyrate.WithCoarseClock(CoarseResolution)), then the five peers, in a fixed
+// order. The tables call every entry a limiter; only the five after keyrate's
+// own are the peers it is compared with.
+var Peers = []Peer{
+	{
+		Name:      "keyrate",
+		Module:    "github.com/keyrate/keyrate",
+		Algorithm: "exact sliding log",
+		Sweeper:   "janitor goroutine, one key locked at a time",
+		Clock:     true,
+		New:       newKeyrate,
+	},
+	{
+		Name:       "keyrate-coarse",
+		Module:     "github.com/keyrate/keyrate, WithCoarseClock(1ms)",
+		Algorithm:  "exact sliding log, coarse clock",
+		Sweeper:    "janitor goroutine, one key locked at a time",
+		Resolution: CoarseResolution,
+		New:        newKeyrateCoarse,
+	},
+	{
+		Name:      "xrate",
+		Module:    "golang.org/x/time/rate v0.16.0 + sync.Map",
+		Algorithm: "token bucket",
+		Sweeper:   "none: keys stay forever",
+		Clock:     true,
+		New:       newXRate,
+	},
+	{
+		Name:      "golimiter",
+		Module:    "github.com/sethvargo/go-limiter v0.7.1 memorystore",
+		Algorithm: "fixed window per key (refill on interval ticks)",
+		Sweeper:   "goroutine holding the whole-map lock",
+		New:       newGoLimiter,
+	},
+	{
+		Name:      "ulule",
+		Module:    "github.com/ulule/limiter/v3 v3.11.2 memory store",
+		Algorithm: "fixed window per key (from its first event)",
+		Sweeper:   "cleaner goroutine over a sync.Map",
+		New:       newUlule,
+	},
+	{
+		Name:      "throttled",
+		Module:    "github.com/throttled/throttled/v2 v2.15.0 memstore",
+		Algorithm: "GCRA (token bucket)",
+		Sweeper:   "none without an LRU bound: keys stay forever",
+		Clock:     true,
+		New:       newThrottled,
+	},
+	{
+		Name:      "httprate",
+		Module:    "github.com/go-chi/httprate v0.16.1 local counter",
+		Algorithm: "sliding window counter (two fixed windows, weighted)",
+		Sweeper:   "inline: the first call of a new window clears the older map",
+		New:       newHTTPRate,
+	},
+}
+
+// PeerByName returns the peer called name.
+func PeerByName(name string) (Peer, bool) {
+	for _, p := range Peers {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}

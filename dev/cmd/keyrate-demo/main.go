@@ -1,0 +1,238 @@
+// Command keyrate-demo is a small API behind the keyrate middleware, to try
+// rate limiting with curl:
+//
+//	go run ./dev/cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
+//	                              [-max-conns 1024] [-max-conns-per-addr 128]
+//
+// GET /api/status allows 3 requests per 60 s (10 for an API key starting
+// with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
+// each its own budget per client. The last is the one to try bursts on: 10
+// requests at :09 and 10 more at :11 get 10 through, where a fixed window of
+// 10 s would let all 20 in. GET /api/export is under two policies at once,
+// "export-burst" 2 per 10 s and "export-hourly" 5 per hour: a request must
+// fit both, and a refusal names the one that refused it.
+//
+// A client is its X-API-Key header when it sends one, else its IP address
+// (read from X-Forwarded-For only with -trusted-proxies). Every decision is
+// logged in one line, and streamed to the page at / that draws it live
+// beside what a fixed window would have done, or one lane per policy (see
+// internal/live). Neither shows an API key, only a fingerprint of it.
+//
+// Each in-process budget tracks at most 100,000 clients; a full one makes
+// room for a new client by evicting those decided least recently. An
+// address may bring at most 20 new API keys a minute, so that it cannot
+// force that at will: past that, a new key gets a 429 of its own.
+//
+// GET /metrics serves Prometheus metrics (package promlimit): requests by
+// route and result, decision latency, backend errors, refusals per policy,
+// and the keys each in-process limiter tracks.
+//
+// Budgets live in the process by default. With -redis they live in that
+// Redis server (keys under "keyrate-demo:"), so that several demo processes
+// using it share them: replicas behind one budget per client.
+//
+// The server holds at most -max-conns connections at once (more wait until
+// one closes) and at most -max-conns-per-addr from one client address
+// (more are closed at once), so that no one address can take every
+// connection or the process's file descriptors; and at most 4 of the
+// page's event streams per client.
+//
+// The first line of output is "keyrate-demo listening on http://ADDR", with
+// the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
+// read back.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
+	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
+	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
+	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
+	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
+	flag.Parse()
+	if *maxConns < 1 || *maxPerAddr < 1 {
+		fmt.Fprintln(os.Stderr, "keyrate-demo: -max-conns and -max-conns-per-addr must be at least 1")
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg := config{TrustedProxies: *hops, Conns: connLimits{Total: *maxConns, PerAddr: *maxPerAddr}}
+	if *redisAddr != "" {
+		c, err := dialRedis(ctx, *redisAddr)
+		if err != nil {
+			log.Fatalf("keyrate-demo: %v", err)
+		}
+		defer c.Close()
+		cfg.Redis, cfg.RedisAddr = c, *redisAddr
+	}
+	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
+		log.Fatalf("keyrate-demo: %v", err)
+	}
+}
+
+// run serves until ctx ends, writing the address, the curl hints and one
+// line per decision to out.
+func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
+	hub, err := newLive(cfg)
+	if err != nil {
+		return err
+	}
+	subscribers := []func(decision){decisionLogger(out), recordTo(hub)}
+	if next := cfg.OnDecision; next != nil {
+		subscribers = append(subscribers, next)
+	}
+	cfg.OnDecision = func(d decision) {
+		for _, s := range subscribers {
+			s(d)
+		}
+	}
+	h, closeLimiters, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLimiters()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	ln = limitConns(ln, cfg.Conns.orDefault())
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg))
+
+	srv := newHTTPServer(withLive(h, hub), hub, cfg.Timeouts)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(out, "keyrate-demo shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// timeouts bound how long a client can hold a connection of the server.
+type timeouts struct {
+	ReadHeader time.Duration // to send a request's headers
+	Read       time.Duration // to send a whole request, body included
+	Write      time.Duration // to take a response; the page's event stream sets its own deadline per write instead
+	Idle       time.Duration // to send the next request on a keep-alive connection
+}
+
+// defaultTimeouts are ample for curl, a browser and keyrate-load on any
+// network, and short enough that idle or stalled connections cannot pile
+// up: each holds a goroutine and buffers, and 3,000 idle keep-alive
+// connections took the demo from 13 to 80 MB when none was set.
+var defaultTimeouts = timeouts{
+	ReadHeader: 5 * time.Second,
+	Read:       10 * time.Second,
+	Write:      15 * time.Second,
+	Idle:       60 * time.Second,
+}
+
+// newHTTPServer returns the demo's server for h, with t's timeouts (zero
+// fields get defaultTimeouts'). Shutting it down ends the page's event
+// streams first, or Shutdown would wait on them.
+func newHTTPServer(h http.Handler, hub *live.Hub, t timeouts) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: or(t.ReadHeader, defaultTimeouts.ReadHeader),
+		ReadTimeout:       or(t.Read, defaultTimeouts.Read),
+		WriteTimeout:      or(t.Write, defaultTimeouts.Write),
+		IdleTimeout:       or(t.Idle, defaultTimeouts.Idle),
+	}
+	srv.RegisterOnShutdown(hub.Close)
+	return srv
+}
+
+func hints(base string, cfg config) string {
+	var b strings.Builder
+	if cfg.Redis != nil {
+		fmt.Fprintf(&b, "\nBudgets live in Redis at %s, under %q: every demo process using it shares them.\n", cfg.RedisAddr, redisPrefix)
+	} else {
+		b.WriteString("\nBudgets live in this process (-redis host:port shares them between processes).\n")
+	}
+	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
+	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
+	for _, rt := range routes {
+		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies))
+		if rt.Pro != nil {
+			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, `
+  curl -i %[1]s/api/status
+  for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/status; done; echo
+  curl -i -H '%[2]s: alice' %[1]s/api/status
+  curl -i -H '%[2]s: pro-alice' %[1]s/api/status   # the pro tier: 10 per 60s
+  for i in 1 2 3; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/export; done; echo   # 200 200 429: export-burst refused
+  curl -i '%[1]s/api/search?q=limits'
+  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
+  curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
+`, base, keyHeader, metricsPath)
+	if hops := cfg.TrustedProxies; hops > 0 {
+		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// decisionLogger returns a subscriber that writes one line per decision.
+func decisionLogger(out io.Writer) func(decision) {
+	var mu sync.Mutex
+	return func(d decision) {
+		var line string
+		switch {
+		case d.Err != nil:
+			line = fmt.Sprintf("error    %v", d.Err)
+		case d.Decision.Allowed:
+			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
+		case d.Decision.Overflow:
+			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
+		default:
+			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
+		}
+		if p := d.Decision.Policy; p != "" {
+			// A route under several policies: the binding one, which
+			// refused, or has the least left.
+			line += " policy=" + p
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "%s %-7s %-22q %s\n", d.At.UTC().Format("15:04:05.000"), d.Route, d.Key, line)
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoBinary builds the real command, starts it on a free loopback port
+// and drives it with an HTTP client, as a user following the README would.
+func TestDemoBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the demo with")
+	}
+	// The build has go test's own timeout: from a cold cache on two busy
+	// cores it can take minutes.
+	bin := filepath.Join(t.TempDir(), "keyrate-demo")
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, bin, "-addr", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v", lines.Err())
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "keyrate-demo listening on ")
+	if !ok {
+		t.Fatalf("first line %q does not give the address", lines.Text())
+	}
+	rest := make(chan string, 1)
+	go func() { // keep the pipe drained; hand over everything printed, up to EOF
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) *http.Response {
+		t.Helper()
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for i := range 3 {
+		if resp := get("/api/status"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"status";q=3;w=60` {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	resp := get("/api/status")
+	retry := resp.Header.Get("Retry-After")
+	if resp.StatusCode != 429 || retry == "" || retry == "0" ||
+		resp.Header.Get("RateLimit") != `"status";r=0;t=`+retry ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("fourth request: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp := get("/api/search?q=x"); resp.StatusCode != 200 {
+		t.Fatalf("search: %d", resp.StatusCode)
+	}
+	if resp := get("/api/burst"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"burst";q=10;w=10` {
+		t.Fatalf("burst: %d %v", resp.StatusCode, resp.Header)
+	}
+	metrics, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	if metrics.StatusCode != 200 || !strings.Contains(string(body), `keyrate_requests_total{result="limited",route="status"} 1`) {
+		t.Fatalf("GET /metrics: %d\n%s", metrics.StatusCode, body)
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	// Read to the end before Wait: Wait closes the pipe, and lines still
+	// unread would be lost.
+	out := <-rest
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("demo exited with %v", err)
+	}
+	for _, hint := range []string{
+		"/api/status  3 per 60s; 10 per 60s for a key starting with pro-\n",
+		"/api/search  20 per 60s\n",
+		"/api/burst   10 per 10s\n",
+		"/api/export  2 per 10s (export-burst) and 5 per 3600s (export-hourly)\n",
+		"/api/burst; done", "/metrics | grep",
+	} {
+		if !strings.Contains(out, hint) {
+			t.Errorf("start-up hints lack %q:\n%s", hint, out)
+		}
+	}
+	if strings.Count(out, " status ") != 4 || strings.Count(out, " burst ") != 1 || strings.Count(out, " refused ") != 1 || !strings.Contains(out, "shutting down") {
+		t.Fatalf("log does not show one line per decision:\n%s", out)
+	}
+}

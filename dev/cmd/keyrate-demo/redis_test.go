@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/keyrate/keyrate/dev/internal/redisserver"
+	"github.com/redis/go-redis/v9"
+)
+
+// startRedis runs a redis-server on a free loopback port for the test (see
+// redisserver.Start) and returns a client of it, as dialRedis makes one.
+func startRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	addr := redisserver.Start(t)
+	c, err := dialRedis(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, addr
+}
+
+// Two demo servers on one Redis share each client's budget: what one
+// admitted counts on the other, route by route, and the keys are the
+// demo's own.
+func TestRedisBudgetsAreShared(t *testing.T) {
+	client, addr := startRedis(t)
+	if got, want := hints("http://127.0.0.1:8080", config{Redis: client, RedisAddr: addr}), "Budgets live in Redis at "+addr; !strings.Contains(got, want) {
+		t.Errorf("start-up hints lack %q:\n%s", want, got)
+	}
+	a, _ := newTestServer(t, config{Redis: client})
+	b, _ := newTestServer(t, config{Redis: client})
+
+	for i, h := range []http.Handler{a, b, a} {
+		if rec := do(h, "/api/status", "X-API-Key", "alice"); rec.Code != 200 {
+			t.Fatalf("request %d of 3: %d", i, rec.Code)
+		}
+	}
+	rec := do(b, "/api/status", "X-API-Key", "alice")
+	if rec.Code != 429 || rec.Header().Get("RateLimit") != `"status";r=0;t=60` {
+		t.Fatalf("fourth request, on the other server: %d %v, want 429 after 3 of 3 on both together", rec.Code, rec.Header())
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "bob"); rec.Code != 200 {
+		t.Fatalf("another client: %d, want its own budget", rec.Code)
+	}
+	if rec := do(b, "/api/burst", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"burst";r=9;t=10` {
+		t.Fatalf("another route: %d %v, want its own budget", rec.Code, rec.Header())
+	}
+
+	keys, err := client.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 {
+		t.Errorf("Redis holds %d keys, want 3 (alice and bob on status, alice on burst): %q", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, redisPrefix) {
+			t.Errorf("key %q lacks the prefix %q", k, redisPrefix)
+		}
+	}
+}
+
+// A wrong -redis address stops the demo at start-up with a clear error.
+func TestDialRedisFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = dialRedis(t.Context(), addr)
+	if err == nil || !strings.Contains(err.Error(), "no Redis at "+addr) {
+		t.Fatalf("dialRedis(%s) = %v, want an error naming the address", addr, err)
+	}
+}
+
+// On Redis too, /api/export is decided under both its policies at once and
+// "pro-" keys get their tier, across servers.
+func TestRedisPoliciesAndTiers(t *testing.T) {
+	client, _ := startRedis(t)
+	a, _ := newTestServer(t, config{Redis: client})
+	b, seen := newTestServer(t, config{Redis: client})
+
+	for i, h := range []http.Handler{a, b} {
+		if rec := do(h, "/api/export", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != exportPolicy {
+			t.Fatalf("export %d: %d %v", i+1, rec.Code, rec.Header())
+		}
+	}
+	rec := do(b, "/api/export", "X-API-Key", "alice")
+	if rec.Code != 429 || !strings.HasPrefix(rec.Header().Get("RateLimit"), `"export-burst";r=0;t=10, "export-hourly";r=3;t=3600`) ||
+		!strings.Contains(rec.Body.String(), "export-burst") || strings.Contains(rec.Body.String(), "export-hourly") {
+		t.Fatalf("third export: %d %v %s, want 429 by export-burst alone", rec.Code, rec.Header(), rec.Body)
+	}
+	parts := (*seen)[len(*seen)-1].Decision.Policies()
+	if len(parts) != 2 || parts[0].Allowed || !parts[1].Allowed || parts[1].Remaining != 3 {
+		t.Errorf("third export's policies %+v, want export-burst refusing and export-hourly with 3 left", parts)
+	}
+
+	for i := range 10 {
+		h := []http.Handler{a, b}[i%2]
+		if rec := do(h, "/api/status", "X-API-Key", "pro-alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != `"status";q=10;w=60` {
+			t.Fatalf("pro status %d: %d %v", i+1, rec.Code, rec.Header())
+		}
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "pro-alice"); rec.Code != 429 {
+		t.Errorf("eleventh pro status: %d, want 429 after 10 on both servers", rec.Code)
+	}
+	if rec := do(a, "/api/status", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != `"status";q=3;w=60` {
+		t.Errorf("a free key: %d %v, want the default tier", rec.Code, rec.Header())
+	}
+}
