@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"strings"
 	"time"
 
@@ -371,4 +372,30 @@ func ExampleBackendFunc() {
 	// internal true <nil>
 	// alice true <nil>
 	// alice false <nil>
+}
+
+var errTooManyRequests = errors.New("too many requests")
+
+// serve answers one request from clientID, if its budget allows.
+func serve(limiter *keyrate.Limiter, clientID string) error {
+	if !limiter.Allow(clientID) {
+		return errTooManyRequests
+	}
+	return nil // ... the work itself
+}
+
+// serve refuses the third request of a two-a-minute budget.
+func Example_serve() {
+	limiter, err := keyrate.New(2, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	for range 3 {
+		fmt.Println(serve(limiter, "alice"))
+	}
+	// Output:
+	// <nil>
+	// <nil>
+	// too many requests
 }

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -91,4 +92,41 @@ func Example_policies() {
 	// 200 RateLimit: "second";r=1;t=1, "minute";r=0;t=59 Retry-After: ""
 	// 429 RateLimit: "second";r=1;t=1, "minute";r=0;t=59 Retry-After: "59"
 	// RateLimit-Policy: "second";q=2;w=1, "minute";q=3;w=60
+}
+
+// routes limits GET /api/search to 20 requests a minute per API key, or
+// per client address without one, behind one reverse proxy.
+func routes(mux *http.ServeMux, searchHandler http.Handler) error {
+	l, err := keyrate.New(20, time.Minute)
+	if err != nil {
+		return err
+	}
+	ip, err := httplimit.ClientIP(httplimit.TrustHops(1)) // one reverse proxy in front
+	if err != nil {
+		return err
+	}
+	search, err := httplimit.New(l,
+		httplimit.WithRoute("search"),                               // own budget, own policy name
+		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", ip)), // API key, else client IP
+		httplimit.WithOnLimited(func(e middleware.Event) { log.Printf("limited on %s", e.Route) }),
+	)
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET /api/search", search.Handler(searchHandler))
+	return nil
+}
+
+// The search route admits a client and says its policy.
+func Example_routes() {
+	mux := http.NewServeMux()
+	if err := routes(mux, http.NotFoundHandler()); err != nil {
+		log.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/api/search", nil)
+	req.Header.Set("X-API-Key", "alice")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"))
+	// Output: 404 "search";q=20;w=60
 }
