@@ -18,9 +18,10 @@ import (
 // TestCluster runs the limiter on a real Redis Cluster of three masters,
 // through a redis.ClusterClient: the shared behavioural suite, several
 // policies per key (one script on one slot), the upgrade from the earlier
-// releases' layout (two keys, one slot), the server's clock, replicas
-// sharing a key, the deny cache, and keys built to pile onto one slot
-// landing on every master.
+// releases' layout (two keys, one slot), refunds made by another client
+// than the decision's, the server's clock, replicas sharing a key, the
+// deny cache, and keys built to pile onto one slot landing on every
+// master.
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartClusterT(t)
 	client := cluster.Client(t)
@@ -47,6 +48,11 @@ func TestCluster(t *testing.T) {
 
 	t.Run("PoliciesConcurrent", func(t *testing.T) {
 		testPoliciesConcurrent(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
+	})
+
+	// A refund is one script on the key's slot, from any cluster client.
+	t.Run("Refund", func(t *testing.T) {
+		testRefundTwoClients(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
 	})
 
 	t.Run("ServerTime", func(t *testing.T) {

@@ -306,13 +306,14 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 
 // decision makes the Decision for a request of weight n under t from the
 // script's reply v: {allowed, now, then per policy remaining, retryAfter,
-// resetAfter, refillAfter}, durations in microseconds. Each policy's part
+// resetAfter, refillAfter, then gen, recorded}, durations in microseconds;
+// an admission gets its Receipt from now, gen and recorded. Each policy's part
 // says whether that policy alone had room, by the core's rules; Combine
 // picks the binding one. The script's own verdict must agree with the
 // parts': a reply that admitted what the parts refuse, or the reverse, is
 // an error, never an answer.
 func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
-	if want := 2 + 4*len(t.policies); len(v) != want {
+	if want := 4 + 4*len(t.policies); len(v) != want {
 		return keyrate.Decision{}, fmt.Errorf("script returned %d values, want %d", len(v), want)
 	}
 	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
@@ -330,6 +331,9 @@ func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
 	d := keyrate.Combine(parts[:len(t.policies)]...)
 	if d.Allowed != (v[0] == 1) {
 		return keyrate.Decision{}, fmt.Errorf("script answered allowed=%d, its policies' numbers say %v", v[0], d.Allowed)
+	}
+	if d.Allowed && n > 0 {
+		d.Receipt = newReceipt(n, v[1], v[len(v)-1], v[len(v)-2])
 	}
 	return d, nil
 }

@@ -53,7 +53,18 @@ func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Deci
 	})
 }
 
+// mustTake returns TakeContext's Decision without its Receipt, which is
+// the backend's own (an admission's receipt names its instant and the
+// key's generation), so that Decisions compare by what they say;
+// mustTakeReceipt keeps it.
 func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
+	t.Helper()
+	d := mustTakeReceipt(t, l, key, n)
+	d.Receipt = keyrate.Receipt{}
+	return d
+}
+
+func mustTakeReceipt(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
 	t.Helper()
 	d, err := l.TakeContext(context.Background(), key, n)
 	if err != nil {
