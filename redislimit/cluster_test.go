@@ -19,9 +19,9 @@ import (
 // through a redis.ClusterClient: the shared behavioural suite, several
 // policies per key (one script on one slot), the upgrade from the earlier
 // releases' layout (two keys, one slot), refunds made by another client
-// than the decision's, the server's clock, replicas sharing a key, the
-// deny cache, and keys built to pile onto one slot landing on every
-// master.
+// than the decision's, the server's clock under every algorithm, replicas
+// sharing a key, the deny cache, and keys built to pile onto one slot
+// landing on every master.
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartClusterT(t)
 	client := cluster.Client(t)
@@ -56,7 +56,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("ServerTime", func(t *testing.T) {
-		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 			l := newLimiter(t, client, 3, time.Hour, redislimit.WithAlgorithm(alg))
 			for i := range 5 {
 				if d := mustTake(t, l, "user", 1); d.Allowed != (i < 3) {

@@ -297,3 +297,30 @@ func ExampleLimiter_Refund() {
 	// 401
 	// 429, retry in 15m0s
 }
+
+// GCRA is a token bucket: 10 per 10 minutes admits a burst of 10, then one
+// a minute, as redis_rate does with a burst of 10 and a rate of 10 per 10
+// minutes.
+func ExampleWithAlgorithm_gcra() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, 10, 10*time.Minute, redislimit.WithAlgorithm(redislimit.GCRA))
+	if err != nil {
+		log.Fatal(err)
+	}
+	admitted, d := 0, keyrate.Decision{}
+	for range 12 {
+		if d, err = limiter.TakeContext(context.Background(), "tenant-7", 1); err != nil {
+			log.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	fmt.Println("admitted:", admitted)
+	fmt.Println("next token in:", d.RetryAfter.Round(time.Second))
+	// Output:
+	// admitted: 10
+	// next token in: 1m0s
+}

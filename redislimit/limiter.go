@@ -178,6 +178,8 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	switch cfg.algorithm {
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
+	case GCRA:
+		l.script, l.suffix = gcraScript, ":gcra"
 	default:
 		l.script, l.suffix, l.legacy = slidingLogScript, ":log", ":sl"
 	}

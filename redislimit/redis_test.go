@@ -78,7 +78,7 @@ func mustTakeReceipt(t *testing.T, l *redislimit.Limiter, key string, n int) key
 // the test flaky.
 func TestServerTime(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, window = 5, 24 * time.Hour
 			l := newLimiter(t, client, limit, window, redislimit.WithAlgorithm(alg))
@@ -116,7 +116,7 @@ func TestServerTime(t *testing.T) {
 // admit exactly the limit.
 func TestClientsShareOneWindow(t *testing.T) {
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, clients, callsPerClient = 50, 4, 25
 			prefix := uniquePrefix()
@@ -446,7 +446,7 @@ func TestNewErrors(t *testing.T) {
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			client := srv.Client(t)
 			var rt redistest.RoundTrips

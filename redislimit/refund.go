@@ -20,8 +20,8 @@ var ErrNothingToRefund = keyrate.ErrNothingToRefund
 // core's keyrate.Limiter.Refund: under the sliding log the decision's own
 // events leave the log (not the newest ones, which would let a later
 // window hold more than the limit), from every policy at once; under
-// FixedWindow they leave their window's count while that window lasts.
-// It is one script run, on
+// FixedWindow they leave their window's count while that window lasts;
+// under GCRA every bucket gets their tokens back. It is one script run, on
 // the key's own Redis key (so its Cluster slot), atomic with every other
 // decision for the key, whichever Limiter or replica made the decision: d
 // only has to come from one with the same prefix, hash tag secret and
@@ -38,7 +38,8 @@ var ErrNothingToRefund = keyrate.ErrNothingToRefund
 // for a decision that recorded nothing (a refusal, a weight of 0, an
 // error), was refunded already, or is another key's, or when the key no
 // longer holds its events: they have left the longest window of the key's
-// policies (under FixedWindow, their window has ended), or Redis lost the key since (a DEL, an expiry, a
+// policies (under FixedWindow, their window has ended; under GCRA, the
+// buckets are full), or Redis lost the key since (a DEL, an expiry, a
 // FLUSHALL, a failover). Another key's decision, and one of a key's
 // earlier state, are told by the generation drawn when a key's state is
 // created, which the receipt names: short of a 1 in 65,536 chance. It returns an error wrapping ErrInvalidKey for an empty
@@ -136,8 +137,11 @@ const newGen = `(math.random(0, 65535) + now) % 65536`
 
 // refundScript returns the refund script of the Limiter's algorithm.
 func (l *Limiter) refundScript() *redis.Script {
-	if l.script == fixedWindowScript {
+	switch l.script {
+	case fixedWindowScript:
 		return fixedWindowRefundScript
+	case gcraScript:
+		return gcraRefundScript
 	}
 	return slidingLogRefundScript
 }
@@ -328,9 +332,40 @@ redis.call('HSET', key, unpack(set))
 return 1
 `
 
+// gcraRefundSource gives every bucket of the key's policies (gcra.go)
+// that is not full n tokens back: its TAT moves n refill intervals
+// earlier, to now at the earliest. A bucket that is full has nothing to
+// take back.
+const gcraRefundSource = refundPrologue + `
+local function num(x) return string.format('%.0f', x) end
+local fields, T, seen = {'g'}, {}, {}
+for i = 1, P do
+  local t = math.ceil(windows[i] / limits[i])
+  if not seen[t] then
+    seen[t] = true
+    T[#T + 1] = t
+    fields[#fields + 1] = 't' .. num(t)
+  end
+end
+local cur = redis.call('HMGET', key, unpack(fields))
+if tonumber(cur[1]) ~= gen then return 0 end
+local set = {}
+for i = 1, #T do
+  local tat = tonumber(cur[1 + i])
+  if tat and tat > now then
+    set[#set + 1] = fields[1 + i]
+    set[#set + 1] = num(math.max(tat - n * T[i], now))
+  end
+end
+if #set == 0 then return -1 end
+redis.call('HSET', key, unpack(set))
+return 1
+`
+
 var (
 	slidingLogRefundScript  = redis.NewScript(slidingLogRefundSource)
 	fixedWindowRefundScript = redis.NewScript(fixedWindowRefundSource)
+	gcraRefundScript        = redis.NewScript(gcraRefundSource)
 )
 
 // runBudgeted runs s within the Limiter's time budget, as TakeContext

@@ -63,7 +63,7 @@ func TestRefundRemovesItsOwnInstants(t *testing.T) {
 func TestRefundErrors(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(start.Add(time.Second))
 			l := newLimiter(t, client, 2, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(alg))
@@ -135,8 +135,8 @@ func TestRefundErrors(t *testing.T) {
 				t.Fatalf("c after a refused refund: %d remaining, want 1", got)
 			}
 
-			// Long enough for the events to leave the window, and the
-			// fixed window to end.
+			// Long enough for the events to leave the window, the fixed
+			// window to end and the bucket to fill again.
 			late := mustTakeReceipt(t, l, "d", 1)
 			clock.Advance(20 * time.Second)
 			refuses("d", &late, "its events have gone")
@@ -266,7 +266,7 @@ func TestRefundTwoClients(t *testing.T) {
 
 func testRefundTwoClients(t *testing.T, newClient func(t *testing.T) redis.UniversalClient) {
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := uniquePrefix()
 			mk := func() *redislimit.Limiter {
@@ -308,7 +308,7 @@ func testRefundTwoClients(t *testing.T, newClient func(t *testing.T) redis.Unive
 func TestRefundConcurrent(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit = 1000
 			prefix := uniquePrefix()
@@ -369,7 +369,7 @@ func TestRefundConcurrent(t *testing.T) {
 func TestRefundDenyCache(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(start)
 			l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Minute, redislimit.WithAlgorithm(alg),
@@ -396,8 +396,8 @@ func TestRefundDenyCache(t *testing.T) {
 	}
 }
 
-// TestRefundAlgorithms checks refunds under the fixed window: events leave
-// their window's count while it lasts.
+// TestRefundAlgorithms checks refunds under the O(1) algorithms: events
+// leave their fixed window while it lasts; the bucket gets its tokens back.
 func TestRefundAlgorithms(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
@@ -415,6 +415,25 @@ func TestRefundAlgorithms(t *testing.T) {
 	clock.Advance(10 * time.Second)
 	if err := fw.Refund(ctx, "k", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
 		t.Fatalf("refund once its window has ended: %v, want ErrNothingToRefund", err)
+	}
+
+	gcra := newLimiter(t, client, 10, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.GCRA))
+	d = mustTakeReceipt(t, gcra, "k", 10)
+	if mustTake(t, gcra, "k", 1).Allowed {
+		t.Fatal("the bucket of 10 admitted an eleventh")
+	}
+	clock.Advance(1500 * time.Millisecond) // one token back
+	if err := gcra.Refund(ctx, "k", &d); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, gcra, "k", 10); !d.Allowed {
+		t.Fatalf("after the refund: %+v, want ten tokens", d)
+	}
+	clock.Advance(time.Hour)
+	d = mustTakeReceipt(t, gcra, "k", 1)
+	clock.Advance(time.Hour)
+	if err := gcra.Refund(ctx, "k", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
+		t.Fatalf("refund once the bucket is full: %v, want ErrNothingToRefund", err)
 	}
 }
 

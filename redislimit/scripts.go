@@ -1,8 +1,8 @@
 package redislimit
 
-// The decision scripts (slidinglog.go, fixedwindow.go) speak one protocol,
-// built for several policies (limits over windows of different lengths)
-// kept under one key, decided together:
+// The decision scripts (slidinglog.go, fixedwindow.go, gcra.go) speak one
+// protocol, built for several policies (limits over windows of different
+// lengths) kept under one key, decided together:
 //
 //	KEYS[1]  the key's state
 //	KEYS[2]  the sliding log only: the key's state in the sorted-set
@@ -13,7 +13,7 @@ package redislimit
 //	         or "" to read the server's TIME (so that every client shares
 //	         one clock; only tests pass an instant)
 //	ARGV[3]  the resolution in microseconds, 0 for none (WithResolution;
-//	         the fixed window has none and ignores it)
+//	         the fixed window and GCRA have none and ignore it)
 //	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
 //
 // Each returns {allowed (0 or 1), now, then per policy: remaining,
