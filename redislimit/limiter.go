@@ -12,9 +12,18 @@
 // The default algorithm is the exact sliding log of the core package (at
 // most limit events per key in any window-length span), at O(log N) per
 // decision whatever the weight; FixedWindow trades exactness at window
-// boundaries for O(1) memory per key. Either way the decision reads the
+// boundaries for O(1) memory per key, and GCRA is the token bucket of the
+// core's keyrate.GCRA, which answers as github.com/go-redis/redis_rate
+// does, also in O(1). Whichever the algorithm, the decision reads the
 // Redis server's clock, never the callers', so replicas whose clocks
 // disagree still share one exact window.
+//
+// Refund gives an admitted decision back exactly, as the core's
+// keyrate.Limiter.Refund does: the events it recorded leave the key's log,
+// its own instants and not the newest, in one script run on the key's
+// slot, from any replica. Taking first and refunding what should not
+// count (a successful login, a response under 400) makes "count only the
+// failures" exact across replicas.
 //
 // The sliding log keeps a compact string per key: 8 bytes per instant at
 // which the key admitted events still in its longest window (MEMORY USAGE:
