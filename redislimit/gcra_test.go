@@ -204,3 +204,28 @@ func TestGCRAExpiry(t *testing.T) {
 		t.Fatalf("an unknown algorithm: %v, want an error wrapping keyrate.ErrConfig", err)
 	}
 }
+
+// TestGCRATiers checks what a key keeps when its policies change: a
+// policy of the same refill interval reads the same bucket (10 per 10s
+// and 20 per 20s both refill one a second), one of another interval
+// starts with its bucket full.
+func TestGCRATiers(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	if d := mustTake(t, l, "k", 10); !d.Allowed {
+		t.Fatalf("a burst of 10: %+v", d)
+	}
+	if err := l.SetTier("", []keyrate.Policy{{Limit: 20, Window: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, l, "k", 0); d.Remaining != 10 || d.ResetAfter != 10*time.Second {
+		t.Fatalf("under 20 per 20s: %+v, want the same bucket: 10 of 20 spent, full in 10s", d)
+	}
+	if err := l.SetTier("", []keyrate.Policy{{Limit: 10, Window: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, l, "k", 10); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("under 10 per 20s, a bucket of its own: %+v, want a full burst of 10", d)
+	}
+}
