@@ -42,7 +42,7 @@ func BenchmarkTake(b *testing.B) {
 		twoPolicies    bool // 100 per minute and 1,000 per day
 	}
 	var cases []bench
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		for _, parallel := range []bool{false, true} {
 			for _, hot := range []bool{false, true} {
 				cases = append(cases, bench{alg: alg, parallel: parallel, hot: hot})

@@ -18,7 +18,8 @@ import (
 // TestCluster runs the limiter on a real Redis Cluster of three masters,
 // through a redis.ClusterClient: the shared behavioural suite, several
 // policies per key (one script on one slot), the upgrade from the earlier
-// releases' layout (two keys, one slot), the server's clock, replicas
+// releases' layout (two keys, one slot), refunds made by another client
+// than the decision's, the server's clock under every algorithm, replicas
 // sharing a key, the deny cache, and keys built to pile onto one slot
 // landing on every master.
 func TestCluster(t *testing.T) {
@@ -49,8 +50,13 @@ func TestCluster(t *testing.T) {
 		testPoliciesConcurrent(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
 	})
 
+	// A refund is one script on the key's slot, from any cluster client.
+	t.Run("Refund", func(t *testing.T) {
+		testRefundTwoClients(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
+	})
+
 	t.Run("ServerTime", func(t *testing.T) {
-		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 			l := newLimiter(t, client, 3, time.Hour, redislimit.WithAlgorithm(alg))
 			for i := range 5 {
 				if d := mustTake(t, l, "user", 1); d.Allowed != (i < 3) {

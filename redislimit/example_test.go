@@ -256,3 +256,71 @@ func ExampleWithResolution() {
 	// remaining: 99997
 	// first quota back within a day and a minute: true
 }
+
+// Counting only failed logins: each attempt takes from a budget of 3 per
+// 15 minutes, and a successful one is refunded, so that only failures
+// count. Refund removes the attempt's own event, whichever replica made
+// it; once 3 failures are in the window, even the right password waits.
+func ExampleLimiter_Refund() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, 3, 15*time.Minute, redislimit.WithPrefix("login:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	login := func(user, password string) string {
+		d, err := limiter.TakeContext(ctx, user, 1)
+		if err != nil {
+			log.Fatal(err) // or fail closed: it is a login
+		}
+		if !d.Allowed {
+			return fmt.Sprintf("429, retry in %v", d.RetryAfter.Round(time.Minute))
+		}
+		if password != "correct horse" {
+			return "401"
+		}
+		if err := limiter.Refund(ctx, user, &d); err != nil {
+			log.Fatal(err)
+		}
+		return "200"
+	}
+	for _, password := range []string{"correct horse", "guess 1", "correct horse", "guess 2", "guess 3", "correct horse"} {
+		fmt.Println(login("alice", password))
+	}
+	// Output:
+	// 200
+	// 401
+	// 200
+	// 401
+	// 401
+	// 429, retry in 15m0s
+}
+
+// GCRA is a token bucket: 10 per 10 minutes admits a burst of 10, then one
+// a minute, as redis_rate does with a burst of 10 and a rate of 10 per 10
+// minutes.
+func ExampleWithAlgorithm_gcra() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, 10, 10*time.Minute, redislimit.WithAlgorithm(redislimit.GCRA))
+	if err != nil {
+		log.Fatal(err)
+	}
+	admitted, d := 0, keyrate.Decision{}
+	for range 12 {
+		if d, err = limiter.TakeContext(context.Background(), "tenant-7", 1); err != nil {
+			log.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	fmt.Println("admitted:", admitted)
+	fmt.Println("next token in:", d.RetryAfter.Round(time.Second))
+	// Output:
+	// admitted: 10
+	// next token in: 1m0s
+}

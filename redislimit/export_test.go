@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -72,7 +73,7 @@ func ReadLog(ctx context.Context, c redis.UniversalClient, k string) (Log, error
 	}
 	const m = 1 << 32
 	lt := (g.Last + g.Tick - 1) / g.Tick
-	newest := lt + ((tn-lt)%m+m)%m
+	newest := lt + ((tn-lt+m/2)%m+m)%m - m/2 // within 2^31 ticks of last, either side
 	prev := g.Base
 	for i := range cnt {
 		p := logHeader + 8*(i-rc)
@@ -112,3 +113,10 @@ func (l *Limiter) LegacyKey(key string) string {
 	id := clientkey.Bound(key)
 	return l.legacyKey(id, l.tags.of(id))
 }
+
+// ReceiptGen returns the generation of the key's state that r names.
+func ReceiptGen(r keyrate.Receipt) uint64 { return r.ID() >> 48 }
+
+// ReceiptRecorded returns the instant, in microseconds since the epoch,
+// that the events r names were recorded at.
+func ReceiptRecorded(r keyrate.Receipt) int64 { return r.At().UnixMicro() + int64(r.ID()&maxOffset) }

@@ -9,7 +9,8 @@ import "github.com/redis/go-redis/v9"
 // clock that steps back stays in the newest window seen. The key expires
 // when the last of its current windows ends (set when one of them starts).
 // All of a window's events leave together when it ends, so refillAfter
-// equals resetAfter.
+// equals resetAfter. A field g holds the hash's generation, drawn when an
+// admission creates it, which receipts name (see refund.go).
 //
 // Fields are named by window length, not by the policy's position, so that
 // a key whose policies change (SetTier, tiers) never reads one window's
@@ -22,7 +23,9 @@ for i = 1, P do
   fields[2 * i - 1] = 'w' .. num(windows[i])
   fields[2 * i] = 'n' .. num(windows[i])
 end
+fields[2 * P + 1] = 'g'
 local cur = redis.call('HMGET', key, unpack(fields))
+local gen = tonumber(cur[2 * P + 1])
 local idx, count, left = {}, {}, {}
 local fresh, ttl = false, 0
 for i = 1, P do
@@ -47,6 +50,10 @@ if n == 0 then allowed = true end
 local out = {0, now}
 if allowed and n > 0 then
   local set = {}
+  if not gen then
+    gen = ` + newGen + `
+    set[1], set[2] = 'g', gen
+  end
   for i = 1, P do
     set[#set + 1] = fields[2 * i - 1]
     set[#set + 1] = num(idx[i])
@@ -62,6 +69,8 @@ if allowed and n > 0 then
     out[#out + 1] = left[i]
     out[#out + 1] = left[i]
   end
+  out[#out + 1] = gen
+  out[#out + 1] = now
   return out
 end
 if allowed then out[1] = 1 end
@@ -75,6 +84,8 @@ for i = 1, P do
   out[#out + 1] = reset
   out[#out + 1] = reset
 end
+out[#out + 1] = 0
+out[#out + 1] = 0
 return out
 `
 

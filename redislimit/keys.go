@@ -15,7 +15,7 @@ import (
 //
 // suffix names the algorithm: ":log" for the sliding log (":sl" in earlier
 // releases, whose sorted sets the script merges in, see legacy.go), ":fw"
-// for the fixed window.
+// for the fixed window, ":gcra" for GCRA.
 // id is the key itself when it is at most clientkey.MaxLen (128) bytes,
 // else "sha256:" and the base64url SHA-256 digest of the whole key
 // (clientkey.Bound, the rule the middleware uses too): any key can be

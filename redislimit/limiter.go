@@ -12,9 +12,18 @@
 // The default algorithm is the exact sliding log of the core package (at
 // most limit events per key in any window-length span), at O(log N) per
 // decision whatever the weight; FixedWindow trades exactness at window
-// boundaries for O(1) memory per key. Either way the decision reads the
+// boundaries for O(1) memory per key, and GCRA is the token bucket of the
+// core's keyrate.GCRA, which answers as github.com/go-redis/redis_rate
+// does, also in O(1). Whichever the algorithm, the decision reads the
 // Redis server's clock, never the callers', so replicas whose clocks
 // disagree still share one exact window.
+//
+// Refund gives an admitted decision back exactly, as the core's
+// keyrate.Limiter.Refund does: the events it recorded leave the key's log,
+// its own instants and not the newest, in one script run on the key's
+// slot, from any replica. Taking first and refunding what should not
+// count (a successful login, a response under 400) makes "count only the
+// failures" exact across replicas.
 //
 // The sliding log keeps a compact string per key: 8 bytes per instant at
 // which the key admitted events still in its longest window (MEMORY USAGE:
@@ -178,6 +187,8 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	switch cfg.algorithm {
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
+	case GCRA:
+		l.script, l.suffix = gcraScript, ":gcra"
 	default:
 		l.script, l.suffix, l.legacy = slidingLogScript, ":log", ":sl"
 	}
@@ -306,13 +317,14 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 
 // decision makes the Decision for a request of weight n under t from the
 // script's reply v: {allowed, now, then per policy remaining, retryAfter,
-// resetAfter, refillAfter}, durations in microseconds. Each policy's part
+// resetAfter, refillAfter, then gen, recorded}, durations in microseconds;
+// an admission gets its Receipt from now, gen and recorded. Each policy's part
 // says whether that policy alone had room, by the core's rules; Combine
 // picks the binding one. The script's own verdict must agree with the
 // parts': a reply that admitted what the parts refuse, or the reverse, is
 // an error, never an answer.
 func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
-	if want := 2 + 4*len(t.policies); len(v) != want {
+	if want := 4 + 4*len(t.policies); len(v) != want {
 		return keyrate.Decision{}, fmt.Errorf("script returned %d values, want %d", len(v), want)
 	}
 	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
@@ -330,6 +342,9 @@ func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
 	d := keyrate.Combine(parts[:len(t.policies)]...)
 	if d.Allowed != (v[0] == 1) {
 		return keyrate.Decision{}, fmt.Errorf("script answered allowed=%d, its policies' numbers say %v", v[0], d.Allowed)
+	}
+	if d.Allowed && n > 0 {
+		d.Receipt = newReceipt(n, v[1], v[len(v)-1], v[len(v)-2])
 	}
 	return d, nil
 }

@@ -20,12 +20,14 @@ import (
 // policy is one limit over a window, the window in microseconds.
 type policy struct{ limit, window int64 }
 
-// verdict is a script's answer: allowed, the instant decided at, and per
-// policy remaining, retryAfter, resetAfter and refillAfter.
+// verdict is a script's answer: allowed, the instant decided at, per
+// policy remaining, retryAfter, resetAfter and refillAfter, and the
+// instant an admission's events were recorded at (0 when none were).
 type verdict struct {
-	allowed bool
-	now     int64
-	per     [][4]int64
+	allowed  bool
+	now      int64
+	per      [][4]int64
+	recorded int64
 }
 
 // runScript runs s for key with no resolution; see runScriptAt.
@@ -50,15 +52,15 @@ func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key str
 	if err != nil {
 		t.Fatalf("script(n=%d, now=%d): %v", n, now, err)
 	}
-	if len(v) != 2+4*len(ps) {
-		t.Fatalf("script returned %d values, want %d", len(v), 2+4*len(ps))
+	if len(v) != 4+4*len(ps) {
+		t.Fatalf("script returned %d values, want %d", len(v), 4+4*len(ps))
 	}
 	// The tests move a manual clock, not real time: keep Redis from
 	// expiring what the model still counts. Expiry is tested elsewhere.
 	if err := c.Persist(context.Background(), key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out := verdict{allowed: v[0] == 1, now: v[1]}
+	out := verdict{allowed: v[0] == 1, now: v[1], recorded: v[len(v)-1]}
 	for i := range ps {
 		out.per = append(out.per, [4]int64(v[2+4*i:6+4*i]))
 	}
@@ -185,6 +187,7 @@ func (m *logModel) decide(now, n int64, ps []policy) verdict {
 		}
 		m.events = append(m.events, event{at, n})
 		m.last = now
+		v.recorded = at
 	}
 	return v
 }
@@ -236,6 +239,9 @@ func (m *windowModel) decide(now, n int64, ps []policy) verdict {
 		}
 	}
 	v := verdict{allowed: allowed, now: now}
+	if allowed && n > 0 {
+		v.recorded = now
+	}
 	for i, p := range ps {
 		if allowed && n > 0 {
 			v.per = append(v.per, [4]int64{p.limit - count[i] - n, 0, left[i], left[i]})
@@ -313,7 +319,7 @@ func TestScriptsMatchModels(t *testing.T) {
 					}
 					got := runScript(t, client, alg.script, key, n, now, ps)
 					want := m.decide(now, n, ps)
-					if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) {
+					if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) || got.recorded != want.recorded {
 						t.Fatalf("sequence %d step %d, policies %v: take(n=%d) at +%dµs\n got %+v\nwant %+v",
 							seq, step, ps, n, now-base, got, want)
 					}
@@ -363,7 +369,7 @@ func TestRunningTotalsWrap(t *testing.T) {
 		now += rng.Int64N(2e6)
 		got := runScript(t, client, slidingLogScript, key, n, now, ps)
 		want := m.decide(now, n, ps)
-		if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) {
+		if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) || got.recorded != want.recorded {
 			t.Fatalf("step %d: take(n=%d)\n got %+v\nwant %+v", step, n, got, want)
 		}
 		if got.allowed {
@@ -433,7 +439,7 @@ func TestLogMatchesModel(t *testing.T) {
 			}
 			got := runScriptAt(t, client, slidingLogScript, key, n, now, m.res, ps)
 			want := m.decide(now, n, ps)
-			if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) {
+			if got.allowed != want.allowed || got.now != want.now || !slices.Equal(got.per, want.per) || got.recorded != want.recorded {
 				t.Fatalf("sequence %d step %d, resolution %dµs, policies %v: take(n=%d) at +%dµs\n got %+v\nwant %+v",
 					seq, step, m.res, ps, n, now-base, got, want)
 			}

@@ -37,7 +37,7 @@ func fillRedis(t *testing.T, client *redis.Client) {
 	}
 }
 
-// TestOutOfMemory runs both algorithms on a redis-server at its maxmemory
+// TestOutOfMemory runs every algorithm on a redis-server at its maxmemory
 // under the noeviction policy: an admission, which must write, fails with
 // an error wrapping ErrOutOfMemory (and keyrate.ErrOutOfMemory) that does
 // not quote the key, while a key already at its limit is still refused,
@@ -47,7 +47,7 @@ func TestOutOfMemory(t *testing.T) {
 	client := srv.Client(t)
 	const secret = "sk_live_4f2a9c"
 	var limiters []*redislimit.Limiter
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		l := newLimiter(t, client, 2, time.Hour, redislimit.WithAlgorithm(alg))
 		for range 2 {
 			if d := mustTake(t, l, "full-"+secret, 1); !d.Allowed {
@@ -57,7 +57,7 @@ func TestOutOfMemory(t *testing.T) {
 		limiters = append(limiters, l)
 	}
 	fillRedis(t, client)
-	for i, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for i, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		l := limiters[i]
 		d, err := l.TakeContext(context.Background(), "fresh-"+secret, 1)
 		if !errors.Is(err, redislimit.ErrOutOfMemory) || !errors.Is(err, keyrate.ErrOutOfMemory) || d.Allowed {

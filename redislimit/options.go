@@ -29,7 +29,7 @@ type config struct {
 	tiers     map[string][]keyrate.Policy
 }
 
-// Algorithm selects how a Limiter counts. Both run as one Lua script per
+// Algorithm selects how a Limiter counts. Each runs as one Lua script per
 // decision, so each decision is atomic and costs one round trip.
 type Algorithm int
 
@@ -56,6 +56,18 @@ const (
 	// 2*limit events can be admitted within a short span around the end of
 	// one window and the start of the next.
 	FixedWindow
+
+	// GCRA is the generic cell rate algorithm, the token bucket of the
+	// core's keyrate.GCRA and of github.com/go-redis/redis_rate: a bucket
+	// of limit tokens that refills one every window/limit (rounded up to a
+	// microsecond), so a burst of limit, then one per window/limit. Its
+	// decisions are redis_rate's with burst = limit and rate = limit per
+	// window (see the README for where the numbers differ), so a user of
+	// redis_rate can switch with the same budgets. O(1) memory and work
+	// per key (a small hash, a field per policy); after a burst it keeps
+	// admitting at the refill rate, so a span of one window may hold up to
+	// nearly twice the limit.
+	GCRA
 )
 
 // String returns the algorithm's name as written in this package.
@@ -65,6 +77,8 @@ func (a Algorithm) String() string {
 		return "SlidingLog"
 	case FixedWindow:
 		return "FixedWindow"
+	case GCRA:
+		return "GCRA"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
@@ -83,7 +97,9 @@ const DefaultTimeout = 250 * time.Millisecond
 
 // WithAlgorithm selects the counting algorithm. Default: SlidingLog, exact
 // at a memory cost proportional to the limit; FixedWindow is O(1) per key
-// but admits bursts of up to 2*limit across a window boundary.
+// but admits bursts of up to 2*limit across a window boundary; GCRA is
+// O(1) per key, smooths a key to its refill rate after a burst of limit,
+// and answers as redis_rate does.
 func WithAlgorithm(a Algorithm) Option {
 	return func(cfg *config) { cfg.algorithm = a }
 }
@@ -216,7 +232,7 @@ func WithHashTagSecret(secret []byte) Option {
 // Default: none, every instant its own entry. d must be positive, in whole
 // microseconds, and at most the shortest window of every tier (New,
 // NewPolicies and SetTier check); it applies to SlidingLog, and with
-// FixedWindow it is an error. Each error wraps keyrate.ErrConfig.
+// FixedWindow or GCRA it is an error. Each error wraps keyrate.ErrConfig.
 func WithResolution(d time.Duration) Option {
 	return func(cfg *config) { cfg.res, cfg.resSet = d, true }
 }
@@ -238,7 +254,7 @@ func newConfig(opts []Option) (config, error) {
 		}
 	}
 	switch {
-	case cfg.algorithm != SlidingLog && cfg.algorithm != FixedWindow:
+	case cfg.algorithm != SlidingLog && cfg.algorithm != FixedWindow && cfg.algorithm != GCRA:
 		return config{}, fmt.Errorf("%w: unknown algorithm %v", keyrate.ErrConfig, cfg.algorithm)
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return config{}, fmt.Errorf("%w: prefix %q contains '{' or '}'", keyrate.ErrConfig, cfg.prefix)
@@ -260,6 +276,8 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: resolution is %v, want a positive number of whole microseconds", keyrate.ErrConfig, cfg.res)
 	case cfg.resSet && cfg.algorithm == FixedWindow:
 		return config{}, fmt.Errorf("%w: resolution %v given to the fixed window, which has none", keyrate.ErrConfig, cfg.res)
+	case cfg.resSet && cfg.algorithm == GCRA:
+		return config{}, fmt.Errorf("%w: resolution %v given to GCRA, which has none", keyrate.ErrConfig, cfg.res)
 	}
 	return cfg, nil
 }

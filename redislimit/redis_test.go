@@ -52,7 +52,18 @@ func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Deci
 	})
 }
 
+// mustTake returns TakeContext's Decision without its Receipt, which is
+// the backend's own (an admission's receipt names its instant and the
+// key's generation), so that Decisions compare by what they say;
+// mustTakeReceipt keeps it.
 func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
+	t.Helper()
+	d := mustTakeReceipt(t, l, key, n)
+	d.Receipt = keyrate.Receipt{}
+	return d
+}
+
+func mustTakeReceipt(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.Decision {
 	t.Helper()
 	d, err := l.TakeContext(context.Background(), key, n)
 	if err != nil {
@@ -66,7 +77,7 @@ func mustTake(t *testing.T, l *redislimit.Limiter, key string, n int) keyrate.De
 // the test flaky.
 func TestServerTime(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, window = 5, 24 * time.Hour
 			l := newLimiter(t, client, limit, window, redislimit.WithAlgorithm(alg))
@@ -104,7 +115,7 @@ func TestServerTime(t *testing.T) {
 // admit exactly the limit.
 func TestClientsShareOneWindow(t *testing.T) {
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, clients, callsPerClient = 50, 4, 25
 			prefix := uniquePrefix()
@@ -434,7 +445,7 @@ func TestNewErrors(t *testing.T) {
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			client := srv.Client(t)
 			var rt redistest.RoundTrips

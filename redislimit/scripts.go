@@ -1,7 +1,8 @@
 package redislimit
 
-// Both scripts speak one protocol, built for several policies (limits over
-// windows of different lengths) kept under one key, decided together:
+// The decision scripts (slidinglog.go, fixedwindow.go, gcra.go) speak one
+// protocol, built for several policies (limits over windows of different
+// lengths) kept under one key, decided together:
 //
 //	KEYS[1]  the key's state
 //	KEYS[2]  the sliding log only: the key's state in the sorted-set
@@ -12,12 +13,16 @@ package redislimit
 //	         or "" to read the server's TIME (so that every client shares
 //	         one clock; only tests pass an instant)
 //	ARGV[3]  the resolution in microseconds, 0 for none (WithResolution;
-//	         the fixed window has none and ignores it)
+//	         the fixed window and GCRA have none and ignore it)
 //	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
 //
 // Each returns {allowed (0 or 1), now, then per policy: remaining,
-// retryAfter, resetAfter, refillAfter}, durations in microseconds and now
-// the instant the decision was taken at (the server's, clamped as below).
+// retryAfter, resetAfter, refillAfter, then gen, recorded}, durations in
+// microseconds and now the instant the decision was taken at (the
+// server's, clamped as below). gen and recorded make an admission's
+// receipt (see refund.go): the generation of the key's state and the
+// instant its events were recorded at (now, or later when the sliding log
+// rounds it up); both are 0 when nothing was recorded.
 // The rules are the in-process limiter's: n == 0 is allowed and records
 // nothing; n < 0 is refused with every retryAfter 0 (it can never fit); n
 // above a policy's limit is refused, with that policy's retryAfter 0; a
@@ -32,10 +37,10 @@ package redislimit
 // is the default and the call is a no-op (pcall keeps servers that dropped
 // the function working).
 
-// prologue reads the arguments both scripts share, and the instant to
-// decide at. It leaves the resolution in res, P policies in limits and
-// windows, the longest window in wmax (its policy's index in longest) and
-// the lowest limit in lmin.
+// prologue reads the arguments the decision scripts share, and the
+// instant to decide at. It leaves the resolution in res, P policies in
+// limits and windows, the longest window in wmax (its policy's index in
+// longest) and the lowest limit in lmin.
 const prologue = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]

@@ -11,15 +11,18 @@ import "github.com/redis/go-redis/v9"
 //	               including this entry's, mod 2^32
 //
 // The header holds, little-endian (Redis's Lua struct library packs and
-// unpacks it): version uint8 (1), k uint8 (ticks are 2^k µs), 2 bytes
-// unused; cap, head (the ring index of its oldest entry), rc (the entries
-// in the ring), base (the running total before the oldest entry), and the
-// oldest entry's total and tick, all uint32; expires float64 (an instant
-// the key is sure to live until, µs); then what an append changes: cnt
-// (the entries held, ring and buffer), the newest entry's total and tick
-// (uint32), and last float64 (the newest admission's instant, µs). Instants
-// are float64s, exact below 2^53 µs (the year 2255). The entries, oldest
-// first, are the ring's rc from head, then the buffer's cnt-rc.
+// unpacks it): version uint8 (1), k uint8 (ticks are 2^k µs), gen uint16
+// (the log's generation, drawn when the log is created: a receipt names
+// it, so that a refund does not apply to another key's log or a later one
+// of the same key, see refund.go); cap, head (the ring index of its oldest
+// entry), rc (the entries in the ring), base (the running total before
+// the oldest entry), and the oldest entry's total and tick, all uint32;
+// expires float64 (an instant the key is sure to live until, µs); then
+// what an append changes: cnt (the entries held, ring and buffer), the
+// newest entry's total and tick (uint32), and last float64 (the newest
+// admission's instant, µs). Instants are float64s, exact below 2^53 µs
+// (the year 2255). The entries, oldest first, are the ring's rc from head,
+// then the buffer's cnt-rc.
 //
 // An entry's weight is its total minus the one before it, so the weight a
 // window holds is one subtraction, and the entry whose leaving frees room
@@ -36,7 +39,10 @@ import "github.com/redis/go-redis/v9"
 // longest window is under 2^31-1 ticks (1 µs for windows up to 35 minutes,
 // 64 µs for a day), and stored mod 2^32. An entry's instant is recovered
 // from the newest's, which last pins down: every entry held is within a
-// longest window and a resolution of the newest, so under 2^32 ticks older.
+// longest window and a resolution of the newest, so under 2^32 ticks older,
+// and the newest is within 2^31 ticks of last, after it by at most a
+// resolution and a tick when last admitted, or before it by under a
+// longest window once refunds have taken the entries after it.
 // Rounding up treats an event as later than it was, never earlier: a
 // window holds at least what it held in real time, so no window of real
 // instants is ever over its limit, and RetryAfter is at most a tick late.
@@ -85,18 +91,20 @@ const slidingLogSource = prologue + `
 local old = KEYS[2]
 local B, H, M = 4, 56, 4294967296
 local HB = H + 8 * B
-local HDR, HOT, ENT = '<BBxxIIIIIIdIIId', '<IIId', '<II'
+local HDR, HOT, ENT = '<BBHIIIIIIdIIId', '<IIId', '<II'
 local k, tick = 0, 1
 while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
 
-local lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = k, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+local lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = k, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 local hdr = redis.call('GETRANGE', key, 0, HB - 1)
 if #hdr == HB then
   local v
-  v, lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
+  v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
   if v ~= 1 then return redis.error_reply('unknown keyrate log version ' .. v) end
 elseif #hdr > 0 then
   return redis.error_reply('not a keyrate log')
+else
+  gen = ` + newGen + `
 end
 
 -- ltick is the log's tick, TN the newest entry's tick, whole, and R0 and Rn
@@ -105,7 +113,7 @@ end
 local ltick, TN, R0, Rn = 2 ^ lk, 0, 0, 0
 if cnt > 0 then
   local lt = math.ceil(last / ltick)
-  TN = lt + (tn - lt) % M
+  TN = lt + (tn - lt + 2147483648) % M - 2147483648
   R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
 end
 
@@ -185,8 +193,10 @@ if allowed and n > 0 then
   local c = (total + n) % M
   local e = struct.pack(ENT, (R / tick) % M, c)
   if cnt == 0 then
-    -- A new log: the entry in the buffer, no ring.
-    local s = struct.pack(HDR, 1, k, 0, 0, 0, 0, c, (R / tick) % M, expires, 1, c, (R / tick) % M, last) ..
+    -- A new log, of a generation of its own: the entry in the buffer, no
+    -- ring.
+    gen = ` + newGen + `
+    local s = struct.pack(HDR, 1, k, gen, 0, 0, 0, 0, c, (R / tick) % M, expires, 1, c, (R / tick) % M, last) ..
       e .. string.rep('\0', 8 * (B - 1))
     redis.call('SET', key, s, 'PX', ttl / 1000)
   elseif lk ~= k or (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then
@@ -248,7 +258,7 @@ if allowed and n > 0 then
     cnt, total, tn = m, c, (R / tick) % M
     if cnt == 1 then c0, t0, fixed = total, tn, true end
     if fixed then
-      redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) .. tail)
+      redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) .. tail)
     else
       redis.call('SETRANGE', key, 36, struct.pack(HOT, cnt, total, tn, last) .. tail)
     end
@@ -263,6 +273,7 @@ if allowed and n > 0 then
     out[4 * i + 1] = R + windows[i] - now
     out[4 * i + 2] = refill
   end
+  out[3 + 4 * P], out[4 + 4 * P] = gen, R
   return out
 end
 if allowed then out[1] = 1 end
@@ -272,7 +283,7 @@ if cnt > 0 and Rn > now - wmax and expires < Rn + wmax then
   -- last admitted: keep it as an admission would.
   local ttl = math.ceil((math.max(Rn, now) - now + wmax * 1.5) / 1000) * 1000
   expires = now + ttl
-  redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last))
+  redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last))
   redis.call('PEXPIRE', key, ttl / 1000)
 end
 for i = 1, P do
@@ -303,6 +314,7 @@ for i = 1, P do
   end
   out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = remaining, retry, reset, refill
 end
+out[3 + 4 * P], out[4 + 4 * P] = 0, 0
 return out
 `
 
@@ -385,10 +397,10 @@ local function write(s, m, b, want, px)
     cap = math.floor((math.ceil((z + o) / step) * step - HB - o) / 8)
     rs, s, rc = s .. string.rep('\0', 8 * (cap - m)), '', m
   end
-  hdr = struct.pack(HDR, 1, k, cap, 0, rc, b, c0, t0, expires, m, total, tn, last) .. s .. string.rep('\0', 8 * B - #s)
+  hdr = struct.pack(HDR, 1, k, gen, cap, 0, rc, b, c0, t0, expires, m, total, tn, last) .. s .. string.rep('\0', 8 * B - #s)
   if px then redis.call('SET', key, hdr .. rs, 'PX', px) else redis.call('SET', key, hdr .. rs) end
   local lt = math.ceil(last / tick)
-  TN = lt + (tn - lt) % M
+  TN = lt + (tn - lt + 2147483648) % M - 2147483648
   R0, Rn = (TN - (tn - t0) % M) * tick, TN * tick
 end
 `

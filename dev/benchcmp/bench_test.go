@@ -49,6 +49,14 @@ var contenders = []contender{
 		}
 		return l.Allow
 	}},
+	{"keyrate-GCRA", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
+		l, err := redislimit.New(c, limit, period, redislimit.WithPrefix("keyrate-gcra:"),
+			redislimit.WithAlgorithm(redislimit.GCRA))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return l.Allow
+	}},
 	{"redis_rate-GCRA", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
 		l := redis_rate.NewLimiter(c)
 		rate := redis_rate.Limit{Rate: limit, Burst: limit, Period: period}

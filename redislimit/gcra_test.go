@@ -1,0 +1,231 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+)
+
+// TestGCRABurstThenRate checks the token bucket: 10 per 10s is a burst of
+// 10, then one a second, with the numbers of the core's keyrate.GCRA.
+func TestGCRABurstThenRate(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	s := time.Second
+	for i := range 10 {
+		want := single(10, 10*s, keyrate.Decision{Allowed: true, Remaining: 9 - i, ResetAfter: time.Duration(i+1) * s, RefillAfter: s})
+		if d := mustTake(t, l, "k", 1); d != want {
+			t.Fatalf("burst call %d:\n got %+v\nwant %+v (full again after a second per token spent)", i, d, want)
+		}
+	}
+	if d, want := mustTake(t, l, "k", 1), single(10, 10*s, keyrate.Decision{RetryAfter: s, ResetAfter: 10 * s, RefillAfter: s}); d != want {
+		t.Fatalf("the eleventh:\n got %+v\nwant %+v", d, want)
+	}
+	for i := 1; i <= 5; i++ {
+		clock.Advance(s)
+		if !mustTake(t, l, "k", 1).Allowed {
+			t.Fatalf("%ds: refused, want one a second", i)
+		}
+		if mustTake(t, l, "k", 1).Allowed {
+			t.Fatalf("%ds: a second admitted in one second", i)
+		}
+	}
+	clock.Advance(500 * time.Millisecond)
+	if d := mustTake(t, l, "k", 1); d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("half a second on: %+v, want a refusal for 500ms", d)
+	}
+	if d := mustTake(t, l, "k", 11); d.Allowed || d.RetryAfter != 0 {
+		t.Fatalf("11 of a bucket of 10: %+v, want a refusal with RetryAfter 0 (it can never fit)", d)
+	}
+	clock.Advance(time.Hour)
+	if d := mustTake(t, l, "k", 3); !d.Allowed || d.Remaining != 7 || d.ResetAfter != 3*s {
+		t.Fatalf("refilled: %+v, want 3 admitted with 7 remaining", d)
+	}
+}
+
+// TestGCRAMatchesCore plays random sequences of weights, refunds and clock
+// moves on one to three GCRA policies against Redis and the core's
+// in-process keyrate.GCRA limiter, and compares every number of every
+// Decision and every refund's outcome. The policies' refill intervals are
+// whole microseconds, which both count exactly.
+func TestGCRAMatchesCore(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	windows := []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second, time.Minute}
+	limits := []int{1, 2, 3, 4, 5, 6, 12, 1000}
+	for seq := range 60 {
+		rng := rand.New(rand.NewPCG(uint64(seq), 22))
+		policies := make([]keyrate.Policy, 1+rng.IntN(3))
+		for i := range policies {
+			policies[i] = keyrate.Policy{Name: fmt.Sprint("p", i), Limit: limits[rng.IntN(len(limits))], Window: windows[rng.IntN(len(windows))]}
+		}
+		clock := keyrate.NewManualClock(start)
+		l, err := redislimit.NewPolicies(client, policies, redislimit.WithPrefix(uniquePrefix()),
+			redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		core, err := keyrate.NewPolicies(policies, keyrate.WithAlgorithm(keyrate.GCRA), keyrate.WithClock(clock), keyrate.WithJanitorInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type pair struct{ d, c keyrate.Decision }
+		var taken []*pair
+		for step := range 80 {
+			switch r := rng.IntN(10); {
+			case r < 5:
+				clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			case r < 6:
+				clock.Advance(time.Duration(rng.IntN(30)) * time.Second)
+			}
+			if len(taken) > 0 && rng.IntN(5) == 0 {
+				p := taken[rng.IntN(len(taken))]
+				got, want := l.Refund(ctx, "k", &p.d), core.Refund("k", &p.c)
+				if (got == nil) != (want == nil) || got != nil && !errors.Is(got, redislimit.ErrNothingToRefund) {
+					t.Fatalf("sequence %d step %d, policies %v: refund = %v, in process %v", seq, step, policies, got, want)
+				}
+				client.Persist(ctx, l.StoreKey("k"))
+				continue
+			}
+			n := 1
+			if rng.IntN(3) == 0 {
+				n = rng.IntN(policies[0].Limit+3) - 1
+			}
+			p := &pair{c: core.Take("k", n)}
+			p.d = mustTakeReceipt(t, l, "k", n)
+			// The tests move a manual clock: keep Redis from expiring, in
+			// real time, what the model still counts.
+			client.Persist(ctx, l.StoreKey("k"))
+			got, want := p.d, p.c
+			got.Receipt, want.Receipt = keyrate.Receipt{}, keyrate.Receipt{}
+			if got != want {
+				t.Fatalf("sequence %d step %d, policies %v: Take(%d) at +%v\n got %+v\nwant %+v (in process)",
+					seq, step, policies, n, clock.Now().Sub(start), got, want)
+			}
+			if (p.d.Receipt.N() > 0) != (p.c.Receipt.N() > 0) {
+				t.Fatalf("sequence %d step %d: receipt %+v, in process %+v", seq, step, p.d.Receipt, p.c.Receipt)
+			}
+			taken = append(taken, p)
+		}
+		core.Close()
+	}
+}
+
+// TestGCRAPolicies decides 2 per second, 5 per 10 seconds and 50 per
+// minute together, over 10 seconds of 4 calls a second: the ten-second
+// bucket binds, holding 5 and refilled one every 2 seconds, and the
+// second's lets 2 a second through, so 6 are admitted in the first 2
+// seconds and one at 4, 6 and 8 seconds: 9, the core's answer.
+func TestGCRAPolicies(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(start)
+	l := newPolicies(t, client, []keyrate.Policy{{Name: "second", Limit: 2, Window: time.Second},
+		{Name: "ten", Limit: 5, Window: 10 * time.Second}, {Name: "minute", Limit: 50, Window: time.Minute}},
+		redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	admitted := 0
+	for range 40 {
+		if mustTake(t, l, "k", 1).Allowed {
+			admitted++
+		}
+		clock.Advance(250 * time.Millisecond)
+	}
+	if admitted != 9 {
+		t.Fatalf("admitted %d, want 9", admitted)
+	}
+	// At 10s the ten-second bucket has its next token, and no more.
+	if d := mustTake(t, l, "k", 1); !d.Allowed || d.Policy != "ten" || d.Remaining != 0 {
+		t.Fatalf("at 10s: %+v, want admitted, the ten-second policy binding with 0 remaining", d)
+	}
+	if d := mustTake(t, l, "k", 1); len(d.Policies()) != 3 || d.Allowed || d.Policy != "ten" || d.RetryAfter != 2*time.Second {
+		t.Fatalf("then: %+v, want a refusal by the ten-second policy for 2s, with all three policies' numbers", d)
+	}
+}
+
+// TestGCRADenyCache checks that the deny cache holds a GCRA refusal of
+// weight 1 for exactly its RetryAfter, the time until the bucket holds a
+// token again, and asks Redis then.
+func TestGCRADenyCache(t *testing.T) {
+	srv := redistest.Shared(t)
+	clock := keyrate.NewManualClock(start)
+	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA),
+		redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour), redislimit.WithClock(clock))
+	mustTake(t, l, "hot", 2)
+	clock.Advance(time.Second)
+	first := mustTake(t, l, "hot", 1)
+	if first.Allowed || first.RetryAfter != 4*time.Second {
+		t.Fatalf("the bucket empty, a second on: %+v, want a refusal for 4s", first)
+	}
+	before := rt.Load()
+	for _, el := range []time.Duration{0, time.Second, 4*time.Second - time.Microsecond} {
+		clock.Set(start.Add(time.Second + el))
+		d := mustTake(t, l, "hot", 1)
+		if d.Allowed || d.RetryAfter != first.RetryAfter-el || rt.Load() != before {
+			t.Fatalf("%v after the refusal: %+v after %d round trips, want refused locally for %v", el, d, rt.Load()-before, first.RetryAfter-el)
+		}
+	}
+	clock.Set(start.Add(5 * time.Second))
+	if d := mustTake(t, l, "hot", 1); !d.Allowed || rt.Load()-before != 1 {
+		t.Fatalf("at the refusal's RetryAfter: %+v after %d round trips, want admitted by Redis", d, rt.Load()-before)
+	}
+}
+
+// TestGCRAExpiry checks that a GCRA key lives as long as its buckets are
+// not full, and not much longer: its TTL covers the latest TAT, and
+// admissions refresh it only when it would not.
+func TestGCRAExpiry(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	clock := keyrate.NewManualClock(start)
+	const window = 10 * time.Second
+	l := newLimiter(t, client, 10, window, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	mustTake(t, l, "k", 4) // full in 4s: expires 4s + 5s later
+	ttl := client.PTTL(ctx, l.StoreKey("k")).Val()
+	if ttl <= 8*time.Second || ttl > 9*time.Second {
+		t.Fatalf("TTL after 4 of 10 per 10s: %v, want about 9s (the bucket's 4s, and half the window)", ttl)
+	}
+	mustTake(t, l, "k", 4) // full in 8s: still within the TTL, which stays
+	if got := client.PTTL(ctx, l.StoreKey("k")).Val(); got > ttl || got < ttl-time.Second {
+		t.Fatalf("TTL after an admission it still covers: %v, want it left at about %v", got, ttl)
+	}
+	clock.Advance(time.Second)
+	mustTake(t, l, "k", 2) // full in 9s from now: past the TTL, refreshed
+	if got := client.PTTL(ctx, l.StoreKey("k")).Val(); got <= 13*time.Second || got > 14*time.Second {
+		t.Fatalf("TTL after an admission past it: %v, want about 14s", got)
+	}
+	if _, err := redislimit.New(client, 1, window, redislimit.WithAlgorithm(redislimit.GCRA+1)); !errors.Is(err, keyrate.ErrConfig) {
+		t.Fatalf("an unknown algorithm: %v, want an error wrapping keyrate.ErrConfig", err)
+	}
+}
+
+// TestGCRATiers checks what a key keeps when its policies change: a
+// policy of the same refill interval reads the same bucket (10 per 10s
+// and 20 per 20s both refill one a second), one of another interval
+// starts with its bucket full.
+func TestGCRATiers(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	if d := mustTake(t, l, "k", 10); !d.Allowed {
+		t.Fatalf("a burst of 10: %+v", d)
+	}
+	if err := l.SetTier("", []keyrate.Policy{{Limit: 20, Window: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, l, "k", 0); d.Remaining != 10 || d.ResetAfter != 10*time.Second {
+		t.Fatalf("under 20 per 20s: %+v, want the same bucket: 10 of 20 spent, full in 10s", d)
+	}
+	if err := l.SetTier("", []keyrate.Policy{{Limit: 10, Window: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, l, "k", 10); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("under 10 per 20s, a bucket of its own: %+v, want a full burst of 10", d)
+	}
+}

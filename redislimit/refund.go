@@ -1,0 +1,395 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/clientkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNothingToRefund is wrapped by Refund's error when it gives nothing
+// back (see Refund). It is keyrate.ErrNothingToRefund.
+var ErrNothingToRefund = keyrate.ErrNothingToRefund
+
+// Refund gives back exactly the events the admitted decision *d recorded
+// for key, as if its request had never been made, with the meaning of the
+// core's keyrate.Limiter.Refund: under the sliding log the decision's own
+// events leave the log (not the newest ones, which would let a later
+// window hold more than the limit), from every policy at once; under
+// FixedWindow they leave their window's count while that window lasts;
+// under GCRA every bucket gets their tokens back. It is one script run, on
+// the key's own Redis key (so its Cluster slot), atomic with every other
+// decision for the key, whichever Limiter or replica made the decision: d
+// only has to come from one with the same prefix, hash tag secret and
+// algorithm, which keeps the key's state in the same Redis key. The key's
+// tier is found as TakeContext finds it.
+//
+// It consumes d's Receipt, so that refunding *d again returns an error
+// wrapping ErrNothingToRefund. Refund each Decision once: a copy still
+// holds the Receipt, and when other requests were recorded at the same
+// instant (or, with WithResolution, the same tick), refunding the copy too
+// would give back theirs.
+//
+// It returns an error wrapping ErrNothingToRefund, and changes nothing,
+// for a decision that recorded nothing (a refusal, a weight of 0, an
+// error), was refunded already, or is another key's, or when the key no
+// longer holds its events: they have left the longest window of the key's
+// policies (under FixedWindow, their window has ended; under GCRA, the
+// buckets are full), or Redis lost the key since (a DEL, an expiry, a
+// FLUSHALL, a failover). Another key's decision, and one of a key's
+// earlier state, are told by the generation drawn when a key's state is
+// created, which the receipt names: short of a 1 in 65,536 chance. It returns an error wrapping ErrInvalidKey for an empty
+// key, and ctx's error if ctx is done before the call.
+//
+// Redis's or the network's error, or the time budget (WithTimeout)
+// running out, also returns an error; the refund may then have been
+// applied or not, so it consumes the Receipt all the same: a refund is
+// never applied twice, and a lost one only makes later decisions stricter.
+//
+// A successful refund drops the key's refusal from this Limiter's deny
+// cache (WithDenyCache), so that its next request asks Redis. The deny
+// caches of other Limiters cannot see it: they may go on refusing the key
+// for up to their maximum hold (WithDenyCacheMaxHold) after a refund
+// another replica made.
+func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
+	if d == nil || d.Receipt.N() <= 0 {
+		return fmt.Errorf("redislimit: refund: %w: the decision recorded nothing, or was refunded already", ErrNothingToRefund)
+	}
+	if key == "" {
+		return fmt.Errorf("redislimit: refund: %w: empty key", ErrInvalidKey)
+	}
+	tr := l.tierFor(ctx, key)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	id := clientkey.Bound(key)
+	t := l.tags.of(id)
+	r := d.Receipt
+	at := r.At().UnixMicro()
+	args := make([]any, 5+len(tr.args))
+	args[0], args[1], args[2], args[3], args[4] = r.N(), "", at, at+int64(r.ID()&maxOffset), r.ID()>>48
+	if l.clock != nil {
+		args[1] = l.localNow() / 1000
+	}
+	copy(args[5:], tr.args)
+
+	v, err := l.runBudgeted(ctx, l.refundScript(), []string{l.storeKey(id, t)}, args)
+	if err != nil {
+		// The script may have run: never let the receipt give back twice.
+		d.Receipt = keyrate.Receipt{}
+		if l.deny != nil {
+			l.deny.forget(id)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("redislimit: refund %s: %w", keyRef(t), ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("redislimit: refund %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
+		}
+		return fmt.Errorf("redislimit: refund %s: %w", keyRef(t), err)
+	}
+	switch v {
+	case 1:
+	case 0:
+		return fmt.Errorf("redislimit: refund %s: %w: the decision is another key's, or Redis lost the key since", keyRef(t), ErrNothingToRefund)
+	default:
+		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's events", keyRef(t), ErrNothingToRefund)
+	}
+	d.Receipt = keyrate.Receipt{}
+	if l.deny != nil {
+		l.deny.forget(id)
+	}
+	return nil
+}
+
+// A Receipt of this package holds, besides the weight, the instant the
+// decision was made at on the server's clock (At, in microseconds) and an
+// ID of the key's generation (its top 16 bits) and how much later than At
+// the sliding log recorded the events (the low 48 bits, in microseconds:
+// it rounds instants up to its tick and resolution, and never records one
+// before the newest entry). The refund finds the events' entry from that
+// instant alone, so a decision's receipt stays good whichever entries
+// were added, pruned or refunded since.
+
+// maxOffset is the largest offset of the recorded instant a Receipt holds.
+const maxOffset = 1<<48 - 1
+
+// newReceipt returns the Receipt of n events decided at the server's
+// instant now and recorded at recorded (both µs), in the key state of
+// generation gen.
+func newReceipt(n int, now, recorded, gen int64) keyrate.Receipt {
+	// Only a resolution of some nine years could push the recorded
+	// instant that far; the refund then finds no entry, and says so.
+	off := min(max(recorded-now, 0), maxOffset)
+	return keyrate.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
+}
+
+// newGen is the Lua expression of a new generation for a key's state:
+// random on servers that do not seed math.random alike for every script
+// run (Redis 7 and later), and on earlier ones the microsecond the state
+// was created at, mod 2^16, so that a state made again after a loss still
+// differs from the lost one but by chance.
+const newGen = `(math.random(0, 65535) + now) % 65536`
+
+// refundScript returns the refund script of the Limiter's algorithm.
+func (l *Limiter) refundScript() *redis.Script {
+	switch l.script {
+	case fixedWindowScript:
+		return fixedWindowRefundScript
+	case gcraScript:
+		return gcraRefundScript
+	}
+	return slidingLogRefundScript
+}
+
+// The refund scripts speak one protocol:
+//
+//	KEYS[1]  the key's state
+//	ARGV[1]  n, the receipt's weight
+//	ARGV[2]  the instant to refund at, in microseconds, or "" to read the
+//	         server's TIME (as in scripts.go)
+//	ARGV[3]  the instant the decision was made at (µs)
+//	ARGV[4]  the instant its events were recorded at (µs)
+//	ARGV[5]  the generation of the key's state the receipt names
+//	ARGV[6:] limit, window pairs, one per policy of the key's tier now,
+//	         windows in microseconds
+//
+// Each returns 1 when it gave the events back, 0 when the key's state is
+// not the receipt's generation (or there is none), and -1 when it is but
+// no longer holds the events; only 1 writes.
+const refundPrologue = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local key = KEYS[1]
+local n = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local decided, recorded, gen = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local P = (#ARGV - 5) / 2
+local limits, windows, wmax = {}, {}, 0
+for i = 1, P do
+  limits[i] = tonumber(ARGV[4 + 2 * i])
+  windows[i] = tonumber(ARGV[5 + 2 * i])
+  if windows[i] > wmax then wmax = windows[i] end
+end
+`
+
+// slidingLogRefundSource finds the entry the receipt's events went to (the
+// log's layout is in slidinglog.go) and takes n from its weight: it
+// lowers the running totals of that entry and of every later one by n,
+// and removes the entry when nothing is left in it. The entry is the one
+// at the instant recorded, in the log's tick: an admission's entry is the
+// first at or after it (entries before it are earlier, or it merged into
+// the newest), and a rewrite of the log in a coarser tick rounds every
+// entry up alike, so the entries that meet merge with it; one rewritten
+// in a finer tick after a coarser one keeps its coarser instant, and the
+// refund finds nothing. An entry that has left the longest window of the
+// key's policies, or was pruned, counts as gone. The cost is O(log N) to
+// find the entry, then O(entries after it): a refund soon after its
+// decision rewrites the newest few entries and the header.
+//
+// Taking the newest entry away leaves the newest admission's instant,
+// last, after every entry: slidinglog.go recovers instants from it
+// either way. last itself stays, so decisions still never go before it.
+const slidingLogRefundSource = refundPrologue + `
+local B, H, M = 4, 56, 4294967296
+local HB = H + 8 * B
+local HDR, ENT = '<BBHIIIIIIdIIId', '<II'
+local hdr = redis.call('GETRANGE', key, 0, HB - 1)
+if #hdr == 0 then return 0 end
+if #hdr ~= HB then return redis.error_reply('not a keyrate log') end
+local v, lk, g, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
+if v ~= 1 then return redis.error_reply('unknown keyrate log version ' .. v) end
+if g ~= gen or cnt == 0 then return 0 end
+if now < last then now = last end
+local ltick = 2 ^ lk
+local lt = math.ceil(last / ltick)
+local TN = lt + (tn - lt + 2147483648) % M - 2147483648
+local R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
+local E = math.ceil(recorded / ltick) * ltick
+if E <= now - wmax or E < R0 or E > Rn then return -1 end
+local at
+` + probeHelper + `
+-- j, the entry at E: usually the newest.
+local j = cnt - 1
+if E < Rn then
+  local lo, hi = 0, cnt - 1
+  while hi - lo > 1 do
+    local mid = math.floor((lo + hi) / 2)
+    if at(mid) > E then hi = mid else lo = mid end
+  end
+  if at(lo) ~= E then return -1 end
+  j = lo
+end
+local _, cj = at(j)
+local cprev = base
+if j > 0 then _, cprev = at(j - 1) end
+if (cj - cprev) % M < n then return -1 end
+local drop = (cj - cprev) % M == n
+
+-- shift returns the entries s (as stored) with n taken from each running
+-- total, the first entry left out when drop is set.
+local function shift(s, drop)
+  local parts, pos, t, c = {}, 1
+  for i = 1, #s / 8 do
+    t, c, pos = struct.unpack(ENT, s, pos)
+    if not (drop and i == 1) then parts[#parts + 1] = struct.pack(ENT, t, (c - n) % M) end
+  end
+  return table.concat(parts)
+end
+
+local nb = cnt - rc
+local buf = hdr:sub(H + 1, H + 8 * nb)
+local removed = 0
+if drop then removed = 1 end
+if cnt == removed then
+  redis.call('DEL', key)
+  return 1
+end
+-- The header's fields about the oldest and newest entries, from the
+-- entries that will hold those places.
+if j == 0 then
+  if drop then
+    local r1, c1 = at(1)
+    c0, t0 = (c1 - n) % M, (r1 / ltick) % M
+  else
+    c0 = (c0 - n) % M
+  end
+end
+if drop and j == cnt - 1 then
+  tn = (at(j - 1) / ltick) % M
+end
+total = (total - n) % M
+if j < rc then
+  -- In the ring: its entries from j on move back a slot when the entry
+  -- goes; the buffer's keep their places.
+  local p, k = head + j, rc - j
+  if p >= cap then p = p - cap end
+  local s
+  if p + k <= cap then
+    s = redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * (p + k) - 1)
+  else
+    s = redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * cap - 1) ..
+      redis.call('GETRANGE', key, HB, HB + 8 * (p + k - cap) - 1)
+  end
+  s = shift(s, drop)
+  if #s > 0 then
+    local m = #s / 8
+    if p + m <= cap then
+      redis.call('SETRANGE', key, HB + 8 * p, s)
+    else
+      redis.call('SETRANGE', key, HB + 8 * p, s:sub(1, 8 * (cap - p)))
+      redis.call('SETRANGE', key, HB, s:sub(8 * (cap - p) + 1))
+    end
+  end
+  rc = rc - removed
+  buf = shift(buf, false)
+else
+  buf = buf:sub(1, 8 * (j - rc)) .. shift(buf:sub(8 * (j - rc) + 1), drop)
+end
+cnt = cnt - removed
+redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, g, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) ..
+  buf .. string.rep('\0', 8 * B - #buf))
+return 1
+`
+
+// fixedWindowRefundSource takes n from the count of each window length
+// (fixedwindow.go) whose current window is the one the decision was made
+// in, while it holds events: once a window has ended, its events are gone
+// with it. Two policies of one length share a count, which gives back
+// once.
+const fixedWindowRefundSource = refundPrologue + `
+local function num(x) return string.format('%.0f', x) end
+local fields, lens, seen = {'g'}, {}, {}
+for i = 1, P do
+  local w = num(windows[i])
+  if not seen[w] then
+    seen[w] = true
+    lens[#lens + 1] = windows[i]
+    fields[#fields + 1] = 'w' .. w
+    fields[#fields + 1] = 'n' .. w
+  end
+end
+local cur = redis.call('HMGET', key, unpack(fields))
+if tonumber(cur[1]) ~= gen then return 0 end
+local set = {}
+for i = 1, #lens do
+  local w = lens[i]
+  local x, c = tonumber(cur[2 * i]), tonumber(cur[2 * i + 1]) or 0
+  if x and x >= math.floor(now / w) and math.floor(decided / w) == x and c > 0 then
+    set[#set + 1] = 'n' .. num(w)
+    set[#set + 1] = c - math.min(n, c)
+  end
+end
+if #set == 0 then return -1 end
+redis.call('HSET', key, unpack(set))
+return 1
+`
+
+// gcraRefundSource gives every bucket of the key's policies (gcra.go)
+// that is not full n tokens back: its TAT moves n refill intervals
+// earlier, to now at the earliest. A bucket that is full has nothing to
+// take back.
+const gcraRefundSource = refundPrologue + `
+local function num(x) return string.format('%.0f', x) end
+local fields, T, seen = {'g'}, {}, {}
+for i = 1, P do
+  local t = math.ceil(windows[i] / limits[i])
+  if not seen[t] then
+    seen[t] = true
+    T[#T + 1] = t
+    fields[#fields + 1] = 't' .. num(t)
+  end
+end
+local cur = redis.call('HMGET', key, unpack(fields))
+if tonumber(cur[1]) ~= gen then return 0 end
+local set = {}
+for i = 1, #T do
+  local tat = tonumber(cur[1 + i])
+  if tat and tat > now then
+    set[#set + 1] = fields[1 + i]
+    set[#set + 1] = num(math.max(tat - n * T[i], now))
+  end
+end
+if #set == 0 then return -1 end
+redis.call('HSET', key, unpack(set))
+return 1
+`
+
+var (
+	slidingLogRefundScript  = redis.NewScript(slidingLogRefundSource)
+	fixedWindowRefundScript = redis.NewScript(fixedWindowRefundSource)
+	gcraRefundScript        = redis.NewScript(gcraRefundSource)
+)
+
+// runBudgeted runs s within the Limiter's time budget, as TakeContext
+// runs a decision: directly with a client that stops at ctx's deadline by
+// itself, else from a goroutine it stops waiting for at the deadline.
+func (l *Limiter) runBudgeted(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if l.direct {
+		return s.Run(ctx, l.client, keys, args...).Int64()
+	}
+	type reply struct {
+		v   int64
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := s.Run(ctx, l.client, keys, args...).Int64()
+		ch <- reply{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
