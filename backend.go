@@ -44,13 +44,10 @@ func (f BackendFunc) TakeContext(ctx context.Context, key string, n int) (Decisi
 var ErrInvalidKey = errors.New("keyrate: invalid key")
 
 // ErrOutOfMemory is wrapped by a backend's error when its store is out of
-// memory and refuses to record (a Redis at maxmemory under the noeviction
-// policy). It is a store failure like an outage, so middleware fails open
-// or closed on it as configured; it has a sentinel of its own because its
-// remedy differs (the store's memory settings, see the Redis backend's
-// README), and because under fail-open a flood of new keys that fills the
-// store would otherwise pass for an outage while it serves every new
-// client unlimited.
+// memory and refuses to record (a Redis at maxmemory under noeviction). It is
+// a store failure, answered per the failure mode, with a sentinel of its own
+// because the remedy is the store's memory settings (see redislimit's
+// README).
 var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
 // PolicyLister is implemented by backends that know their policies, as

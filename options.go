@@ -102,32 +102,21 @@ func WithJanitorInterval(d time.Duration) Option {
 	return func(cfg *config) { cfg.janitorInterval, cfg.janitorSet = d, true }
 }
 
-// WithMaxKeys bounds the number of keys the limiter tracks at once: Len
-// never exceeds n. Once n keys are tracked, a request for a key that is not
-// makes room: the least recently decided keys, n/16 of them (at least one),
-// are evicted and forget their events, and the new key is decided at once
-// like any other. Every key evicted was last decided no later than every key
-// kept, so the keys decided most recently keep their events, and only keys
-// idle longer than every other tracked key can lose theirs before their
-// window ends. That is the price of a memory bound: such a key gets its
-// whole limit back early. Size n a sixteenth above the number of clients
-// active within the longest window, and the keys evicted have no event left
-// in it: nothing is forgotten.
+// WithMaxKeys bounds the keys the limiter tracks: Len never exceeds n, so
+// floods of random API keys or spoofed addresses cannot grow its memory past
+// about n keys' worth, nor lock new clients out. Once n keys are tracked, a
+// new key makes room: the n/16 keys decided least recently (at least one)
+// are evicted, forgetting their events, and the new key is decided at once.
+// Only keys idle longer than every key kept lose events, and get their limit
+// back early: the price of a memory bound. Size n a sixteenth above the
+// clients active within the longest window, and they have none left to lose.
+// A client that mints keys can push its own idle key out, gaining nothing a
+// new key's budget did not; bound the keys one address may mint where it
+// matters.
 //
-// This is the defence against key floods: random API keys or spoofed
-// addresses cannot grow the limiter's memory past about n keys' worth, and
-// cannot lock new clients out. A client that can mint keys can push its own
-// idle key out too, which gives it nothing a new key's budget did not
-// already: where that matters, bound how fast one client may mint keys,
-// with a budget of new identities per address, say.
-//
-// Making room walks the map, reading when each key was last decided, once
-// per n/16 new keys: O(1) per new key, amortised. A walk takes a while (10
-// to 25 ms at 100,000 keys, a quarter of a second or more at 1,000,000, on
-// a 2-core machine), and new keys that arrive meanwhile wait for it;
-// decisions for tracked keys do not. It keeps a scratch of 2 bytes per key
-// of n. WithRefuseNewKeys refuses new keys instead. Default: 0, no bound.
-// Negative values are an error.
+// Making room walks the map once per n/16 new keys (10 to 25 ms at 100,000
+// keys on 2 cores), during which new keys wait and tracked keys do not.
+// WithRefuseNewKeys refuses new keys instead. Default: 0, no bound.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
 }

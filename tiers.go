@@ -6,39 +6,27 @@ import (
 	"math"
 )
 
-// WithTiers gives keys different policies, such as one set for a free plan
-// and another for a paid one: tier(key) names the key's tier and tiers maps
-// each name to its policies. A key whose tier is not in the map, or whose
-// tier is "", gets the default tier: the policies given to NewPolicies (or
-// New). SetTier changes or adds tiers later.
+// WithTiers gives keys different policies, such as a free plan's and a paid
+// one's: tier names a key's tier and tiers maps names to policies (1 to
+// MaxPolicies each, validated as NewPolicies'). A key in no tier of the map,
+// or in tier "", gets the default tier: NewPolicies' (or New's) policies.
+// SetTier changes or adds tiers later.
 //
-// tier is called on every decision (Allow, Take, Peek, each attempt of
-// Wait), outside any lock of the limiter, so a key that changes plan is
-// decided under its new policies from its next request on. It must be safe
-// for concurrent use, and cheap: a map lookup or a prefix test, not a
-// database query. If it panics, the panic is recovered and the key gets the
-// default tier: a failing tier function never crashes the limiter and never
-// leaves a key unlimited.
+// tier is called on every decision, outside any lock, so a key that changes
+// plan gets its new policies from its next request. It must be safe for
+// concurrent use and cheap (a map lookup, a prefix test). A panic in it is
+// recovered, and the key gets the default tier, never no limit.
 //
-// tier sees the client's identity as the client sent it. TakeContext and
-// WaitN pass it the identity their context carries (ContextWithIdentity),
-// which httplimit and grpclimit put there: the API key as its header or
-// metadata holds it, whatever its length, or the client's address; never
-// the route or method, a header name, or the digest that stands for a long
-// identity in the key. So a tier function written for API keys, such as
-// strings.HasPrefix(key, "pro-"), works the same behind the middleware.
-// Allow, Take, Peek, and a context without an identity, pass the key.
+// tier sees the client's identity as sent: TakeContext and WaitN pass it the
+// identity in their context (ContextWithIdentity), which httplimit and
+// grpclimit set to the API key or address, never the route, a header name or
+// a digest; so strings.HasPrefix(key, "pro-") works behind them too. Other
+// calls pass the key.
 //
-// A key's log keeps its events for the longest window of the tier that last
-// decided it. When a key moves to a tier with a longer window, events older
-// than its old tier's longest window have already been dropped and count
-// for nothing; every event that remains counts against the new policies at
-// once.
-//
-// Each tier has 1 to MaxPolicies policies, validated as NewPolicies'. A nil
-// tier function, an invalid policy or a tier named "" (the default tier is
-// NewPolicies') make the constructor return an error wrapping ErrConfig.
-// Default: no tiers, every key under the default tier.
+// A key's log keeps the events of the longest window of the tier that last
+// decided it; moved to a tier with a longer window, it counts those that
+// remain. A nil tier function, an invalid policy or a tier named "" is an
+// error wrapping ErrConfig. Default: no tiers.
 func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
 	return func(cfg *config) {
 		cfg.tierSet = true
