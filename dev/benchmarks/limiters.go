@@ -7,8 +7,9 @@
 // Every limiter sits behind one small adapter (Limiter) configured to the
 // same budget, so each workload runs the same code against each of them. It
 // lives in the development module so that the peers never enter keyrate's go.mod.
-// run.sh runs everything and writes RESULTS.md; README.md explains what each
-// number means.
+// run.sh runs everything and writes RESULTS.md (build.sh, measure.sh and
+// report.sh do it in parts, the measuring on another machine if need be);
+// README.md explains what each number means.
 package benchmarks
 
 import (

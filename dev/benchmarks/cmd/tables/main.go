@@ -1,6 +1,7 @@
 // Command tables measures accuracy, memory per key and latency during a
 // sweep for keyrate and each peer, and prints the results as markdown tables.
-// dev/benchmarks/run.sh runs it and puts its output in RESULTS.md.
+// dev/benchmarks/measure.sh runs it (built by build.sh, so that it runs
+// anywhere without the source) and report.sh puts its output in RESULTS.md.
 //
 //	go run ./cmd/tables [-keys 100000] [-sections accuracy,memory,latency]
 package main
