@@ -159,8 +159,13 @@ func memoryFull(w io.Writer) error {
 	fmt.Fprintf(w, "are filled as far as they admit in a few seconds (marked † where that is short of the limit): what each holds\n")
 	fmt.Fprintf(w, "per key has a fixed size, so their memory does not depend on it. A peer under two policies is two\n")
 	fmt.Fprintf(w, "limiters, one per policy, each holding every key; keyrate decides both in one (NewPolicies).\n")
-	fmt.Fprintf(w, "keyrate-1m is keyrate with WithResolution(%v); keyrate-fixed and keyrate-gcra are WithAlgorithm(FixedWindow)\n", benchmarks.LogResolution)
-	fmt.Fprintf(w, "and WithAlgorithm(GCRA). keyrate-coarse's logs are keyrate's.\n\n")
+	var configs []string
+	for _, p := range peers {
+		if _, option, ok := strings.Cut(p.Module, ", "); ok && strings.HasPrefix(p.Name, "keyrate-") {
+			configs = append(configs, p.Name+" is keyrate with "+option)
+		}
+	}
+	fmt.Fprintf(w, "%s. keyrate-coarse's logs are keyrate's.\n\n", strings.Join(configs, "; "))
 	fmt.Fprintf(w, "| policy | keys |")
 	for _, p := range peers {
 		fmt.Fprintf(w, " %s |", p.Name)
@@ -179,7 +184,7 @@ func memoryFull(w io.Writer) error {
 			case errors.Is(err, keyrate.ErrConfig):
 				// A configuration that cannot take the case's policies.
 				fmt.Fprintf(w, " – |")
-				notes = append(notes, fmt.Sprintf("%s, %s: %v.", p.Name, c.Name, err))
+				notes = append(notes, fmt.Sprintf("– %s, %s: %v.", p.Name, c.Name, err))
 				continue
 			case err != nil:
 				return err
