@@ -15,6 +15,7 @@ package benchmarks
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -98,8 +99,8 @@ type Peer struct {
 	// call of the library's public API can put into deficit (keyrate's
 	// GCRA: a request takes at most the tokens the bucket holds). Exhaust
 	// then keeps a key refused for one refill interval only (Window/Limit,
-	// 600 ms at 100 per minute), and the deny workloads that call a key
-	// less often than that are left out for it (see RefillSkips).
+	// 600 ms at 100 per minute), and the deny workload that calls a key
+	// less often than that, serial-1m, is left out for it.
 	Refills bool
 	// New builds the limiter.
 	New func(Config) (Limiter, error)
@@ -119,8 +120,9 @@ const CoarseResolution = time.Millisecond
 const LogResolution = time.Minute
 
 // AlignedMargin is how far a deny benchmark of an Aligned limiter must be
-// from its window's next boundary when it starts: longer than any one run
-// of a benchmark function at the default -benchtime, setup included.
+// from its window's next boundary when it starts: well over what one run of
+// a benchmark function takes at the default -benchtime, setup included (a
+// few seconds at most).
 const AlignedMargin = 10 * time.Second
 
 // Peers lists keyrate's own configurations first (the default, which reads
@@ -209,7 +211,7 @@ var Peers = []Peer{
 // KeyrateResolution is keyrate with WithResolution(LogResolution): events
 // of the same minute share one entry of a key's log, so that its memory is
 // bounded by its windows instead of its limits. Only the memory table
-// measures it (MemoryPeers); its decisions cost what keyrate's do.
+// measures it (MemoryPeers).
 var KeyrateResolution = Peer{
 	Name:        "keyrate-1m",
 	Module:      "github.com/keyrate/keyrate, WithResolution(time.Minute)",
@@ -241,7 +243,7 @@ func MemoryPeers() []Peer {
 // PeerByName returns the limiter called name, from Peers or
 // KeyrateResolution.
 func PeerByName(name string) (Peer, bool) {
-	for _, p := range append(Peers, KeyrateResolution) {
+	for _, p := range append(slices.Clip(Peers), KeyrateResolution) {
 		if p.Name == name {
 			return p, true
 		}

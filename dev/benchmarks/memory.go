@@ -144,7 +144,7 @@ var memoryStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Limiters that take a clock (Peer.Clock) run on a keyrate.ManualClock that
 // moves from one event to the next, so that a day's events fill in seconds;
 // all of their calls must be admitted. The others read the real clock and
-// are filled as far as they admit, all within a few seconds.
+// are filled as far as they admit in the seconds that takes.
 func BytesPerKeyFull(p Peer, c MemoryCase) (FullMemory, error) {
 	longest := c.Policies[0]
 	for _, q := range c.Policies[1:] {

@@ -156,7 +156,7 @@ func memoryFull(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%s) run on a virtual one, a keyrate.ManualClock moved\n", strings.Join(clocked, ", "))
 	fmt.Fprintf(w, "from one event to the next, and admit every event; the others (%s) read the real clock and\n", strings.Join(real, ", "))
-	fmt.Fprintf(w, "are filled as far as they admit in a few seconds (marked † where that is short of the limit): what each holds\n")
+	fmt.Fprintf(w, "are filled as far as they admit in the seconds that takes (marked † where that is short of the limit): what each holds\n")
 	fmt.Fprintf(w, "per key has a fixed size, so their memory does not depend on it. A peer under two policies is two\n")
 	fmt.Fprintf(w, "limiters, one per policy, each holding every key; keyrate decides both in one (NewPolicies).\n")
 	var configs []string
