@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -36,10 +37,56 @@ func newKeyrateCoarse(c Config) (Limiter, error) {
 	return newKeyrateWith(c, keyrate.WithCoarseClock(CoarseResolution))
 }
 
+// newKeyrateAlgorithm returns the constructor of keyrate with algorithm a.
+func newKeyrateAlgorithm(a keyrate.Algorithm) func(Config) (Limiter, error) {
+	return func(c Config) (Limiter, error) { return newKeyrateWith(c, keyrate.WithAlgorithm(a)) }
+}
+
+func newKeyrateResolution(c Config) (Limiter, error) {
+	return newKeyrateWith(c, keyrate.WithResolution(LogResolution))
+}
+
 func newKeyrateWith(c Config, opts ...keyrate.Option) (Limiter, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	l, err := keyrate.New(c.Limit, c.Window, keyrateOptions(c, opts)...)
+	if err != nil {
+		return nil, err
+	}
+	return keyrateAdapter{l}, nil
+}
+
+// The NewPolicies of keyrate's configurations: c's clock and sweep, its
+// Limit and Window unused.
+
+func newKeyratePolicies(c Config, ps []keyrate.Policy) (Limiter, error) {
+	return newKeyratePoliciesWith(c, ps)
+}
+
+func newKeyratePoliciesAlgorithm(a keyrate.Algorithm) func(Config, []keyrate.Policy) (Limiter, error) {
+	return func(c Config, ps []keyrate.Policy) (Limiter, error) {
+		return newKeyratePoliciesWith(c, ps, keyrate.WithAlgorithm(a))
+	}
+}
+
+func newKeyratePoliciesResolution(c Config, ps []keyrate.Policy) (Limiter, error) {
+	return newKeyratePoliciesWith(c, ps, keyrate.WithResolution(LogResolution))
+}
+
+func newKeyratePoliciesWith(c Config, ps []keyrate.Policy, opts ...keyrate.Option) (Limiter, error) {
+	if c.Sweep < 0 && c.Sweep != NoSweep {
+		return nil, errors.New("benchmarks: negative sweep interval")
+	}
+	l, err := keyrate.NewPolicies(ps, keyrateOptions(c, opts)...)
+	if err != nil {
+		return nil, err
+	}
+	return keyrateAdapter{l}, nil
+}
+
+// keyrateOptions adds c's clock and sweep interval to opts.
+func keyrateOptions(c Config, opts []keyrate.Option) []keyrate.Option {
 	if c.Now != nil {
 		opts = append(opts, keyrate.WithClock(funcClock(c.Now)))
 	}
@@ -49,11 +96,7 @@ func newKeyrateWith(c Config, opts ...keyrate.Option) (Limiter, error) {
 	case c.Sweep == NoSweep:
 		opts = append(opts, keyrate.WithJanitorInterval(0))
 	}
-	l, err := keyrate.New(c.Limit, c.Window, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return keyrateAdapter{l}, nil
+	return opts
 }
 
 func (a keyrateAdapter) Allow(key string) bool { return a.l.Allow(key) }

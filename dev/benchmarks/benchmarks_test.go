@@ -41,7 +41,9 @@ func TestAdaptersAdmitExactlyTheBudget(t *testing.T) {
 }
 
 // Exhaust must leave the key refused, and still refused half a window later
-// (token buckets refill half their burst by then: the deficit covers it).
+// (token buckets refill half their burst by then: the deficit covers it),
+// save for a limiter that Refills, which has no deficit to put a key into:
+// it admits again within its refill interval.
 func TestExhaustKeepsTheKeyRefused(t *testing.T) {
 	for _, p := range Peers {
 		t.Run(p.Name, func(t *testing.T) {
@@ -65,8 +67,8 @@ func TestExhaustKeepsTheKeyRefused(t *testing.T) {
 				}
 				clock.SleepUntil(t0.Add(30 * time.Second))
 				time.Sleep(30 * time.Second) // the bubble's clock, for the others
-				if l.Allow("a") {
-					t.Fatal("admitted half a window after Exhaust")
+				if got := l.Allow("a"); got != p.Refills {
+					t.Fatalf("half a window after Exhaust: admitted %v, want %v (Refills)", got, p.Refills)
 				}
 			})
 		})
@@ -83,6 +85,80 @@ func TestAccuracyOfKeyrateIsExact(t *testing.T) {
 		if got != 100 {
 			t.Errorf("%s: keyrate admitted %d in one window, want exactly 100", sc.Name, got)
 		}
+	}
+}
+
+// keyrate's other algorithms trade exactness for O(1) memory, as their
+// documentation says: FixedWindow lets a whole limit through on each side
+// of a calendar boundary, GCRA a window's refill after its burst.
+func TestAccuracyOfKeyrateAlgorithms(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		burst, overrun int
+	}{
+		{"keyrate-fixed", 199, 100}, // 1 + 99 before the boundary at 1W, 100 after it; evenly spaced calls fill each window from its start
+		{"keyrate-gcra", 120, 199},  // burst 100 at 0.9W plus 0.2W of refill; the burst plus a window's refill
+	} {
+		p, _ := PeerByName(c.name)
+		for _, sc := range []struct {
+			Scenario
+			want int
+		}{{BoundaryBurst, c.burst}, {SteadyOverload, c.overrun}} {
+			got, err := Accuracy(p, sc.Scenario, NewVirtualClock(t0), 100, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != sc.want {
+				t.Errorf("%s, %s: %d in one window, want %d", c.name, sc.Name, got, sc.want)
+			}
+		}
+	}
+}
+
+// A spent budget comes back within two seconds, across a calendar
+// boundary, exactly for the limiters said to be Aligned (their window
+// turns) or to Refill (their bucket refills one event every 600 ms): the
+// two flags that set the deny benchmarks apart must describe the limiters.
+func TestAlignedAndRefillsDescribeTheLimiters(t *testing.T) {
+	for _, p := range Peers {
+		if !p.Clock {
+			continue // the flags are only set on limiters with a clock
+		}
+		t.Run(p.Name, func(t *testing.T) {
+			clock := NewVirtualClock(t0.Add(59 * time.Second))
+			l, err := p.New(Config{Limit: 100, Window: time.Minute, Now: clock.Now, Sweep: NoSweep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			l.Exhaust("a")
+			clock.SleepUntil(t0.Add(61 * time.Second))
+			if got, want := l.Allow("a"), p.Aligned || p.Refills; got != want {
+				t.Errorf("two seconds and a minute boundary after Exhaust: admitted %v, want %v (Aligned %v, Refills %v)", got, want, p.Aligned, p.Refills)
+			}
+		})
+	}
+}
+
+func TestUntilClearOfBoundary(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		at   time.Time
+		want time.Duration
+	}{
+		{t0, 0},                             // at a boundary: the next is a minute away
+		{t0.Add(50 * s), 0},                 // exactly the margin away
+		{t0.Add(50*s + 1), 10*s - 1},        // inside it: wait for the boundary
+		{t0.Add(59*s + 500_000_000), s / 2}, // half a second before it
+		{time.Unix(-30, 0), 0},              // before 1970, 30 s from the boundary at 0
+		{time.Unix(-5, 0), 5 * s},
+	} {
+		if got := UntilClearOfBoundary(c.at, time.Minute, 10*s); got != c.want {
+			t.Errorf("at %v: wait %v, want %v", c.at, got, c.want)
+		}
+	}
+	if got := UntilClearOfBoundary(t0.Add(5*s), 10*s, 10*s); got != 0 {
+		t.Errorf("a window no longer than the margin: wait %v, want 0 (it can never be clear)", got)
 	}
 }
 
@@ -338,4 +414,82 @@ func TestKeyrateCoarseTradesAtMostOneResolution(t *testing.T) {
 			t.Errorf("%d admitted within window - resolution, want 100", got)
 		}
 	})
+}
+
+// memoryCase returns the MemoryCase called name, with keys keys.
+func memoryCase(t *testing.T, name string, keys int) MemoryCase {
+	t.Helper()
+	for _, c := range MemoryCases {
+		if c.Name == name {
+			c.Keys = keys
+			return c
+		}
+	}
+	t.Fatalf("no memory case %q", name)
+	return MemoryCase{}
+}
+
+// At the full limit keyrate's log holds every event, 4 bytes each; with
+// WithResolution(1m) at most a day's minutes of entries; FixedWindow and
+// GCRA a counter per policy. Every event is admitted on the virtual clock.
+func TestMemoryAtTheFullLimit(t *testing.T) {
+	day := memoryCase(t, "100,000/day", 3)
+	minute := memoryCase(t, "100/min", 2_000)
+	full := func(name string, c MemoryCase) FullMemory {
+		t.Helper()
+		p, _ := PeerByName(name)
+		m, err := BytesPerKeyFull(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Admitted != m.Calls || m.Calls != c.Policies[0].Limit || m.Limiters != 1 {
+			t.Fatalf("%s, %s: %+v, want every one of %d events admitted by one limiter", name, c.Name, m, c.Policies[0].Limit)
+		}
+		return m
+	}
+	exact := full("keyrate", day)
+	if exact.BytesPerKey < 4*100_000 {
+		t.Errorf("keyrate, %s: %.0f B per key, less than 4 bytes per held event", day.Name, exact.BytesPerKey)
+	}
+	if m := full("keyrate-1m", day); m.BytesPerKey > exact.BytesPerKey/10 {
+		t.Errorf("keyrate-1m, %s: %.0f B per key, over a tenth of the exact log's %.0f", day.Name, m.BytesPerKey, exact.BytesPerKey)
+	}
+	for _, name := range []string{"keyrate-fixed", "keyrate-gcra"} {
+		if m := full(name, minute); m.BytesPerKey > 300 {
+			t.Errorf("%s, %s: %.0f B per key, more than a key and its counter", name, minute.Name, m.BytesPerKey)
+		}
+	}
+}
+
+// Under two policies a peer is two limiters: on the virtual clock both
+// admit every event; on a clock that does not move, the per-second one
+// admits its 10 and no more. keyrate-1m cannot take a 1 s window.
+func TestMemoryUnderTwoPolicies(t *testing.T) {
+	c := memoryCase(t, "10/s + 1,000/day (NewPolicies)", 5)
+	xrate, _ := PeerByName("xrate")
+	m, err := BytesPerKeyFull(xrate, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Limiters != 2 || m.Admitted != 1_000 || m.Calls != 1_000 {
+		t.Errorf("xrate: %+v, want 2 limiters admitting all 1000 events", m)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ulule, _ := PeerByName("ulule")
+		m, err := BytesPerKeyFull(ulule, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Limiters != 2 || m.Admitted != 10 || m.Calls != 1_000 {
+			t.Errorf("ulule in a bubble whose clock stands still: %+v, want 2 limiters, 10 of 1000 events admitted", m)
+		}
+	})
+	exact, _ := PeerByName("keyrate")
+	if m, err := BytesPerKeyFull(exact, c); err != nil || m.Limiters != 1 || m.Admitted != 1_000 {
+		t.Errorf("keyrate: %+v, %v; want one limiter admitting all 1000 events", m, err)
+	}
+	res, _ := PeerByName("keyrate-1m")
+	if _, err := BytesPerKeyFull(res, c); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("keyrate-1m under a 1s window: error %v, want one wrapping keyrate.ErrConfig", err)
+	}
 }

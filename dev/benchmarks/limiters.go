@@ -7,14 +7,18 @@
 // Every limiter sits behind one small adapter (Limiter) configured to the
 // same budget, so each workload runs the same code against each of them. It
 // lives in the development module so that the peers never enter keyrate's go.mod.
-// run.sh runs everything and writes RESULTS.md; README.md explains what each
-// number means.
+// run.sh runs everything and writes RESULTS.md (build.sh, measure.sh and
+// report.sh do it in parts, the measuring on another machine if need be);
+// README.md explains what each number means.
 package benchmarks
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/keyrate/keyrate"
 )
 
 // Limiter is the one decision every adapter offers: admit or refuse one
@@ -85,27 +89,57 @@ type Peer struct {
 	// configuration that reads its clock once per Resolution
 	// (keyrate.WithCoarseClock); zero when every call reads the clock.
 	Resolution time.Duration
+	// Aligned reports windows that start at whole multiples of their length
+	// since the Unix epoch (keyrate's FixedWindow): a key's spent budget
+	// comes back whole at the next boundary, whenever it was spent, so a
+	// deny benchmark first waits until no boundary falls within
+	// AlignedMargin.
+	Aligned bool
+	// Refills reports a budget that comes back continuously and that no
+	// call of the library's public API can put into deficit (keyrate's
+	// GCRA: a request takes at most the tokens the bucket holds). Exhaust
+	// then keeps a key refused for one refill interval only (Window/Limit,
+	// 600 ms at 100 per minute), and the deny workload that calls a key
+	// less often than that, serial-1m, is left out for it.
+	Refills bool
 	// New builds the limiter.
 	New func(Config) (Limiter, error)
+	// NewPolicies builds one limiter under several policies decided
+	// together, for the configurations that have one (keyrate's:
+	// keyrate.NewPolicies). Nil for the peers, which have none: Stack gives
+	// them one limiter per policy.
+	NewPolicies func(Config, []keyrate.Policy) (Limiter, error)
 }
 
 // CoarseResolution is the clock resolution of the keyrate-coarse
 // configuration.
 const CoarseResolution = time.Millisecond
 
+// LogResolution is the WithResolution of the keyrate-1m configuration,
+// which the memory table measures (see KeyrateResolution).
+const LogResolution = time.Minute
+
+// AlignedMargin is how far a deny benchmark of an Aligned limiter must be
+// from its window's next boundary when it starts: well over what one run of
+// a benchmark function takes at the default -benchtime, setup included (a
+// few seconds at most).
+const AlignedMargin = 10 * time.Second
+
 // Peers lists keyrate's own configurations first (the default, which reads
-// the clock on every call, then keyrate-coarse, with
-// keyrate.WithCoarseClock(CoarseResolution)), then the five peers, in a fixed
-// order. The tables call every entry a limiter; only the five after keyrate's
-// own are the peers it is compared with.
+// the clock on every call; keyrate-coarse, with
+// keyrate.WithCoarseClock(CoarseResolution); keyrate-fixed and keyrate-gcra,
+// its other algorithms), then the five peers, in a fixed order. The tables
+// call every entry a limiter; only the five after keyrate's own are the
+// peers it is compared with.
 var Peers = []Peer{
 	{
-		Name:      "keyrate",
-		Module:    "github.com/keyrate/keyrate",
-		Algorithm: "exact sliding log",
-		Sweeper:   "janitor goroutine, one key locked at a time",
-		Clock:     true,
-		New:       newKeyrate,
+		Name:        "keyrate",
+		Module:      "github.com/keyrate/keyrate",
+		Algorithm:   "exact sliding log",
+		Sweeper:     "janitor goroutine, one key locked at a time",
+		Clock:       true,
+		New:         newKeyrate,
+		NewPolicies: newKeyratePolicies,
 	},
 	{
 		Name:       "keyrate-coarse",
@@ -114,6 +148,26 @@ var Peers = []Peer{
 		Sweeper:    "janitor goroutine, one key locked at a time",
 		Resolution: CoarseResolution,
 		New:        newKeyrateCoarse,
+	},
+	{
+		Name:        "keyrate-fixed",
+		Module:      "github.com/keyrate/keyrate, WithAlgorithm(FixedWindow)",
+		Algorithm:   "fixed window (calendar windows)",
+		Sweeper:     "janitor goroutine, one key locked at a time",
+		Clock:       true,
+		Aligned:     true,
+		New:         newKeyrateAlgorithm(keyrate.FixedWindow),
+		NewPolicies: newKeyratePoliciesAlgorithm(keyrate.FixedWindow),
+	},
+	{
+		Name:        "keyrate-gcra",
+		Module:      "github.com/keyrate/keyrate, WithAlgorithm(GCRA)",
+		Algorithm:   "GCRA (token bucket)",
+		Sweeper:     "janitor goroutine, one key locked at a time",
+		Clock:       true,
+		Refills:     true,
+		New:         newKeyrateAlgorithm(keyrate.GCRA),
+		NewPolicies: newKeyratePoliciesAlgorithm(keyrate.GCRA),
 	},
 	{
 		Name:      "xrate",
@@ -154,9 +208,42 @@ var Peers = []Peer{
 	},
 }
 
-// PeerByName returns the peer called name.
-func PeerByName(name string) (Peer, bool) {
+// KeyrateResolution is keyrate with WithResolution(LogResolution): events
+// of the same minute share one entry of a key's log, so that its memory is
+// bounded by its windows instead of its limits. Only the memory table
+// measures it (MemoryPeers).
+var KeyrateResolution = Peer{
+	Name:        "keyrate-1m",
+	Module:      "github.com/keyrate/keyrate, WithResolution(time.Minute)",
+	Algorithm:   "sliding log of (minute, count) entries",
+	Sweeper:     "janitor goroutine, one key locked at a time",
+	Clock:       true,
+	New:         newKeyrateResolution,
+	NewPolicies: newKeyratePoliciesResolution,
+}
+
+// MemoryPeers lists the limiters of the memory table at the full limit
+// (MemoryCases): keyrate, KeyrateResolution, keyrate's other algorithms,
+// then the five peers. keyrate-coarse is left out: its logs are keyrate's,
+// and it cannot take the virtual clock that fills them.
+func MemoryPeers() []Peer {
+	var out []Peer
 	for _, p := range Peers {
+		switch p.Name {
+		case "keyrate-coarse":
+			continue
+		case "keyrate-fixed":
+			out = append(out, KeyrateResolution)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// PeerByName returns the limiter called name, from Peers or
+// KeyrateResolution.
+func PeerByName(name string) (Peer, bool) {
+	for _, p := range append(slices.Clip(Peers), KeyrateResolution) {
 		if p.Name == name {
 			return p, true
 		}

@@ -1,8 +1,11 @@
 package benchmarks
 
 import (
+	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/keyrate/keyrate"
 )
 
 // heapBytes returns the live heap after two full collections (the second
@@ -82,4 +85,172 @@ func BytesPerKeyAfterIdle(p Peer, keys int) (float64, error) {
 	after := heapBytes()
 	runtime.KeepAlive(l)
 	return float64(after-before) / float64(keys), nil
+}
+
+// MemoryCase is one row of the memory table at the full limit: a key's
+// policies, and how many keys to fill, enough to average over and few
+// enough that the heaviest limiter's keys stay within a few hundred MB.
+type MemoryCase struct {
+	// Name is the row's label.
+	Name string
+	// Policies hold every key. Several are decided together by the
+	// limiters that can (Peer.NewPolicies); the others get one limiter per
+	// policy (Stack).
+	Policies []keyrate.Policy
+	// Keys is how many keys are filled.
+	Keys int
+}
+
+// MemoryCases are the rows of the memory table at the full limit: a minute,
+// an hour and a day, a day's limit under a per-second one, and limits large
+// enough that a log of every event costs hundreds of kilobytes per key.
+var MemoryCases = []MemoryCase{
+	{"100/min", []keyrate.Policy{{Limit: 100, Window: time.Minute}}, 10_000},
+	{"1,000/hour", []keyrate.Policy{{Limit: 1_000, Window: time.Hour}}, 10_000},
+	{"10/s + 1,000/day (NewPolicies)", []keyrate.Policy{
+		{Name: "second", Limit: 10, Window: time.Second},
+		{Name: "day", Limit: 1_000, Window: 24 * time.Hour},
+	}, 10_000},
+	{"10,000/day", []keyrate.Policy{{Limit: 10_000, Window: 24 * time.Hour}}, 1_000},
+	{"100,000/day", []keyrate.Policy{{Limit: 100_000, Window: 24 * time.Hour}}, 300},
+}
+
+// FullMemory is what BytesPerKeyFull measured for one limiter and one case.
+type FullMemory struct {
+	// BytesPerKey is the live heap after GC per key, key strings included.
+	BytesPerKey float64
+	// Admitted and Calls count the events admitted and asked for per key:
+	// equal for a limiter on the virtual clock, fewer admitted for one that
+	// reads the real clock where a policy's budget comes back only with
+	// time (10/s). Such a limiter's state has a fixed size per key, so
+	// its memory does not depend on them.
+	Admitted, Calls int
+	// Limiters is how many limiters hold each key: one, or one per policy
+	// for a peer under several (Stack).
+	Limiters int
+}
+
+// memoryStart is where the virtual clock of BytesPerKeyFull starts: a
+// midnight, so that the calendar windows of every policy of MemoryCases
+// (a second, a minute, an hour, a day) start there too, and FixedWindow
+// holds every event of a key in one window.
+var memoryStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// BytesPerKeyFull fills c.Keys fresh keys to the full limit of c's longest
+// policy, its events spread evenly over that window (one every window/limit,
+// which every MemoryCase's shorter policy also admits), and returns the
+// live heap after GC per key, key strings counted.
+//
+// Limiters that take a clock (Peer.Clock) run on a keyrate.ManualClock that
+// moves from one event to the next, so that a day's events fill in seconds;
+// all of their calls must be admitted. The others read the real clock and
+// are filled as far as they admit in the seconds that takes.
+func BytesPerKeyFull(p Peer, c MemoryCase) (FullMemory, error) {
+	longest := c.Policies[0]
+	for _, q := range c.Policies[1:] {
+		if q.Window > longest.Window {
+			longest = q
+		}
+	}
+	events := longest.Limit
+	every := longest.Window / time.Duration(events)
+	for _, q := range c.Policies {
+		if spanned := int(q.Window/every) + 1; spanned > q.Limit && q != longest {
+			return FullMemory{}, fmt.Errorf("%s: %d events evenly over %v overrun %d per %v", c.Name, events, longest.Window, q.Limit, q.Window)
+		}
+	}
+	clock := keyrate.NewManualClock(memoryStart)
+	cfg := Config{Sweep: NoSweep}
+	if p.Clock {
+		cfg.Now = clock.Now
+	}
+	l, limiters, err := newUnder(p, cfg, c.Policies)
+	if err != nil {
+		return FullMemory{}, err
+	}
+	defer l.Close()
+
+	before := heapBytes()
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = Key(i)
+	}
+	admitted := 0
+	for e := range events {
+		clock.Set(memoryStart.Add(time.Duration(e) * every))
+		for _, k := range keys {
+			if l.Allow(k) {
+				admitted++
+			}
+		}
+	}
+	keys = nil // the limiter alone holds them now
+	after := heapBytes()
+	runtime.KeepAlive(l)
+	m := FullMemory{
+		BytesPerKey: float64(after-before) / float64(c.Keys),
+		Admitted:    admitted / c.Keys,
+		Calls:       events,
+		Limiters:    limiters,
+	}
+	if p.Clock && admitted != events*c.Keys {
+		return m, fmt.Errorf("%s, %s: %d of %d events admitted on the virtual clock, want all", p.Name, c.Name, admitted, events*c.Keys)
+	}
+	return m, nil
+}
+
+// newUnder returns a limiter from p under policies, and how many limiters
+// it is: one, or, for a peer under several policies, a Stack of one per
+// policy.
+func newUnder(p Peer, cfg Config, policies []keyrate.Policy) (Limiter, int, error) {
+	if len(policies) == 1 {
+		cfg.Limit, cfg.Window = policies[0].Limit, policies[0].Window
+		l, err := p.New(cfg)
+		return l, 1, err
+	}
+	if p.NewPolicies != nil {
+		l, err := p.NewPolicies(cfg, policies)
+		return l, 1, err
+	}
+	var s Stack
+	for _, q := range policies {
+		cfg.Limit, cfg.Window = q.Limit, q.Window
+		l, err := p.New(cfg)
+		if err != nil {
+			s.Close()
+			return nil, 0, err
+		}
+		s = append(s, l)
+	}
+	return s, len(s), nil
+}
+
+// Stack is a peer under several policies: one limiter per policy, each
+// asked about every call, so that each holds every key. It admits a call
+// when all of them do; one that refuses does not undo what the others
+// recorded, which is why keyrate decides several policies in one limiter.
+// Only the memory table uses it.
+type Stack []Limiter
+
+// Allow asks every limiter and reports whether all of them admitted.
+func (s Stack) Allow(key string) bool {
+	ok := true
+	for _, l := range s {
+		ok = l.Allow(key) && ok
+	}
+	return ok
+}
+
+// Exhaust spends key's budget in every limiter.
+func (s Stack) Exhaust(key string) {
+	for _, l := range s {
+		l.Exhaust(key)
+	}
+}
+
+// Close closes every limiter.
+func (s Stack) Close() {
+	for _, l := range s {
+		l.Close()
+	}
 }

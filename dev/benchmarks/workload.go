@@ -72,3 +72,23 @@ func (p Path) Prepare(l Limiter, keys []string) {
 		}
 	}
 }
+
+// UntilClearOfBoundary returns how long to wait from now so that no boundary
+// of windows of length w, aligned to the Unix epoch, falls within the next
+// margin: 0 when the next boundary is at least margin away, else the time
+// until that boundary, after which the one after is w away. A w no longer
+// than margin can never be clear, and gets 0.
+func UntilClearOfBoundary(now time.Time, w, margin time.Duration) time.Duration {
+	if w <= margin {
+		return 0
+	}
+	into := now.UnixNano() % int64(w)
+	if into < 0 { // before 1970
+		into += int64(w)
+	}
+	next := w - time.Duration(into)
+	if next >= margin {
+		return 0
+	}
+	return next
+}

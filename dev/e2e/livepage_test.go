@@ -276,13 +276,22 @@ func (c *consoleLog) all() []chromedp.ConsoleMessage {
 }
 
 // check fails the test for anything the page logged but the browser's note
-// for each 429 it received, which are the refusals it asked for.
-func (c *consoleLog) check(t *testing.T) {
+// for each 429 it received, which are the refusals it asked for, and for
+// each response of a status in also, which the test asked for too.
+func (c *consoleLog) check(t *testing.T, also ...int) {
 	t.Helper()
+	expected := func(text string) bool {
+		for _, code := range append([]int{429}, also...) {
+			if strings.Contains(text, fmt.Sprintf("status of %d", code)) {
+				return true
+			}
+		}
+		return false
+	}
 	refusals := 0
 	for _, m := range c.all() {
 		switch {
-		case m.Source == "network" && strings.Contains(m.Text, "status of 429"):
+		case m.Source == "network" && expected(m.Text):
 			refusals++
 		case m.Type == chromedp.ConsoleError || m.IsException():
 			t.Errorf("console %s", m)
@@ -290,7 +299,7 @@ func (c *consoleLog) check(t *testing.T) {
 			t.Logf("console %s", m)
 		}
 	}
-	t.Logf("console: %d notes of a 429 response, nothing else of level error", refusals)
+	t.Logf("console: %d notes of a response of status 429 or %v, nothing else of level error", refusals, also)
 }
 
 // saveScreenshot keeps a picture of the page, pass or fail, in

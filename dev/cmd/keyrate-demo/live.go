@@ -15,7 +15,15 @@ import (
 func newLive(cfg config) (*live.Hub, error) {
 	rs := make([]live.Route, len(routes))
 	for i, rt := range routes {
-		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies}
+		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies, Form: rt.Form, Note: rt.Note}
+		switch {
+		case !rt.FailuresOnly:
+		case cfg.Redis != nil:
+			rs[i].Note += " Every attempt counts: a budget in Redis cannot give one back."
+		default:
+			rs[i].Refunds = true
+			rs[i].Note += " Only failed attempts count: one answered below 400 is given back."
+		}
 	}
 	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
 	if err != nil {
@@ -48,7 +56,11 @@ func withLive(api http.Handler, hub *live.Hub) http.Handler {
 // decisions have no Decision to draw and are left to the log.
 func recordTo(hub *live.Hub) func(decision) {
 	return func(d decision) {
-		if d.Err == nil {
+		switch {
+		case d.Err != nil:
+		case d.Refund != nil:
+			hub.RecordRefund(d.Route, d.Key, *d.Refund, d.Decision, d.At)
+		default:
 			hub.Record(d.Route, d.Key, d.Decision, d.At)
 		}
 	}

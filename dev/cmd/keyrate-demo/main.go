@@ -10,7 +10,11 @@
 // requests at :09 and 10 more at :11 get 10 through, where a fixed window of
 // 10 s would let all 20 in. GET /api/export is under two policies at once,
 // "export-burst" 2 per 10 s and "export-hourly" 5 per hour: a request must
-// fit both, and a refusal names the one that refused it.
+// fit both, and a refusal names the one that refused it. POST /api/login
+// checks a password (a form or JSON; the demo's is "keyrate") and counts
+// failed attempts only, 5 per 15 minutes: a login answered below 400 is
+// given back (httplimit.WithRefund), in process; with -redis, whose backend
+// cannot give events back, every attempt counts.
 //
 // A client is its X-API-Key header when it sends one, else its IP address
 // (read from X-Forwarded-For only with -trusted-proxies). Every decision is
@@ -192,6 +196,13 @@ func hints(base string, cfg config) string {
 		if rt.Pro != nil {
 			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
 		}
+		if rt.FailuresOnly {
+			if cfg.Redis != nil {
+				b.WriteString(", every attempt (a budget in Redis cannot give one back)")
+			} else {
+				b.WriteString(", failed attempts only")
+			}
+		}
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, `
@@ -202,8 +213,10 @@ func hints(base string, cfg config) string {
   for i in 1 2 3; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/export; done; echo   # 200 200 429: export-burst refused
   curl -i '%[1]s/api/search?q=limits'
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
+  curl -i -d password=guess %[1]s/api/login     # 401: a failed attempt; the 6th within 15 min gets 429
+  curl -i -d password=%[4]s %[1]s/api/login   # 200: given back, so it never counts
   curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
-`, base, keyHeader, metricsPath)
+`, base, keyHeader, metricsPath, demoPassword)
 	if hops := cfg.TrustedProxies; hops > 0 {
 		fmt.Fprintf(&b, "  curl -i -H 'X-Forwarded-For: 203.0.113.7' %s/api/status   # trusting %d proxy hop(s)\n", base, hops)
 	}
@@ -219,6 +232,8 @@ func decisionLogger(out io.Writer) func(decision) {
 		switch {
 		case d.Err != nil:
 			line = fmt.Sprintf("error    %v", d.Err)
+		case d.Refund != nil:
+			line = fmt.Sprintf("refunded remaining=%d (answered below 400: it does not count)", d.Decision.Remaining)
 		case d.Decision.Allowed:
 			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
 		case d.Decision.Overflow:

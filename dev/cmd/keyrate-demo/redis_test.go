@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -112,5 +114,44 @@ func TestRedisPoliciesAndTiers(t *testing.T) {
 	}
 	if rec := do(a, "/api/status", "X-API-Key", "alice"); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") != `"status";q=3;w=60` {
 		t.Errorf("a free key: %d %v, want the default tier", rec.Code, rec.Header())
+	}
+}
+
+// A budget in Redis cannot give attempts back, so there every login
+// counts, a success as much as a failure, and the page says so.
+func TestRedisLoginCountsEveryAttempt(t *testing.T) {
+	client, _ := startRedis(t)
+	h, _ := newTestServer(t, config{Redis: client})
+	for i := range 5 {
+		if rec := login(h, form, right); rec.Code != 200 {
+			t.Fatalf("login %d: %d", i+1, rec.Code)
+		}
+	}
+	if rec := login(h, form, right); rec.Code != 429 {
+		t.Fatalf("6th login within 15 minutes, each a success: %d, want 429", rec.Code)
+	}
+	if got := hints("http://127.0.0.1:8080", config{Redis: client}); !strings.Contains(got, "/api/login   5 per 900s, every attempt") {
+		t.Errorf("the start-up hints do not say that login counts every attempt in Redis:\n%s", got)
+	}
+	hub, err := newLive(config{Redis: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	rec := httptest.NewRecorder()
+	hub.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/live/config", nil))
+	var cfg struct {
+		Routes []struct {
+			Name, Note string
+			Refunds    bool
+		}
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cfg.Routes {
+		if r.Name == "login" && (r.Refunds || !strings.Contains(r.Note, "Every attempt counts")) {
+			t.Errorf("the page's login route in Redis mode: %+v, want no refunds and a note that says every attempt counts", r)
+		}
 	}
 }

@@ -25,7 +25,17 @@ type route struct {
 	Policies []keyrate.Policy
 	// Pro, when set, are the policies of a client whose API key starts
 	// with "pro-" (the pro tier) instead of Policies.
-	Pro   []keyrate.Policy
+	Pro []keyrate.Policy
+	// FailuresOnly counts only the requests answered 400 or above: the
+	// middleware gives back the others' events once they are served
+	// (httplimit.WithRefund). An in-process budget can; a Redis one
+	// cannot, and there every request counts.
+	FailuresOnly bool
+	// Form is the form the live page sends as each request's body, each
+	// field starting at the value given; Note says on the page what the
+	// route's requests do.
+	Form  map[string]string
+	Note  string
 	serve http.HandlerFunc
 }
 
@@ -37,9 +47,10 @@ func limit(n int, window time.Duration) []keyrate.Policy {
 // routes are the demo's limited routes: two as in the classic tutorial
 // setup (status with a more generous tier for "pro-" keys), "burst" with a
 // window short enough to watch the 00:09 / 00:11 boundary burst without
-// waiting a minute for the next boundary, and "export" under two policies
-// at once, a short burst limit and an hourly one. Each has its own
-// limiter, so its own budget per client.
+// waiting a minute for the next boundary, "export" under two policies
+// at once, a short burst limit and an hourly one, and "login", which counts
+// failed attempts only. Each has its own limiter, so its own budget per
+// client.
 var routes = []route{
 	{Name: "status", Method: http.MethodGet, Path: "/api/status", Policies: limit(3, time.Minute), Pro: limit(10, time.Minute), serve: serveStatus},
 	{Name: "search", Method: http.MethodGet, Path: "/api/search", Policies: limit(20, time.Minute), serve: serveSearch},
@@ -48,6 +59,8 @@ var routes = []route{
 		{Name: "export-burst", Limit: 2, Window: 10 * time.Second},
 		{Name: "export-hourly", Limit: 5, Window: time.Hour},
 	}, serve: serveExport},
+	{Name: "login", Method: http.MethodPost, Path: "/api/login", Policies: limit(5, 15*time.Minute), FailuresOnly: true,
+		Form: map[string]string{"password": "guess"}, Note: fmt.Sprintf("The password %q succeeds; any other fails.", demoPassword), serve: serveLogin},
 }
 
 // proTier names the tier of the clients whose API key starts with "pro-".
@@ -95,6 +108,10 @@ type decision struct {
 	Key      string // the client as shownIdentity shows it: "x-api-key=2bd806c9" (alice's fingerprint) or "127.0.0.1"
 	Decision keyrate.Decision
 	Err      error // the limiter failed; Decision is zero
+	// Refund, when set, says that this is no decision but the refund of
+	// one: the events of the admitted decision whose Receipt it is were
+	// given back, and Decision is the client's budget once they were.
+	Refund *keyrate.Receipt
 }
 
 type config struct {
@@ -172,13 +189,18 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 				return nil, nil, err
 			}
 		}
-		m, err := httplimit.New(b,
+		opts := []httplimit.Option{
 			httplimit.WithRoute(rt.Name),
 			httplimit.WithKeyFunc(identity),
 			httplimit.WithOnDecision(hook),
 			httplimit.WithOnError(hook),
 			httplimit.WithObserver(stats),
-		)
+		}
+		if rt.FailuresOnly && local != nil {
+			b = refundReporter{Limiter: local, route: rt.Name, publish: publish}
+			opts = append(opts, httplimit.WithRefund(countsNot))
+		}
+		m, err := httplimit.New(b, opts...)
 		if err != nil {
 			close()
 			return nil, nil, err

@@ -1,16 +1,23 @@
-// Command results turns benchstat's CSV output into the markdown tables of
-// RESULTS.md: the medians of every limiter side by side with each peer's
-// ratio to keyrate, the lead of each of keyrate's configurations (columns
-// named keyrate or keyrate-*) over the fastest of the peers, scaling across
-// -cpu, the HTTP middleware beside each other, and the floor.
-// dev/benchmarks/run.sh runs it; the accuracy, memory and latency tables come
-// from cmd/tables and are appended as they are.
+// Command results writes RESULTS.md from the raw outputs of one run of
+// dev/benchmarks/measure.sh: from benchstat's CSV, the medians of every
+// limiter side by side with each peer's ratio to keyrate, the lead of each of
+// keyrate's configurations (columns named keyrate or keyrate-*) over the
+// fastest of the peers, scaling across -cpu, the HTTP middleware beside each
+// other, and the floor; then the accuracy, memory and latency tables of
+// cmd/tables and the core's own benchstat table, as they are.
 //
-//	go run ./cmd/results -allow allow.csv -http http.csv -floor floor.csv -tables tables.md -cmd "..."
+// Each section says which run measured it (-run). A section whose input is
+// not given is kept from -previous, the RESULTS.md it replaces, so that a run
+// of some parts only (the tables, say) updates those and leaves the others
+// as the run before measured them. dev/benchmarks/report.sh runs it.
+//
+//	go run ./cmd/results [-allow allow.csv] [-http http.csv] [-floor floor.csv] [-tables tables.md]
+//	                     [-core core.benchstat.txt] [-previous RESULTS.md] -run "..."
 package main
 
 import (
 	"encoding/csv"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -132,45 +139,139 @@ func ns(sec float64) string {
 func main() {
 	allow := flag.String("allow", "", "benchstat -format csv -col /lib output of BenchmarkAllow")
 	httpCSV := flag.String("http", "", "benchstat -format csv -col /lib output of BenchmarkHTTP")
-	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor")
-	tablesMD := flag.String("tables", "", "markdown from cmd/tables, appended as is")
-	command := flag.String("cmd", "dev/benchmarks/run.sh", "the command that produced the numbers")
+	floor := flag.String("floor", "", "benchstat -format csv output of BenchmarkFloor (needs -allow)")
+	tablesMD := flag.String("tables", "", "markdown from cmd/tables")
+	core := flag.String("core", "", "benchstat text output of the core's own benchmarks")
+	previous := flag.String("previous", "", "the RESULTS.md this one replaces: its sections whose input is not given are kept")
+	run := flag.String("run", "", "the run that measured the inputs, as each of their sections says")
 	count := flag.Int("count", 5, "runs per benchmark (go test -count)")
 	flag.Parse()
-	if *allow == "" {
-		fmt.Fprintln(os.Stderr, "results: -allow is required")
+	if *run == "" {
+		fmt.Fprintln(os.Stderr, "results: -run is required")
 		os.Exit(2)
 	}
-	in := inputs{allow: *allow, http: *httpCSV, floor: *floor, tables: *tablesMD, command: *command, count: *count}
+	in := inputs{allow: *allow, http: *httpCSV, floor: *floor, tables: *tablesMD, core: *core, previous: *previous, run: *run, count: *count}
 	if err := write(os.Stdout, in); err != nil {
 		fmt.Fprintln(os.Stderr, "results:", err)
 		os.Exit(1)
 	}
 }
 
-// inputs names the files write reads (each but allow may be empty, and its
-// section is then left out) and what the header says of the run.
+// inputs names the files write reads (each may be empty, and its section is
+// then kept from previous, or left out) and the run that measured them.
 type inputs struct {
-	allow, http, floor, tables string
-	command                    string
-	count                      int
+	allow, http, floor, tables, core string
+	previous                         string
+	run                              string
+	count                            int
 }
 
+// tablesHeading and coreHeading head the sections of cmd/tables' output and
+// of the core's own benchmarks.
+const (
+	tablesHeading = "## Accuracy, memory and latency"
+	coreHeading   = "## The core: one policy and two"
+)
+
+// write writes RESULTS.md: a section for each input given, each saying
+// which run measured it, merged with the sections of in.previous.
 func write(w io.Writer, in inputs) error {
-	allowCSV, floorCSV, tablesMD, command, count := in.allow, in.floor, in.tables, in.command, in.count
+	var fresh strings.Builder
+	var allow *table
+	if in.allow != "" {
+		at, err := writeThroughput(&fresh, in.allow, in.count)
+		if err != nil {
+			return err
+		}
+		allow = at
+	}
+	if in.http != "" {
+		if err := writeHTTP(&fresh, in.http); err != nil {
+			return err
+		}
+	}
+	if in.floor != "" {
+		if allow == nil {
+			return errors.New("-floor needs -allow: the floor is set against keyrate's Allow of the same run")
+		}
+		if err := writeFloor(&fresh, in.floor, allow); err != nil {
+			return err
+		}
+	}
+	if in.tables != "" {
+		b, err := os.ReadFile(in.tables)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&fresh, "%s\n\nFrom `cmd/tables`.\n\n%s", tablesHeading, b)
+	}
+	if in.core != "" {
+		b, err := os.ReadFile(in.core)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&fresh, "%s\n\n", coreHeading)
+		fmt.Fprintf(&fresh, "The core package's own benchmarks, run in the repository root with the throughput's flags at\n")
+		fmt.Fprintf(&fresh, "`-cpu 1` (`-bench '^Benchmark(Allow|Take|AllowPolicies|TakePolicies)$'`), benchstat\n")
+		fmt.Fprintf(&fresh, "medians. `AllowPolicies` and `TakePolicies` hold one hot key to two policies at once;\n")
+		fmt.Fprintf(&fresh, "compare them with the `keys=1` rows of `Allow` and with `Take`, one policy on one hot key.\n\n")
+		fmt.Fprintf(&fresh, "```\n%s```\n", b)
+	}
+	secs := splitSections(fresh.String(), "## ")
+	for i := range secs.parts {
+		if secs.parts[i].heading == tablesHeading {
+			// Each of cmd/tables' tables is measured, and kept, on its own.
+			sub := splitSections(secs.parts[i].body, "### ")
+			for j := range sub.parts {
+				if sub.parts[j].heading != "" {
+					sub.parts[j].body = stamp(sub.parts[j].body, in.run)
+				}
+			}
+			secs.parts[i].body = sub.String()
+			continue
+		}
+		secs.parts[i].body = stamp(secs.parts[i].body, in.run)
+	}
+	if in.previous != "" {
+		prev, err := readPrevious(in.previous)
+		if err != nil {
+			return err
+		}
+		for i := range secs.parts {
+			if secs.parts[i].heading != tablesHeading {
+				continue
+			}
+			if old, ok := prev.find(tablesHeading); ok {
+				sub := splitSections(secs.parts[i].body, "### ")
+				sub.keep(splitSections(old.body, "### "))
+				secs.parts[i].body = sub.String()
+			}
+		}
+		secs.keep(prev)
+	}
+	fmt.Fprintf(w, "# Benchmark results\n\n")
+	fmt.Fprintf(w, "Written by `dev/benchmarks/report.sh` from the raw outputs of `dev/benchmarks/measure.sh`. Each\n")
+	fmt.Fprintf(w, "section names the run that measured it; a part a run leaves out keeps the figures of the run before.\n")
+	fmt.Fprintf(w, "Absolute numbers on a shared machine are noisy, so read the ratios, which come from one side-by-side run.\n\n")
+	_, err := io.WriteString(w, secs.parts.String())
+	return err
+}
+
+// writeThroughput writes the throughput section from benchstat's CSV of
+// BenchmarkAllow (-col /lib, keyrate first), and returns its sec/op table
+// for the floor.
+func writeThroughput(w io.Writer, allowCSV string, count int) (*table, error) {
 	at, err := parse(allowCSV)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sec := at["sec/op"]
 	if sec == nil || len(sec.cols) == 0 || sec.cols[0] != "keyrate" {
-		return fmt.Errorf("%s: no sec/op table with keyrate as its first column", allowCSV)
+		return nil, fmt.Errorf("%s: no sec/op table with keyrate as its first column", allowCSV)
 	}
-	fmt.Fprintf(w, "# Benchmark results\n\nProduced by `%s`. Medians of %d runs (benchstat); absolute numbers on a shared\n", command, count)
-	fmt.Fprintf(w, "2-core machine are noisy, so read the ratios, which come from one side-by-side run.\n\n")
-
 	own := ownColumns(sec.cols)
 	fmt.Fprintf(w, "## Throughput: ns per Allow\n\n")
+	fmt.Fprintf(w, "Medians of %d runs (benchstat).\n", count)
 	fmt.Fprintf(w, "Each peer's cell is its median and, in brackets, its time divided by keyrate's (above 1: keyrate is faster).\n")
 	fmt.Fprintf(w, "\"lead\" is the fastest peer's time divided by keyrate's; the goal is 1.5 or more (below it: ✗).\n")
 	for _, c := range own[1:] {
@@ -261,24 +362,7 @@ func write(w io.Writer, in inputs) error {
 		fmt.Fprintln(w)
 	}
 
-	if in.http != "" {
-		if err := writeHTTP(w, in.http); err != nil {
-			return err
-		}
-	}
-	if floorCSV != "" {
-		if err := writeFloor(w, floorCSV, sec); err != nil {
-			return err
-		}
-	}
-	if tablesMD != "" {
-		b, err := os.ReadFile(tablesMD)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "## Accuracy, memory and latency\n\nFrom `go run ./cmd/tables`.\n\n%s", b)
-	}
-	return nil
+	return sec, nil
 }
 
 // isOwn reports whether a column is one of keyrate's own configurations

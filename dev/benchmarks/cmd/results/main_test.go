@@ -24,7 +24,7 @@ func TestLeadIsOverPeersOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := write(&out, inputs{allow: path, command: "test", count: 5}); err != nil {
+	if err := write(&out, inputs{allow: path, run: "test", count: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -51,7 +51,7 @@ func TestKeyrateMustBeTheFirstColumn(t *testing.T) {
 	if err := os.WriteFile(path, []byte(csv), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(&strings.Builder{}, inputs{allow: path, command: "test", count: 5}); err == nil {
+	if err := write(&strings.Builder{}, inputs{allow: path, run: "test", count: 5}); err == nil {
 		t.Fatal("accepted a table whose first column is not keyrate")
 	}
 }
@@ -87,7 +87,7 @@ func TestHTTPSection(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	if err := write(&out, inputs{allow: allow, http: httpPath, command: "test", count: 5}); err != nil {
+	if err := write(&out, inputs{allow: allow, http: httpPath, run: "test", count: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -120,5 +120,102 @@ func TestHTTPSectionNeedsHTTPLimitFirst(t *testing.T) {
 	}
 	if err := writeHTTP(&strings.Builder{}, path); err == nil {
 		t.Fatal("accepted a table whose first column is not httplimit")
+	}
+}
+
+// A RESULTS.md from before each section said which run measured it: one
+// "Produced by" line at the top.
+const previousMD = "# Benchmark results\n\nProduced by `run.sh (old)`. Medians of 5 runs (benchstat).\n\n" +
+	"## Throughput: ns per Allow\n\nold throughput\n\n### Scaling on distinct keys\n\nold scaling\n\n" +
+	"## Floor\n\nold floor\n\n" +
+	"## Accuracy, memory and latency\n\nFrom `go run ./cmd/tables`.\n\n" +
+	"### Accuracy\n\nold accuracy\n\n### Memory\n\nold memory\n\n### Latency while idle keys are swept\n\nold latency\n\n" +
+	"## The core: one policy and two\n\nold core\n"
+
+// A run of cmd/tables' accuracy and memory only replaces those tables, in
+// place, and adds its new one after them; every other section and table is
+// kept, saying which run measured it.
+func TestTablesOnlyKeepTheRest(t *testing.T) {
+	dir := t.TempDir()
+	prev, tables := filepath.Join(dir, "RESULTS.md"), filepath.Join(dir, "tables.md")
+	fresh := "### Accuracy\n\nnew accuracy\n\n### Memory\n\nnew memory\n\n### Memory per key at the full limit\n\nnew full\n\n"
+	for p, s := range map[string]string{prev: previousMD, tables: fresh} {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := write(&out, inputs{tables: tables, previous: prev, run: "measure.sh (new)"}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	want := "## Throughput: ns per Allow\n\nMeasured by `run.sh (old)`.\n\nold throughput\n\n### Scaling on distinct keys\n\nold scaling\n\n" +
+		"## Floor\n\nMeasured by `run.sh (old)`.\n\nold floor\n\n" +
+		"## Accuracy, memory and latency\n\nFrom `cmd/tables`.\n\n" +
+		"### Accuracy\n\nMeasured by `measure.sh (new)`.\n\nnew accuracy\n\n" +
+		"### Memory\n\nMeasured by `measure.sh (new)`.\n\nnew memory\n\n" +
+		"### Memory per key at the full limit\n\nMeasured by `measure.sh (new)`.\n\nnew full\n\n" +
+		"### Latency while idle keys are swept\n\nMeasured by `run.sh (old)`.\n\nold latency\n\n" +
+		"## The core: one policy and two\n\nMeasured by `run.sh (old)`.\n\nold core\n"
+	if !strings.HasSuffix(got, want) {
+		t.Errorf("got:\n%s\nwant it to end in:\n%s", got, want)
+	}
+	if strings.Contains(got, "Produced by") {
+		t.Errorf("the old header is kept:\n%s", got)
+	}
+
+	// Written again over its own output with nothing new, it is unchanged:
+	// every section already says which run measured it.
+	if err := os.WriteFile(prev, []byte(got), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var again strings.Builder
+	if err := write(&again, inputs{previous: prev, run: "measure.sh (newer)"}); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != got {
+		t.Errorf("rewritten with no inputs:\n%s\nwant it as it was:\n%s", again.String(), got)
+	}
+}
+
+// A throughput run replaces the throughput section and keeps the tables.
+func TestThroughputReplacesItsSection(t *testing.T) {
+	dir := t.TempDir()
+	prev, allow := filepath.Join(dir, "RESULTS.md"), filepath.Join(dir, "allow.csv")
+	for p, s := range map[string]string{prev: previousMD, allow: allowCSV} {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := write(&out, inputs{allow: allow, previous: prev, run: "measure.sh (new)", count: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"## Throughput: ns per Allow\n\nMeasured by `measure.sh (new)`.\n\nMedians of 5 runs (benchstat).\n",
+		"### Scaling on distinct keys\n\nparallel-10k, ns per Allow",
+		"## Floor\n\nMeasured by `run.sh (old)`.\n\nold floor\n",
+		"### Latency while idle keys are swept\n\nMeasured by `run.sh (old)`.\n\nold latency\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q; got:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old throughput") || strings.Contains(got, "old scaling") {
+		t.Errorf("the old throughput section is kept:\n%s", got)
+	}
+	if i, j := strings.Index(got, "## Throughput"), strings.Index(got, "## Floor"); i < 0 || j < i {
+		t.Errorf("throughput at %d, floor at %d: out of order", i, j)
+	}
+}
+
+func TestFloorNeedsAllow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floor.csv")
+	if err := os.WriteFile(path, []byte("goos: linux\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(&strings.Builder{}, inputs{floor: path, run: "test"}); err == nil {
+		t.Fatal("wrote a floor with no Allow of the same run to set it against")
 	}
 }

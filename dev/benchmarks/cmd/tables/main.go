@@ -1,18 +1,23 @@
 // Command tables measures accuracy, memory per key and latency during a
 // sweep for keyrate and each peer, and prints the results as markdown tables.
-// dev/benchmarks/run.sh runs it and puts its output in RESULTS.md.
+// dev/benchmarks/measure.sh runs it (built by build.sh, so that it runs
+// anywhere without the source) and report.sh puts its output in RESULTS.md.
 //
 //	go run ./cmd/tables [-keys 100000] [-sections accuracy,memory,latency]
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/dev/benchmarks"
 )
 
@@ -130,7 +135,94 @@ func memory(w io.Writer, keys int) error {
 		fmt.Fprintf(w, "| %s | %.0f B | %.0f B | %.0f B | %s |\n", p.Name, one, hundred, idle, p.Sweeper)
 	}
 	fmt.Fprintln(w)
+	return memoryFull(w)
+}
+
+// memoryFull writes the table of bytes per key at the full limit, a row per
+// benchmarks.MemoryCases, a column per benchmarks.MemoryPeers.
+func memoryFull(w io.Writer) error {
+	peers := benchmarks.MemoryPeers()
+	fmt.Fprintf(w, "### Memory per key at the full limit\n\n")
+	fmt.Fprintf(w, "Live heap after GC per key (HeapAlloc), key strings counted, with every key at its full limit:\n")
+	fmt.Fprintf(w, "the longest window's limit of events, spread evenly over that window (one every window/limit).\n")
+	fmt.Fprintf(w, "Limiters that take a clock (")
+	var clocked, real []string
+	for _, p := range peers {
+		if p.Clock {
+			clocked = append(clocked, p.Name)
+		} else {
+			real = append(real, p.Name)
+		}
+	}
+	fmt.Fprintf(w, "%s) run on a virtual one, a keyrate.ManualClock moved\n", strings.Join(clocked, ", "))
+	fmt.Fprintf(w, "from one event to the next, and admit every event; the others (%s) read the real clock and\n", strings.Join(real, ", "))
+	fmt.Fprintf(w, "are filled as far as they admit in the seconds that takes (marked † where that is short of the limit): what each holds\n")
+	fmt.Fprintf(w, "per key has a fixed size, so their memory does not depend on it. A peer under two policies is two\n")
+	fmt.Fprintf(w, "limiters, one per policy, each holding every key; keyrate decides both in one (NewPolicies).\n")
+	var configs []string
+	for _, p := range peers {
+		if _, option, ok := strings.Cut(p.Module, ", "); ok && strings.HasPrefix(p.Name, "keyrate-") {
+			configs = append(configs, p.Name+" is keyrate with "+option)
+		}
+	}
+	fmt.Fprintf(w, "%s. keyrate-coarse's logs are keyrate's.\n\n", strings.Join(configs, "; "))
+	fmt.Fprintf(w, "| policy | keys |")
+	for _, p := range peers {
+		fmt.Fprintf(w, " %s |", p.Name)
+	}
+	fmt.Fprintf(w, "\n|---|---:|")
+	for range peers {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	var notes []string
+	for _, c := range benchmarks.MemoryCases {
+		fmt.Fprintf(w, "| %s | %s |", c.Name, thousands(c.Keys))
+		for _, p := range peers {
+			m, err := benchmarks.BytesPerKeyFull(p, c)
+			switch {
+			case errors.Is(err, keyrate.ErrConfig):
+				// A configuration that cannot take the case's policies.
+				fmt.Fprintf(w, " – |")
+				notes = append(notes, fmt.Sprintf("– %s, %s: %v.", p.Name, c.Name, err))
+				continue
+			case err != nil:
+				return err
+			}
+			cell := thousands(int(math.Round(m.BytesPerKey))) + " B"
+			if m.Limiters > 1 {
+				cell += fmt.Sprintf(" (%d limiters)", m.Limiters)
+			}
+			if m.Admitted < m.Calls {
+				cell += " †"
+				notes = append(notes, fmt.Sprintf("† %s, %s: admitted %s of the %s events per key.", p.Name, c.Name, thousands(m.Admitted), thousands(m.Calls)))
+			}
+			fmt.Fprintf(w, " %s |", cell)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintf(w, "%s\n", n)
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+	}
 	return nil
+}
+
+// thousands formats n with commas between groups of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
 }
 
 func latency(w io.Writer, _ int) error {

@@ -83,10 +83,13 @@ func serveAsset(w http.ResponseWriter, r *http.Request) {
 
 // routeJSON is a Route as the page reads it.
 type routeJSON struct {
-	Name     string       `json:"name"`
-	Method   string       `json:"method"`
-	Path     string       `json:"path"`
-	Policies []policyJSON `json:"policies"`
+	Name     string            `json:"name"`
+	Method   string            `json:"method"`
+	Path     string            `json:"path"`
+	Policies []policyJSON      `json:"policies"`
+	Refunds  bool              `json:"refunds,omitempty"`
+	Form     map[string]string `json:"form,omitempty"`
+	Note     string            `json:"note,omitempty"`
 }
 
 // policyJSON is a keyrate.Policy as the page reads it.
@@ -105,7 +108,7 @@ type configJSON struct {
 func describe(cfg Config) configJSON {
 	c := configJSON{KeyHeader: cfg.KeyHeader}
 	for _, r := range cfg.Routes {
-		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path}
+		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Form: r.Form, Note: r.Note}
 		for _, p := range r.Policies {
 			rj.Policies = append(rj.Policies, policyJSON{p.Name, p.Limit, millis(p.Window)})
 		}

@@ -3,10 +3,10 @@
 // window moving across them, and beside it what a fixed window would have
 // admitted for the same requests.
 //
-// A Hub is fed one call per decision (Record) and serves three things: the
-// page itself, embedded in the binary and working offline; a JSON
-// description of the limited routes; and a Server-Sent Events stream of
-// decisions. Recording never waits for a browser: each subscriber has a
+// A Hub is fed one call per decision (Record), and one per decision given
+// back (RecordRefund), and serves three things: the page itself, embedded
+// in the binary and working offline; a JSON description of the limited
+// routes; and a Server-Sent Events stream of decisions and refunds. Recording never waits for a browser: each subscriber has a
 // bounded buffer, and a subscriber that falls behind loses events (counted,
 // and reported to it) instead of slowing the requests being decided.
 package live
@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -43,6 +44,18 @@ type Route struct {
 	// tier): the page draws each key with the policies its decisions
 	// report, and these until it has one.
 	Policies []keyrate.Policy
+	// Refunds tells the page that the route gives some requests back
+	// (RecordRefund), such as a login whose attempt succeeded: it then
+	// counts and draws them apart.
+	Refunds bool
+	// Form, when set, is the form the page sends as the body of each of
+	// its requests to the route (application/x-www-form-urlencoded): a
+	// field per name, each starting at its value here and editable on the
+	// page, such as a password to try.
+	Form map[string]string
+	// Note is shown on the page while the route is chosen, to say what
+	// its requests do, such as which password succeeds.
+	Note string
 }
 
 // Config configures a Hub. Only Routes is required.
@@ -135,6 +148,7 @@ func New(cfg Config) (*Hub, error) {
 		}
 		seen[r.Name] = true
 		r.Policies = slices.Clone(r.Policies)
+		r.Form = maps.Clone(r.Form)
 		routes[i] = r
 	}
 	cfg.Routes = routes
@@ -217,6 +231,10 @@ type event struct {
 	ResetAfterMs float64       `json:"resetAfterMs"`
 	Overflow     bool          `json:"overflow,omitempty"`
 	Policies     []policyEvent `json:"policies,omitempty"`
+	// Receipt names what an admitted decision recorded, so that a refund
+	// event can say which decision it gave back; "" when it recorded
+	// nothing.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // policyEvent is one policy's part of a decision (keyrate.PolicyDecision).
@@ -257,13 +275,28 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 // misses the event, and the miss is counted (see Dropped). It is safe for
 // concurrent use and does nothing after Close.
 func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
+	h.publish("decision", route, key, d, at, d.Receipt)
+}
+
+// RecordRefund publishes that the events of an admitted decision recorded
+// for key on the named route, the one whose Receipt was r, were given back
+// at the instant at; after is the key's budget once they were (such as a
+// Peek). The page then stops counting that decision's request. It
+// behaves as Record does towards subscribers.
+func (h *Hub) RecordRefund(route, key string, r keyrate.Receipt, after keyrate.Decision, at time.Time) {
+	h.publish("refund", route, key, after, at, r)
+}
+
+// publish sends one event named name (decision or refund) to every
+// subscriber and keeps it for later ones.
+func (h *Hub) publish(name, route, key string, d keyrate.Decision, at time.Time, r keyrate.Receipt) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
 		return
 	}
 	h.seq++
-	frame := decisionFrame(event{
+	frame := eventFrame(name, event{
 		Seq:          h.seq,
 		At:           unixMillis(at),
 		Route:        route,
@@ -276,6 +309,7 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 		ResetAfterMs: millis(d.ResetAfter),
 		Overflow:     d.Overflow,
 		Policies:     policyEvents(&d),
+		Receipt:      receiptID(r),
 	})
 	if h.cfg.History > 0 {
 		if len(h.history) < h.cfg.History {
@@ -293,6 +327,15 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 			h.dropped.Add(1)
 		}
 	}
+}
+
+// receiptID names a Receipt for the page: the same for a decision and for
+// the refund of it. "" for the zero Receipt.
+func receiptID(r keyrate.Receipt) string {
+	if r.N() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d.%d", r.At().UnixNano(), r.N(), r.ID())
 }
 
 // Dropped returns how many events have been dropped, over all subscribers,
@@ -403,14 +446,14 @@ func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1e3
 }
 
-// decisionFrame encodes e as one SSE message. JSON never contains a raw
-// newline, so a single data line carries it.
-func decisionFrame(e event) []byte {
+// eventFrame encodes e as one SSE message of the given event name. JSON
+// never contains a raw newline, so a single data line carries it.
+func eventFrame(name string, e event) []byte {
 	body, err := json.Marshal(e)
 	if err != nil { // cannot happen for this struct; keep the stream well formed anyway
 		body = []byte(`{}`)
 	}
-	return fmt.Appendf(nil, "id: %d\nevent: decision\ndata: %s\n\n", e.Seq, body)
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, name, body)
 }
 
 // controlFrame encodes a message the page uses to keep its clock and

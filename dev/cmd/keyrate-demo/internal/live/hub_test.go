@@ -759,3 +759,65 @@ func TestClientOf(t *testing.T) {
 		<-b.done
 	})
 }
+
+// A refund is streamed as an event of its own, after its decision, with
+// the receipt the decision carried and the key's budget after it; a page
+// opened later gets both from the history. A refusal carries no receipt.
+func TestRefundFollowsItsDecision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{})
+		s := open(h, "")
+		at := time.Now()
+		status := keyrate.Policy{Limit: 3, Window: time.Minute}
+		admitted := keyrate.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 2})
+		admitted.Receipt = keyrate.NewReceipt(at, 1, 7)
+		h.Record("status", "k", admitted, at)
+		h.RecordRefund("status", "k", admitted.Receipt, keyrate.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 3}), at.Add(time.Millisecond))
+		h.Record("status", "k", keyrate.Combine(keyrate.PolicyDecision{Policy: status, RetryAfter: time.Second}), at.Add(2*time.Millisecond))
+
+		evs := parseSSE(t, s.drain())
+		if got := types(evs); got != "hello d1 refund d3" {
+			t.Fatalf("stream %s, want hello d1 refund d3", got)
+		}
+		var refund event
+		if err := json.Unmarshal([]byte(evs[2].data), &refund); err != nil {
+			t.Fatal(err)
+		}
+		decision, refused := decoded(t, evs[1]), decoded(t, evs[3])
+		if decision.Receipt == "" || refund.Receipt != decision.Receipt || evs[2].id != "2" {
+			t.Errorf("decision's receipt %q, refund's %q (id %s): want the same, and the refund's own id", decision.Receipt, refund.Receipt, evs[2].id)
+		}
+		if refund.Route != "status" || refund.Key != "k" || refund.Remaining != 3 || refund.Limit != 3 {
+			t.Errorf("refund %+v, want status's key k with 3 of 3 remaining", refund)
+		}
+		if refused.Receipt != "" {
+			t.Errorf("a refusal carries receipt %q, want none", refused.Receipt)
+		}
+		s.cancel()
+		<-s.done
+
+		later := open(h, "")
+		if got := types(parseSSE(t, later.drain())); got != "hello d1 refund d3" {
+			t.Errorf("a page opened later gets %s, want hello d1 refund d3", got)
+		}
+		later.cancel()
+		<-later.done
+	})
+}
+
+// The configuration tells the page what a route's form sends, what to say
+// of it, and that it gives requests back.
+func TestConfigDescribesFormsAndRefunds(t *testing.T) {
+	login := Route{Name: "login", Method: http.MethodPost, Path: "/api/login", Policies: []keyrate.Policy{{Limit: 5, Window: 15 * time.Minute}},
+		Refunds: true, Form: map[string]string{"password": "guess"}, Note: "Only failures count."}
+	resp := get(t, newHub(t, Config{Routes: []Route{login}}).Handler(), http.MethodGet, ConfigPath)
+	var got configJSON
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := routeJSON{Name: "login", Method: "POST", Path: "/api/login", Policies: []policyJSON{{Limit: 5, WindowMs: 900_000}},
+		Refunds: true, Form: map[string]string{"password": "guess"}, Note: "Only failures count."}
+	if len(got.Routes) != 1 || !reflect.DeepEqual(got.Routes[0], want) {
+		t.Errorf("routes %+v, want %+v", got.Routes, want)
+	}
+}

@@ -72,7 +72,7 @@
       s = {
         route, key, marks: [],
         policies: null,                // the key's policies, as its last decision reported them
-        admitted: 0, refused: 0, fAdmitted: 0, fRefused: 0,
+        admitted: 0, refused: 0, refunded: 0, fAdmitted: 0, fRefused: 0,
         fCounts: new Map(),            // fixed-window index -> requests it admitted
         fMost: null,                   // largest set the fixed window admitted within one window length
         // Per policy, in the order of s.policies:
@@ -166,7 +166,7 @@
     if (ev.allowed) s.admitted++; else s.refused++;
     parts.forEach((p, i) => { if (!p.allowed) s.refusedBy[i]++; });
 
-    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow, no: parts.map((p) => !p.allowed) });
+    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow, no: parts.map((p) => !p.allowed), receipt: ev.receipt || '' });
     if (s.marks.length > 1 && s.marks[s.marks.length - 2].t > ev.at) s.marks.sort((a, b) => a.t - b.t);
     const longest = Math.max(...policies.map((p) => p.windowMs));
     const horizon = serverNow() - 3 * longest;
@@ -186,6 +186,36 @@
 
     if (ev.route === state.route && !state.watch) {
       state.watch = ev.key;
+    }
+    state.dirty = true;
+  }
+
+  // onRefund takes back the admitted request whose decision had the
+  // refund's receipt: it no longer counts in the sliding window, nor in the
+  // fixed one simulated beside it, and is drawn as given back.
+  function onRefund(ev) {
+    seenServerTime(ev.at);
+    state.feed.unshift(Object.assign({ refund: true }, ev));
+    if (state.feed.length > FEED_ROWS) state.feed.length = FEED_ROWS;
+    state.feedDirty = true;
+    const s = state.streams.get(ev.route + '\u0000' + ev.key);
+    if (!s || !ev.receipt) return;
+    let m = null;
+    for (let i = s.marks.length - 1; i >= 0; i--) {
+      if (s.marks[i].receipt === ev.receipt && s.marks[i].ok) { m = s.marks[i]; break; }
+    }
+    if (!m) return; // its decision came before this page, or left the drawing
+    m.ok = false;
+    m.back = true;
+    s.admitted--;
+    s.refunded++;
+    if (m.fok) {
+      const idx = Math.floor(m.t / s.policies[0].windowMs);
+      const used = s.fCounts.get(idx) || 0;
+      if (used > 0) s.fCounts.set(idx, used - 1);
+      m.fok = false;
+      m.fback = true;
+      s.fAdmitted--;
     }
     state.dirty = true;
   }
@@ -213,6 +243,11 @@
       let ev;
       try { ev = JSON.parse(e.data); } catch (err) { return; }
       onDecision(ev);
+    });
+    es.addEventListener('refund', (e) => {
+      let ev;
+      try { ev = JSON.parse(e.data); } catch (err) { return; }
+      onRefund(ev);
     });
     es.addEventListener('dropped', (e) => {
       let d;
@@ -267,7 +302,13 @@
       state.ownKey = state.watch = await shownKey(key);
       state.dirty = true;
     }
-    const one = () => fetch(r.path, { method: r.method, headers, cache: 'no-store' })
+    let body;
+    if (r.form) {
+      // A form route: its fields, as the page shows them, in each request.
+      headers['Content-Type'] = 'application/x-www-form-urlencoded';
+      body = new URLSearchParams(Object.keys(r.form).map((name) => [name, formInput(name).value])).toString();
+    }
+    const one = () => fetch(r.path, { method: r.method, headers, body, cache: 'no-store' })
       .then((res) => res.arrayBuffer().then(() => res.status, () => res.status), () => 0);
     const all = [];
     for (let i = 0; i < n; i++) all.push(one());
@@ -277,9 +318,11 @@
   function tally(codes) {
     const ok = codes.filter((c) => c >= 200 && c < 300).length;
     const limited = codes.filter((c) => c === 429).length;
-    const other = codes.length - ok - limited;
     let s = ok + ' admitted (200), ' + limited + ' refused (429)';
-    if (other) s += ', ' + other + ' other';
+    // Other answers by status, such as a login's 401 for a wrong password.
+    const other = new Map();
+    for (const c of codes) if (!(c >= 200 && c < 300) && c !== 429) other.set(c, (other.get(c) || 0) + 1);
+    for (const [c, n] of [...other].sort((a, b) => a[0] - b[0])) s += ', ' + n + ' answered ' + (c || 'with a network error');
     return s;
   }
 
@@ -358,8 +401,9 @@
 
   // stack places marks into columns of one mark's width and rows upwards, so
   // a burst stays countable; a column taller than the lane shows "+n".
-  // kindOf says how to draw a mark: 'ok' (admitted), 'no' (refused here),
-  // or 'other' (refused by another policy; this one had room).
+  // kindOf says how to draw a mark: 'ok' (admitted), 'back' (admitted, then
+  // given back), 'no' (refused here), or 'other' (refused by another
+  // policy; this one had room).
   function stack(marks, x, kindOf, laneBottom, rows) {
     const cols = new Map();
     const out = [];
@@ -376,8 +420,8 @@
       const cx = col * 10;
       const cy = laneBottom - 9 - row * 10.5;
       const kind = kindOf(m);
-      out.push(kind === 'ok'
-        ? '<circle class="m-ok" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
+      out.push(kind === 'ok' || kind === 'back'
+        ? '<circle class="m-' + kind + '" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
         : '<path class="m-' + kind + '" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
     }
     // One "+n" label per cluster of overflowing columns, so labels never overlap.
@@ -478,8 +522,8 @@
     // marks
     if (s) {
       const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
-      p.push(stack(visible, x, (m) => (m.ok ? 'ok' : 'no'), lane1 + laneH, rows));
-      p.push(stack(visible, x, (m) => (m.fok ? 'ok' : 'no'), lane2 + laneH, rows));
+      p.push(stack(visible, x, (m) => (m.ok ? 'ok' : (m.back ? 'back' : 'no')), lane1 + laneH, rows));
+      p.push(stack(visible, x, (m) => (m.fok ? 'ok' : (m.fback ? 'back' : 'no')), lane2 + laneH, rows));
     }
     p.push('</g>');
 
@@ -523,6 +567,7 @@
     }
     setText('s-admitted', String(s ? s.admitted : 0));
     setText('s-refused', String(s ? s.refused : 0));
+    setText('s-refunded', String(s ? s.refunded : 0));
     setText('s-most', String(s && s.sMost[0] ? s.sMost[0].n : 0));
 
     const idx = Math.floor(now / w);
@@ -620,7 +665,7 @@
       if (i === 0) p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (y - 11) + '">now</text>');
       if (s) {
         const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
-        p.push(stack(visible, x, (m) => (m.ok ? 'ok' : (m.no && m.no[i] ? 'no' : 'other')), y + laneH, rows));
+        p.push(stack(visible, x, (m) => (m.ok ? 'ok' : m.back ? 'back' : (m.no && m.no[i] ? 'no' : 'other')), y + laneH, rows));
       }
       p.push('</g></g>');
     });
@@ -696,6 +741,7 @@
     });
     setText('m-admitted', String(s ? s.admitted : 0));
     setText('m-refused', String(s ? s.refused : 0));
+    setText('m-refunded', String(s ? s.refunded : 0));
     if (!s) {
       setText('m-last', '');
       return;
@@ -748,19 +794,21 @@
     const rows = state.feed.map((ev) => {
       const r = state.byName.get(ev.route);
       const tr = document.createElement('tr');
+      let result = ev.allowed ? '● admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused' + byWhom(ev));
+      if (ev.refund) result = '○ given back (answered below 400)';
       const cells = [
         clock(ev.at, true),
         r ? r.method + ' ' + r.path : ev.route,
         ev.key,
-        ev.allowed ? '● 200 admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused' + byWhom(ev)),
+        result,
         String(ev.remaining),
-        ev.allowed ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
+        ev.allowed || ev.refund ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
       ];
       cells.forEach((text, i) => {
         const td = document.createElement('td');
         td.textContent = text;
         if (i === 2) { td.className = 'key'; td.title = text; }
-        if (i === 3) td.className = ev.allowed ? 'r-ok' : 'r-no';
+        if (i === 3) td.className = ev.refund ? 'r-back' : (ev.allowed ? 'r-ok' : 'r-no');
         tr.append(td);
       });
       return tr;
@@ -796,10 +844,28 @@
 
   // ---------- start ----------
 
+  // formInput returns the input of the current route's form field name.
+  const formInput = (name) => $('form-' + name);
+
   function selectRoute(name) {
     state.route = name;
     const r = currentRoute();
     $('burst-size').value = String(smallestLimit(r));
+    document.body.dataset.refunds = r.refunds ? '1' : '';
+    setText('route-note', r.note || '');
+    const fields = Object.entries(r.form || {}).flatMap(([field, value]) => {
+      const label = document.createElement('label');
+      label.htmlFor = 'form-' + field;
+      label.textContent = field;
+      const input = document.createElement('input');
+      input.id = 'form-' + field;
+      input.type = 'text';
+      input.autocomplete = 'off';
+      input.spellcheck = false;
+      input.value = value;
+      return [label, input];
+    });
+    $('form-fields').replaceChildren(...fields);
     const keys = state.keysByRoute.get(name);
     if (!keys || !keys.has(state.watch)) {
       const own = state.ownKey;
@@ -807,7 +873,9 @@
     }
     state.drawnKeysVersion = -1;
     setText('view-title', 'Timeline of ' + r.method + ' ' + r.path);
-    setText('curl-hint', 'curl -i -H \'' + state.keyHeader + ': alice\' ' + location.origin + r.path);
+    const form = Object.entries(r.form || {}).map(([field, value]) => ' -d ' + field + '=' + value).join('');
+    const method = r.form || r.method === 'GET' ? '' : ' -X ' + r.method;
+    setText('curl-hint', 'curl -i' + method + ' -H \'' + state.keyHeader + ': alice\'' + form + ' ' + location.origin + r.path);
   }
 
   async function start() {
