@@ -27,6 +27,11 @@ type config struct {
 	tagSet    bool          // WithHashTagSecret was given
 	tierOf    func(key string) string
 	tiers     map[string][]keyrate.Policy
+
+	fallbackShare   float64 // WithLocalFallback's share
+	fallbackSet     bool    // WithLocalFallback was given
+	fallbackKeys    int     // WithLocalFallbackMaxKeys
+	fallbackKeysSet bool    // WithLocalFallbackMaxKeys was given
 }
 
 // Algorithm selects how a Limiter counts. Both run as one Lua script per
