@@ -65,6 +65,9 @@ func (o *recordingObserver) ObserveDecision(route string, d keyrate.Decision, sh
 	if took <= 0 {
 		outcome += " untimed"
 	}
+	if d.Fallback {
+		outcome += " fallback"
+	}
 	fmt.Fprintf(&o.log, "%s %s; ", route, outcome)
 }
 

@@ -34,6 +34,12 @@ type config struct {
 //     to OnError. A store outage then takes the limited methods down: choose
 //     it when the limit protects something that must not be overrun.
 //
+// A backend with a local fallback (the Redis backend's WithLocalFallback)
+// answers an outage with decisions, not errors: a share of each limit,
+// decided in process, with Decision.Fallback set. The Limiter serves and
+// refuses those like any other decision, and the Observer sees them, so
+// the failure mode applies only when even the fallback cannot decide.
+//
 // Either way, an error the call itself caused (keyrate.ErrInvalidKey) fails
 // it with codes.InvalidArgument, and a call whose client has gone before it
 // was decided (ErrClientGone) fails with its context's status,

@@ -39,6 +39,12 @@ type config struct {
 //     routes down: choose it when the limit protects something that must not
 //     be overrun (a paid upstream, a login form).
 //
+// A backend with a local fallback (the Redis backend's WithLocalFallback)
+// answers an outage with decisions, not errors: a share of each limit,
+// decided in process, with Decision.Fallback set. The middleware serves
+// and refuses those like any other decision, so the failure mode applies
+// only when even the fallback cannot decide.
+//
 // Neither applies to a request that cannot be placed: the KeyFunc failed or
 // returned "", or the backend refused the key (an error wrapping
 // keyrate.ErrInvalidKey). The request, not the store, caused that, and a
