@@ -19,8 +19,10 @@ const otherRoute = "(other)"
 
 // ObserveDecision counts a request of route that the backend decided in
 // took: allowed, limited, or shadow_limited when shadow says a refusal was
-// served anyway; and, for a refusal, each policy of d that refused it. With ObserveError it makes *Metrics a grpclimit.Observer;
-// middleware of your own can call it too.
+// served anyway; its source, fallback when d.Fallback says a local
+// fallback decided it, else store; and, for a refusal, each policy of d
+// that refused it. With ObserveError it makes *Metrics a
+// grpclimit.Observer; middleware of your own can call it too.
 func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool, took time.Duration) {
 	m.observedRoute(route).decided(d, shadow, took)
 }
@@ -33,7 +35,8 @@ func (m *Metrics) ObserveDecision(route string, d keyrate.Decision, shadow bool,
 // context.DeadlineExceeded, as the Redis backend's error does when the
 // budget ran out while Redis refused connections; timeout when it matches
 // context.DeadlineExceeded (as a call over its time budget does);
-// unavailable otherwise. A request whose client had gone before it was
+// unavailable otherwise, keyrate.ErrUnavailable included (the Redis
+// backend's error for a call its open circuit breaker answered at once). A request whose client had gone before it was
 // decided (grpclimit.ErrClientGone) counts as result="client_gone", and
 // nowhere else: it says nothing of the store. Another cancellation
 // (context.Canceled) counts as result="error" but not as a backend error,
