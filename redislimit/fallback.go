@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -39,7 +40,9 @@ import (
 // The fallback counts with the exact sliding log whatever the Algorithm
 // (FixedWindow would admit more), without WithResolution, on the local
 // clock, keyed by the same bounded keys as Redis (see "Keys" in the
-// package doc), and SetTier changes its tiers along with the Limiter's. It
+// package doc) and the name of their tier, and SetTier changes its tiers
+// along with the Limiter's. A key that moves to another tier during an
+// outage (a plan change, not SetTier) starts over in the fallback. It
 // holds at most WithLocalFallbackMaxKeys keys (100,000 by default), 4 bytes
 // per event held plus about 110 per key, and makes room by forgetting the
 // keys it decided least recently (see keyrate.WithMaxKeys); it runs no
@@ -108,10 +111,10 @@ func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 				tiers[name] = f.scale(t.policies)
 			}
 		}
-		// The Limiter works out a key's tier and passes its name as the
-		// identity (see take), so that the tier function runs once and
-		// sees what it sees for Redis.
-		opts = append(opts, keyrate.WithTiers(func(name string) string { return name }, tiers))
+		// The Limiter works out a key's tier as it does for Redis and
+		// puts its name in front of the key (see fallbackKey), so that the
+		// tier function runs once, on what it sees for Redis.
+		opts = append(opts, keyrate.WithTiers(fallbackTier, tiers))
 	}
 	lim, err := keyrate.NewPolicies(f.scale(tab.def.policies), opts...)
 	if err != nil {
@@ -150,30 +153,40 @@ func (f *fallback) setTier(name string, policies []keyrate.Policy) error {
 }
 
 // fallbackTake decides a request of weight n for key, bounded as id, in
-// the fallback, under the tier the Limiter's tier function names for it.
-// ctx is the caller's, which is not done.
-func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) (keyrate.Decision, error) {
-	if l.tierOf != nil {
-		ctx = keyrate.ContextWithIdentity(ctx, l.tierNameFor(ctx, key))
-	}
-	d, err := l.fallback.lim.TakeContext(ctx, id, n)
-	if err != nil {
-		return d, fmt.Errorf("redislimit: local fallback: %w", err)
-	}
-	d.Fallback = true
-	return d, nil
-}
-
-// tierNameFor returns the name of the tier that decides key under ctx, as
-// tierFor finds it: "" for the default tier, whatever the name the tier
-// function gave when there is no such tier.
-func (l *Limiter) tierNameFor(ctx context.Context, key string) string {
+// the fallback, under the tier the Limiter's tier function names for it
+// under ctx, which is the caller's and not done.
+func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) keyrate.Decision {
 	if id, ok := keyrate.IdentityFromContext(ctx); ok {
 		key = id
 	}
-	name := l.tierName(key)
-	if _, ok := l.tiers.Load().named[name]; !ok {
-		return ""
+	d := l.fallback.lim.Take(l.fallbackKey(key, id), n)
+	d.Fallback = true
+	return d
+}
+
+// fallbackKey returns the fallback's key for the bounded key id, whose
+// tier the tier function names from as: the length of the tier's name
+// (a uvarint), the name and id, so that a name of any bytes reads back
+// whole; id alone without tiers.
+func (l *Limiter) fallbackKey(as, id string) string {
+	if l.tierOf == nil {
+		return id
 	}
-	return name
+	name := l.tierName(as)
+	if _, ok := l.tiers.Load().named[name]; !ok {
+		name = "" // the default tier, as tierFor finds it
+	}
+	b := make([]byte, 0, binary.MaxVarintLen64+len(name)+len(id))
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	return string(append(append(b, name...), id...))
+}
+
+// fallbackTier is the fallback's tier function: the name fallbackKey put
+// in front of the key.
+func fallbackTier(key string) string {
+	n, k := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
+	if k <= 0 || uint64(len(key)-k) < n {
+		return "" // not a key fallbackKey made
+	}
+	return key[k : k+int(n)]
 }

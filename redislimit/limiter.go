@@ -35,7 +35,10 @@
 // when every policy has room, and then recorded against all of them, in
 // the same one script run, one round trip and one Redis key (so one Cluster
 // slot) as a single limit. Each Decision names the binding policy and
-// lists every policy's numbers (keyrate.Decision.Policies).
+// lists every policy's numbers (keyrate.Decision.Policies). TakeAll
+// decides a request against several keys at once, all or nothing, in one
+// script run; on a Redis Cluster its keys must share a slot, which
+// WithHashTagFunc arranges by group.
 //
 // WithDenyCache refuses a key that Redis has just refused locally, with no
 // round trip, for as long as Redis's refusal must stand, and at most a
@@ -136,6 +139,9 @@ type Limiter struct {
 	breaker breaker
 	// fallback decides while Redis cannot (WithLocalFallback); nil: none.
 	fallback *fallback
+	// group names the group a key's hash tag is made from
+	// (WithHashTagFunc); nil: each key its own tag.
+	group func(key string) string
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -169,6 +175,9 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if err := checkFallback(&cfg); err != nil {
 		return nil, err
 	}
+	if cfg.groupSet && cfg.group == nil {
+		return nil, fmt.Errorf("%w: hash tag function is nil", keyrate.ErrConfig)
+	}
 	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
@@ -188,6 +197,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		base:    time.Now(),
 		tierOf:  cfg.tierOf,
 		tags:    newHashTags(cfg.tagSecret),
+		group:   cfg.group,
 
 		fallback: fb,
 	}
@@ -288,7 +298,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 	}
 
-	t := l.tags.of(id)
+	t := l.tagOf(key, id)
 	keys := make([]string, 1, 2)
 	keys[0] = l.storeKey(id, t)
 	if l.legacy != "" {
@@ -304,7 +314,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	if !l.breaker.closed() {
 		l.probe(l.script, keys, args)
 		if l.fallback != nil {
-			return l.fallbackTake(ctx, key, id, n)
+			return l.fallbackTake(ctx, key, id, n), nil
 		}
 		return tr.failed(), l.notAsked(t)
 	}
@@ -323,7 +333,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
 		if l.fallback != nil {
-			return l.fallbackTake(ctx, key, id, n)
+			return l.fallbackTake(ctx, key, id, n), nil
 		}
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}

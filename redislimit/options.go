@@ -32,6 +32,9 @@ type config struct {
 	fallbackSet     bool    // WithLocalFallback was given
 	fallbackKeys    int     // WithLocalFallbackMaxKeys
 	fallbackKeysSet bool    // WithLocalFallbackMaxKeys was given
+
+	group    func(key string) string // WithHashTagFunc; nil: each key its own tag
+	groupSet bool                    // WithHashTagFunc was given
 }
 
 // Algorithm selects how a Limiter counts. Both run as one Lua script per
