@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,17 +57,17 @@ func newService(st store, m *metrics, log *slog.Logger, rs *ruleSet) (*service, 
 }
 
 // load makes rs the rules requests are decided by. Each rule gets a tier
-// named after its path, the same as that of a rule of the same path in an
-// earlier load, so that its budgets keep their counts; a rule whose limits
-// changed has its tier's policies replaced first, so that no request is
-// decided under rs before its tiers exist.
+// named after its path (see ruleTier), the same as that of a rule of the
+// same path in an earlier load, so that its budgets keep their counts; a
+// rule whose limits changed has its tier's policies replaced first, so
+// that no request is decided under rs before its tiers exist.
 func (s *service) load(rs *ruleSet) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range rs.rules {
 		t, ok := s.tiers[r.path]
 		if !ok {
-			t = "r" + strconv.Itoa(len(s.tiers)+1)
+			t = ruleTier(r.path)
 			s.tiers[r.path] = t
 		}
 		r.tier = t
@@ -84,6 +85,16 @@ func (s *service) load(rs *ruleSet) error {
 	}
 	s.rules.Store(rs)
 	return nil
+}
+
+// ruleTier returns the tier of the rule at path: "r" and the first 12
+// bytes of the path's SHA-256 in base64url. A rule's budgets are named by
+// it in every replica, whatever rules each loaded before, so that replicas
+// sharing budgets in Redis agree on them, and one restarted on a newer file
+// finds them again; a name given in the order of loading would not.
+func ruleTier(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return "r" + base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
 // maxDescriptors bounds the descriptors of one request. Envoy sends one per
