@@ -325,7 +325,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		if err := ctx.Err(); err != nil {
 			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
-		err, down := l.callError(budget, r.err)
+		down, err := l.callError(budget, r.err)
 		if down {
 			l.breaker.trip(l.mono(), err)
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -375,25 +375,25 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, keys []string, 
 	}
 }
 
-// callError returns why a script run under budget, the call's budget
-// context, failed with err while the caller's own context was not done,
-// without naming the key, and whether Redis did not answer (see
-// unanswered). A refusal to record for want of memory wraps
+// callError reports whether Redis did not answer a script run under
+// budget, the call's budget context, that failed with err while the
+// caller's own context was not done (see unanswered), and returns why,
+// without naming the key. A refusal to record for want of memory wraps
 // ErrOutOfMemory.
-func (l *Limiter) callError(budget context.Context, err error) (error, bool) {
+func (l *Limiter) callError(budget context.Context, err error) (down bool, cause error) {
 	if budget.Err() != nil {
 		// The budget began about l.timeout ago.
 		if dial := l.dials.failedSince(l.mono() - int64(l.timeout)); dial != nil {
-			return fmt.Errorf("no answer from redis within the %v budget; connecting to it failed: %w: %w", l.timeout, dial, budget.Err()), true
+			return true, fmt.Errorf("no answer from redis within the %v budget; connecting to it failed: %w: %w", l.timeout, dial, budget.Err())
 		}
-		return fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err()), true
+		return true, fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err())
 	}
 	if redis.IsOOMError(err) {
 		// Redis runs a script until its first write, so a key at its
 		// limit is still refused; only what must be recorded fails.
-		return fmt.Errorf("%w: %w", ErrOutOfMemory, err), false
+		return false, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
-	return err, unanswered(err)
+	return unanswered(err), err
 }
 
 // notAsked returns the error of a call that the open breaker kept off
@@ -424,7 +424,7 @@ func (l *Limiter) probe(script *redis.Script, keys []string, args []any) {
 		err := l.run(ctx, script, keys, args).err
 		if err != nil {
 			var down bool
-			if err, down = l.callError(ctx, err); !down {
+			if down, err = l.callError(ctx, err); !down {
 				err = nil // an answer, even an error reply: Redis is there
 			}
 		}

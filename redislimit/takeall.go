@@ -93,6 +93,9 @@ func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.
 	}
 
 	script, perKey := takeAllScripts[l.script], 1
+	if script == nil {
+		return fail(fmt.Errorf("redislimit: take all: %w: the limiter's algorithm has no TakeAll script", keyrate.ErrConfig))
+	}
 	if l.legacy != "" {
 		perKey = 2
 	}
@@ -128,7 +131,7 @@ func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.
 		if err := ctx.Err(); err != nil {
 			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
 		}
-		err, down := l.callError(budget, r.err)
+		down, err := l.callError(budget, r.err)
 		if down {
 			l.breaker.trip(l.mono(), err)
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
