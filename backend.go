@@ -50,6 +50,15 @@ var ErrInvalidKey = errors.New("keyrate: invalid key")
 // README).
 var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
+// ErrUnavailable is wrapped by a backend's error when its store could not
+// be asked or did not answer: unreachable, refusing connections, past the
+// time budget, or known to be down (the Redis backend's circuit breaker,
+// which then answers at once without asking). Middleware fails open or
+// closed on it as configured. An error that also wraps
+// context.DeadlineExceeded waited out the budget; one that does not was
+// answered at once.
+var ErrUnavailable = errors.New("keyrate: store unavailable")
+
 // PolicyLister is implemented by backends that know their policies, as
 // *Limiter and the Redis backend do. Policies returns a copy of the default
 // tier's, in the order they were given, so that middleware can advertise

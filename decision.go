@@ -58,6 +58,16 @@ type Decision struct {
 	// evicted. Without WithRefuseNewKeys a full limiter makes room for new
 	// keys instead, and never sets it.
 	Overflow bool
+	// Fallback reports a decision made in this process by a backend's
+	// local fallback because its store could not answer (the Redis
+	// backend's WithLocalFallback, while Redis is unreachable, paused or
+	// out of memory): admitted or refused against a share of each limit,
+	// counted for this process alone, and not recorded in the store. Its
+	// Limit, Remaining and the policies' numbers are the fallback's. It is
+	// false for every decision the store made, so that Decisions compare
+	// equal as before; middleware and metrics read it to tell the two
+	// apart (promlimit counts it as source="fallback").
+	Fallback bool
 	// Receipt identifies what an admitted decision recorded, so that the
 	// backend that made it can give it back (Refund). It is zero when
 	// nothing was recorded: a refusal, a weight of 0, Peek, or a Decision

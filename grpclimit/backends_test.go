@@ -71,6 +71,9 @@ func (o *recordingObserver) Observe(ev middleware.Event) {
 	if ev.Duration <= 0 {
 		outcome += " untimed"
 	}
+	if ev.Decision.Fallback {
+		outcome += " fallback"
+	}
 	fmt.Fprintf(&o.log, "%s %s; ", ev.Route, outcome)
 }
 

@@ -416,3 +416,34 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A backend whose store is down but whose local fallback decides (as the
+// Redis backend's WithLocalFallback does) returns decisions, not errors:
+// in either failure mode the calls are served and refused like any other,
+// and the Observer sees decisions with Fallback set, never an error.
+func TestFallbackDecisionsAreDecisions(t *testing.T) {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+		t.Run(fmt.Sprint("mode=", mode), func(t *testing.T) {
+			local, _ := manualLimiter(t, 2, time.Minute) // the fallback: a share of a limit of 4
+			b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+				d, err := local.TakeContext(ctx, key, n)
+				d.Fallback = true
+				return d, err
+			})
+			obs := &recordingObserver{}
+			ts := serve(t, mustNew(t, b, grpclimit.WithFailureMode(mode), grpclimit.WithObserver(obs),
+				grpclimit.WithOnError(func(ev middleware.Event) { t.Errorf("OnError(%v) for a fallback decision", ev.Err) })))
+			c := ts.client(t, "127.0.0.1")
+			var got []codes.Code
+			for range 3 {
+				got = append(got, callCheck(t, c).code)
+			}
+			if got[0] != codes.OK || got[1] != codes.OK || got[2] != codes.ResourceExhausted {
+				t.Errorf("codes %v, want OK OK ResourceExhausted at the fallback's limit of 2", got)
+			}
+			if want := strings.Repeat(check+" allowed fallback; ", 2) + check + " limited fallback; "; obs.String() != want {
+				t.Errorf("observer saw %q, want %q", obs.String(), want)
+			}
+		})
+	}
+}

@@ -161,3 +161,36 @@ func TestClosedLocalLimiter(t *testing.T) {
 		}
 	}
 }
+
+// A backend whose store is down but whose local fallback decides (as the
+// Redis backend's WithLocalFallback does) returns decisions, not errors:
+// in either failure mode the middleware serves and refuses them like any
+// other, with the fallback's numbers in the fields, and reports them to
+// OnDecision with Fallback set, never to OnError.
+func TestFallbackDecisionsAreDecisions(t *testing.T) {
+	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+		local, _ := newLimiter(t, 2, time.Minute) // the fallback: a share of a limit of 4
+		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+			d, err := local.TakeContext(ctx, key, n)
+			d.Fallback = true
+			return d, err
+		})
+		var decided []keyrate.Decision
+		h := newHandler(t, b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(mode),
+			httplimit.WithOnDecision(func(e middleware.Event) { decided = append(decided, e.Decision) }),
+			httplimit.WithOnError(func(e middleware.Event) { t.Errorf("mode %d: OnError(%v) for a fallback decision", mode, e.Err) }))
+		var codes []int
+		for range 3 {
+			codes = append(codes, get(h, "/").Code)
+		}
+		if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+			t.Errorf("mode %d: %v, want 200 200 429 at the fallback's limit of 2", mode, codes)
+		}
+		if rec := get(h, "/"); rec.Header().Get("RateLimit") != `"default";r=0;t=60` {
+			t.Errorf("mode %d: RateLimit %q, want the fallback's numbers", mode, rec.Header().Get("RateLimit"))
+		}
+		if len(decided) != 4 || !decided[0].Fallback || !decided[3].Fallback {
+			t.Errorf("mode %d: OnDecision saw %d decisions, want 4 with Fallback set", mode, len(decided))
+		}
+	}
+}

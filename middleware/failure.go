@@ -17,6 +17,12 @@ package middleware
 //     protects something that must not be overrun (a paid upstream, a
 //     login form).
 //
+// A backend with a local fallback (the Redis backend's WithLocalFallback)
+// answers an outage with decisions, not errors: a share of each limit,
+// decided in process, with keyrate.Decision.Fallback set. They are served
+// and refused like any other decision, so the failure mode applies only
+// when even the fallback cannot decide.
+//
 // Neither applies to a request that could not be placed (an error
 // matching keyrate.ErrInvalidKey: 400 Bad Request, codes.InvalidArgument)
 // or whose client had gone (ErrClientGone: 503 over HTTP, the call's own

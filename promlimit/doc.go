@@ -2,6 +2,7 @@
 // metrics, on a registry of the caller's choosing:
 //
 //	keyrate_requests_total{route, result}            counter; result: allowed, limited, shadow_limited, error, client_gone
+//	keyrate_decisions_total{route, source}           counter; source: store, fallback (a local fallback decided while the store was down)
 //	keyrate_backend_duration_seconds{route}          histogram of the backend's decision time
 //	keyrate_backend_errors_total{route, kind}        counter; kind: timeout, unavailable, oom, invalid, refund
 //	keyrate_policy_violations_total{route, policy}   counter; a refusal once for each policy that refused it

@@ -40,12 +40,15 @@ func Example() {
 	mux.ServeHTTP(scrape, httptest.NewRequest("GET", "/metrics", nil))
 	for _, line := range strings.Split(scrape.Body.String(), "\n") {
 		if strings.HasPrefix(line, "keyrate_requests_total") || strings.HasPrefix(line, "keyrate_keys") ||
+			strings.HasPrefix(line, "keyrate_decisions_total") ||
 			strings.HasPrefix(line, "keyrate_backend_duration_seconds_count") {
 			fmt.Println(line)
 		}
 	}
 	// Output:
 	// keyrate_backend_duration_seconds_count{route="search"} 3
+	// keyrate_decisions_total{route="search",source="fallback"} 0
+	// keyrate_decisions_total{route="search",source="store"} 3
 	// keyrate_keys{route="search"} 1
 	// keyrate_requests_total{result="allowed",route="search"} 2
 	// keyrate_requests_total{result="client_gone",route="search"} 0

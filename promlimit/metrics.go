@@ -14,6 +14,7 @@ import (
 // with New, once per registry; it is safe for concurrent use.
 type Metrics struct {
 	requests   *prometheus.CounterVec
+	decisions  *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	errors     *prometheus.CounterVec
 	violations *prometheus.CounterVec
@@ -46,6 +47,12 @@ const (
 	resultClientGone    = "client_gone"
 )
 
+// The values of the source label of keyrate_decisions_total.
+const (
+	sourceStore    = "store"
+	sourceFallback = "fallback"
+)
+
 // The values of the kind label of keyrate_backend_errors_total.
 const (
 	kindTimeout     = "timeout"
@@ -68,6 +75,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyrate_requests_total",
 			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode), error (no decision could be had) or client_gone (the client cancelled or timed out before the decision; not served).",
 		}, []string{"route", "result"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyrate_decisions_total",
+			Help: "Requests the rate limiter's backend decided, by route and source: store (the backend's store decided: Redis, or an in-process limiter) or fallback (a local fallback decided at a share of each limit because the store could not answer; the store is down).",
+		}, []string{"route", "source"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyrate_backend_duration_seconds",
 			Help:    "Time the rate limiter's backend took to decide a request or fail, by route.",
@@ -84,7 +95,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		keys: newKeysCollector(),
 	}
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors, m.violations, m.keys} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.errors, m.violations, m.keys} {
 		if err := reg.Register(c); err != nil {
 			for _, r := range done {
 				reg.Unregister(r)

@@ -96,6 +96,15 @@ func TestHTTPErrorKinds(t *testing.T) {
 			fail(fmt.Errorf("redislimit: take key #8254c329: no answer from redis within the 250ms budget; connecting to it failed: %w: %w", refusedDial(t), context.DeadlineExceeded)),
 			nil, "unavailable", 1},
 		{"connecting timed out", fail(fmt.Errorf("redislimit: take key #8254c329: %w", timedOutDial(t))), nil, "timeout", 1},
+		// As redislimit reports the first call of an outage, which waited
+		// out its budget, and the calls after it, which its open circuit
+		// breaker answered at once: a timeout, then the store known down.
+		{"no answer within the budget",
+			fail(fmt.Errorf("redislimit: take key #8254c329: %w: no answer from redis within the 250ms budget: %w", keyrate.ErrUnavailable, context.DeadlineExceeded)),
+			nil, "timeout", 1},
+		{"circuit breaker open",
+			fail(fmt.Errorf("redislimit: take key #8254c329: %w: not asked, the circuit breaker has been open for 1.2s; the latest failure: dial tcp: connection refused", keyrate.ErrUnavailable)),
+			nil, "unavailable", 1},
 		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
 		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", keyrate.ErrOutOfMemory)), nil, "oom", 1},
 		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
@@ -252,10 +261,10 @@ func TestLabelsNeverNameClients(t *testing.T) {
 			}
 		}
 	}
-	// 5 results + 5 error kinds + 1 histogram + 1 policy's violations + 1
-	// gauge, for one route.
-	if n != 13 {
-		t.Errorf("%d series, want 13", n)
+	// 5 results + 2 sources + 5 error kinds + 1 histogram + 1 policy's
+	// violations + 1 gauge, for one route.
+	if n != 15 {
+		t.Errorf("%d series, want 15", n)
 	}
 	if got := value(t, reg, "keyrate_policy_violations_total", map[string]string{"route": "search", "policy": ""}); got != 200 {
 		t.Errorf("violations of the unnamed policy %v, want 200", got)
@@ -373,5 +382,48 @@ func TestRefundFailure(t *testing.T) {
 	}
 	if got := value(t, reg, "keyrate_requests_total", map[string]string{"route": "login", "result": "allowed"}); got != 1 {
 		t.Errorf("requests allowed %v, want 1", got)
+	}
+}
+
+// Every decision counts under its source: store, or fallback when a local
+// fallback decided it while the store was down (Decision.Fallback), behind
+// httplimit and observed directly alike.
+func TestDecisionSources(t *testing.T) {
+	source := func(t *testing.T, reg prometheus.Gatherer, route, source string) float64 {
+		t.Helper()
+		return value(t, reg, "keyrate_decisions_total", map[string]string{"route": route, "source": source})
+	}
+	m, reg := newMetrics(t)
+	local := manualLimiter(t, 1, time.Minute)
+	down := false
+	b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		d, err := local.TakeContext(ctx, key, n)
+		d.Fallback = down
+		return d, err
+	})
+	h, _ := limited(t, m, b, httplimit.WithWindow(time.Minute))
+	get(h, "192.0.2.1")
+	if s, f := source(t, reg, "search", "store"), source(t, reg, "search", "fallback"); s != 1 || f != 0 {
+		t.Errorf("store %v, fallback %v; want 1, 0", s, f)
+	}
+	down = true
+	get(h, "192.0.2.2") // admitted by the fallback
+	get(h, "192.0.2.2") // refused by it
+	if s, f := source(t, reg, "search", "store"), source(t, reg, "search", "fallback"); s != 1 || f != 2 {
+		t.Errorf("store %v, fallback %v; want 1, 2", s, f)
+	}
+	if a, l := requests(t, reg, "search", "allowed"), requests(t, reg, "search", "limited"); a != 2 || l != 1 {
+		t.Errorf("allowed %v, limited %v; want 2, 1: a fallback's decisions are requests like any other", a, l)
+	}
+	if got := backendErrors(t, reg, "search", "unavailable"); got != 0 {
+		t.Errorf("%v unavailable errors, want 0: a fallback decision is no error", got)
+	}
+
+	const route = "/pkg.S/M"
+	for _, d := range []keyrate.Decision{{Allowed: true}, {Allowed: true, Fallback: true}, {Fallback: true}} {
+		m.Observe(middleware.Event{Route: route, Key: route, Decision: d, Duration: time.Microsecond})
+	}
+	if s, f := source(t, reg, route, "store"), source(t, reg, route, "fallback"); s != 1 || f != 2 {
+		t.Errorf("observed: store %v, fallback %v; want 1, 2", s, f)
 	}
 }

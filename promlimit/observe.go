@@ -17,9 +17,10 @@ const otherRoute = "(other)"
 // it from middleware of your own.
 //
 // A decision (ev.Err nil) counts as allowed, limited, or shadow_limited
-// when ev.Shadow says a refusal was served anyway; a refusal also counts
-// once for each policy of ev.Decision that refused it; and the backend's
-// time is observed.
+// when ev.Shadow says a refusal was served anyway; under its source,
+// fallback when ev.Decision.Fallback says a local fallback decided it,
+// else store; a refusal also counts once for each policy of ev.Decision
+// that refused it; and the backend's time is observed.
 //
 // An error counts as result="error", and, when the backend was asked (a
 // request that could not be identified has no ev.Key, and was not), as a
@@ -29,7 +30,9 @@ const otherRoute = "(other)"
 // *net.OpError), even if it also matches context.DeadlineExceeded, as the
 // Redis backend's error does when the budget ran out while Redis refused
 // connections; timeout when it matches context.DeadlineExceeded (as a
-// call over its time budget does); unavailable otherwise. A request whose
+// call over its time budget does); unavailable otherwise, keyrate.ErrUnavailable
+// included (the Redis backend's error for a call its open circuit breaker
+// answered at once). A request whose
 // client had gone before it was decided (middleware.ErrClientGone) counts
 // as result="client_gone", and nowhere else: it says nothing of the store.
 // Another cancellation (context.Canceled) counts as result="error" but not

@@ -17,6 +17,7 @@ import (
 type route struct {
 	allowed, limited, shadowLimited, errored prometheus.Counter
 	clientGone                               prometheus.Counter
+	fromStore, fromFallback                  prometheus.Counter
 	timeout, unavailable, invalid, oom       prometheus.Counter
 	refund                                   prometheus.Counter
 	duration                                 prometheus.Observer
@@ -32,6 +33,8 @@ func (m *Metrics) route(name string) *route {
 		shadowLimited: m.requests.WithLabelValues(name, resultShadowLimited),
 		errored:       m.requests.WithLabelValues(name, resultError),
 		clientGone:    m.requests.WithLabelValues(name, resultClientGone),
+		fromStore:     m.decisions.WithLabelValues(name, sourceStore),
+		fromFallback:  m.decisions.WithLabelValues(name, sourceFallback),
 		timeout:       m.errors.WithLabelValues(name, kindTimeout),
 		unavailable:   m.errors.WithLabelValues(name, kindUnavailable),
 		invalid:       m.errors.WithLabelValues(name, kindInvalid),
@@ -50,6 +53,11 @@ func (r *route) decided(d keyrate.Decision, shadow bool, took time.Duration) {
 		r.shadowLimited.Inc()
 	default:
 		r.limited.Inc()
+	}
+	if d.Fallback {
+		r.fromFallback.Inc()
+	} else {
+		r.fromStore.Inc()
 	}
 	r.policies.observe(&d)
 	r.duration.Observe(took.Seconds())
@@ -90,6 +98,9 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 		r.timeout.Inc()
 	case errors.Is(err, context.Canceled):
 		return
+	case errors.Is(err, keyrate.ErrUnavailable):
+		// Known down without waiting, as behind an open circuit breaker.
+		r.unavailable.Inc()
 	default:
 		r.unavailable.Inc()
 	}

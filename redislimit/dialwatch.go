@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,9 @@ type dialWatch struct {
 	base   time.Time                  // the origin of the instants below, on the monotonic clock
 	failed atomic.Pointer[dialFailed] // the latest failed attempt; nil before the first
 	ok     atomic.Int64               // the instant of the latest successful one
+	// onFail is told of each failed attempt: Redis cannot be reached, so
+	// the Limiter's breaker opens without waiting for a call's budget.
+	onFail func(at int64, err error)
 }
 
 type dialFailed struct {
@@ -28,9 +32,10 @@ type dialFailed struct {
 
 // watchDials adds a dialWatch to client, as a go-redis hook on every
 // connection it makes (each node's, for a cluster or a ring), and returns
-// it; nil for a client it cannot hook.
-func watchDials(client redis.UniversalClient, base time.Time) *dialWatch {
-	w := &dialWatch{base: base}
+// it; nil for a client it cannot hook. onFail is told of each failed
+// attempt, at its instant since base.
+func watchDials(client redis.UniversalClient, base time.Time, onFail func(at int64, err error)) *dialWatch {
+	w := &dialWatch{base: base, onFail: onFail}
 	switch c := client.(type) {
 	case *redis.Client:
 		c.AddHook(w)
@@ -49,6 +54,9 @@ func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 		now := int64(time.Since(w.base))
 		if err != nil {
 			w.failed.Store(&dialFailed{err: err, at: now})
+			if !errors.Is(err, context.Canceled) { // a caller gave up: that says nothing of Redis
+				w.onFail(now, err)
+			}
 		} else {
 			w.ok.Store(now)
 		}

@@ -101,7 +101,7 @@ func EventsStored(ctx context.Context, c redis.UniversalClient, k string) (int64
 // StoreKey returns the Redis key that holds key's state.
 func (l *Limiter) StoreKey(key string) string {
 	id := clientkey.Bound(key)
-	return l.storeKey(id, l.tags.of(id))
+	return l.storeKey(id, l.tagOf(key, id))
 }
 
 // LegacyLogScript is the sliding log script of earlier releases, which
@@ -111,7 +111,7 @@ var LegacyLogScript = legacyLogScript
 // LegacyKey returns where earlier releases kept key's sliding log.
 func (l *Limiter) LegacyKey(key string) string {
 	id := clientkey.Bound(key)
-	return l.legacyKey(id, l.tags.of(id))
+	return l.legacyKey(id, l.tagOf(key, id))
 }
 
 // ReceiptGen returns the generation of the key's state that r names.

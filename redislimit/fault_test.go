@@ -31,9 +31,16 @@ func timedTake(ctx context.Context, l *redislimit.Limiter, key string) (keyrate.
 	return d, err, time.Since(start)
 }
 
-// expectFailFast checks that calls fail, each within the budget.
-func expectFailFast(t *testing.T, l *redislimit.Limiter, key string, calls int, mustUseBudget bool) {
+// expectFailFast checks that calls fail with an error wrapping
+// ErrUnavailable, each within the budget, and returns the first call's
+// error. The first call asks Redis and opens the circuit breaker; with
+// mustUseBudget it must wait out the budget and fail with
+// context.DeadlineExceeded. The calls after it are not asked of Redis:
+// they fail well before the budget, and their errors do not wrap
+// context.DeadlineExceeded, as nothing waited.
+func expectFailFast(t *testing.T, l *redislimit.Limiter, key string, calls int, mustUseBudget bool) error {
 	t.Helper()
+	var first error
 	for i := range calls {
 		d, err, took := timedTake(context.Background(), l, key)
 		if err == nil {
@@ -42,13 +49,24 @@ func expectFailFast(t *testing.T, l *redislimit.Limiter, key string, calls int, 
 		if d.Allowed {
 			t.Fatalf("call %d during the outage: error %v with Allowed set", i, err)
 		}
+		if !errors.Is(err, redislimit.ErrUnavailable) || !errors.Is(err, keyrate.ErrUnavailable) {
+			t.Fatalf("call %d during the outage: %v, want an error wrapping ErrUnavailable", i, err)
+		}
 		if took > budget+slack {
 			t.Fatalf("call %d during the outage took %v, want at most the %v budget (+%v slack): %v", i, took, budget, slack, err)
 		}
-		if mustUseBudget && (took < budget || !errors.Is(err, context.DeadlineExceeded)) {
-			t.Fatalf("call %d during the outage: %v after %v, want context.DeadlineExceeded after the %v budget", i, err, took, budget)
+		if i == 0 {
+			first = err
+			if mustUseBudget && (took < budget || !errors.Is(err, context.DeadlineExceeded)) {
+				t.Fatalf("call %d during the outage: %v after %v, want context.DeadlineExceeded after the %v budget", i, err, took, budget)
+			}
+			continue
+		}
+		if took >= budget || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d during the outage, after the breaker opened: %v after %v, want an answer at once, not a wait", i, err, took)
 		}
 	}
+	return first
 }
 
 // fillAfterRecovery calls Take until Redis answers again (within 10s), then
@@ -214,9 +232,8 @@ func TestRedisUnreachable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			expectFailFast(t, l, "k", 3, true)
 			// Connected, but no answer: a timeout, and nothing else.
-			if _, err := l.TakeContext(context.Background(), "k", 1); connRefused(err) {
+			if err := expectFailFast(t, l, "k", 3, true); connRefused(err) {
 				t.Errorf("a server that accepts and never answers: %v, want no connection error", err)
 			}
 		})
@@ -235,14 +252,17 @@ func TestRedisUnreachable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			expectFailFast(t, l, "k", 3, false)
 			// go-redis retries the dial until the budget runs out, then
 			// reports the deadline alone; the Limiter says why there was no
-			// answer: Redis refused the connection.
+			// answer: Redis refused the connection. The calls after it are
+			// not asked, and say so, naming the refusal as the cause.
+			if err := expectFailFast(t, l, "k", 3, false); !connRefused(err) {
+				t.Errorf("the first call: %v, want the refused connection in the error", err)
+			}
 			for i := range 3 {
 				_, err := l.TakeContext(context.Background(), "k", 1)
-				if !connRefused(err) {
-					t.Errorf("call %d: %v, want the refused connection in the error", i, err)
+				if connRefused(err) || !strings.Contains(err.Error(), "connection refused") {
+					t.Errorf("call %d after the breaker opened: %v, want the refusal named as the latest failure, not wrapped", i, err)
 				}
 			}
 		})

@@ -44,7 +44,10 @@
 // when every policy has room, and then recorded against all of them, in
 // the same one script run, one round trip and one Redis key (so one Cluster
 // slot) as a single limit. Each Decision names the binding policy and
-// lists every policy's numbers (keyrate.Decision.Policies).
+// lists every policy's numbers (keyrate.Decision.Policies). TakeAll
+// decides a request against several keys at once, all or nothing, in one
+// script run; on a Redis Cluster its keys must share a slot, which
+// WithHashTagFunc arranges by group.
 //
 // WithDenyCache refuses a key that Redis has just refused locally, with no
 // round trip, for as long as Redis's refusal must stand, and at most a
@@ -65,6 +68,14 @@
 // only budget: a Limiter is a keyrate.Bounded (TimeBudget), so middleware
 // such as httplimit calls it directly, with no goroutine and no budget of
 // its own.
+//
+// Only the calls that meet an outage first wait out the budget: a circuit
+// breaker, always on, then keeps calls off Redis until a probe gets an
+// answer again, so that every call during an outage returns in
+// microseconds, with an error wrapping ErrUnavailable, or with a decision
+// of the local fallback (WithLocalFallback), which admits a share of each
+// limit in this process and is never unlimited. See TakeContext, and "When
+// Redis is down" in the README.
 //
 // Keys of any length can be limited. A key over 128 bytes is stored under
 // its SHA-256 digest (the rule of the middleware's bounded identities), so
@@ -88,6 +99,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -111,11 +123,14 @@ var ErrInvalidKey = keyrate.ErrInvalidKey
 var ErrOutOfMemory = keyrate.ErrOutOfMemory
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
-// for concurrent use, holds no goroutines or state of its own beyond its
-// configuration (and the deny cache, when on), and needs no Close: the
-// client's lifetime is the caller's. It adds one go-redis hook to the
-// client, which notes whether connecting to Redis fails (see TakeContext's
-// errors); create Limiters once, not per request.
+// for concurrent use, holds no state of its own beyond its configuration,
+// its circuit breaker (and the deny cache and local fallback, when on),
+// and needs no Close: the client's lifetime is the caller's. It holds no
+// goroutine either, except while Redis is unavailable: then at most one
+// probe at a time, which ends within the time budget. It adds one go-redis
+// hook to the client, which notes whether connecting to Redis fails (see
+// TakeContext's errors; a failure opens the breaker); create Limiters
+// once, not per request.
 type Limiter struct {
 	client  redis.UniversalClient
 	script  *redis.Script
@@ -130,6 +145,12 @@ type Limiter struct {
 	tags    hashTags
 	base    time.Time  // the origin of local instants, on the monotonic clock
 	dials   *dialWatch // how the client's connecting goes; nil for a client it cannot watch
+	breaker breaker
+	// fallback decides while Redis cannot (WithLocalFallback); nil: none.
+	fallback *fallback
+	// group names the group a key's hash tag is made from
+	// (WithHashTagFunc); nil: each key its own tag.
+	group func(key string) string
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -160,9 +181,21 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if err != nil {
 		return nil, err
 	}
+	if err := checkFallback(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.groupSet && cfg.group == nil {
+		return nil, fmt.Errorf("%w: hash tag function is nil", keyrate.ErrConfig)
+	}
 	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
+	}
+	var fb *fallback
+	if cfg.fallbackSet {
+		if fb, err = newFallback(&cfg, tab, cfg.tierOf != nil); err != nil {
+			return nil, err
+		}
 	}
 	l := &Limiter{
 		client:  client,
@@ -173,6 +206,9 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		base:    time.Now(),
 		tierOf:  cfg.tierOf,
 		tags:    newHashTags(cfg.tagSecret),
+		group:   cfg.group,
+
+		fallback: fb,
 	}
 	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
@@ -183,7 +219,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if c, ok := client.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
 		l.direct = true
 	}
-	l.dials = watchDials(client, l.base)
+	l.dials = watchDials(client, l.base, l.breaker.trip)
 	switch cfg.algorithm {
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
@@ -216,23 +252,47 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // and records nothing, a negative n or one above a policy's limit is
 // refused with RetryAfter 0 (it can never fit).
 //
+// When Redis cannot answer (it is unreachable, refuses connections,
+// outlives the time budget, or replies LOADING, BUSY, MASTERDOWN,
+// CLUSTERDOWN, READONLY, TRYAGAIN or that it has too many clients), the
+// call opens the Limiter's circuit breaker; so does a failed attempt to
+// connect, seen by the hook the Limiter adds to the client. While it is
+// open, calls do not ask Redis and return at once: from the local
+// fallback, when there is one (WithLocalFallback), as a Decision with
+// Fallback set and a nil error; else with an error wrapping ErrUnavailable
+// that does not wrap context.DeadlineExceeded (nothing waited). Calls
+// themselves probe Redis, on a goroutine of their own, with the same
+// script and a weight of 0, which records nothing: one probe at a time,
+// the first 100ms after the breaker opened, each after a failed one twice
+// as late, up to 1s. Any answer closes the breaker, and from then on calls
+// ask Redis again. A Redis at its maxmemory that refuses to record (see
+// ErrOutOfMemory) is answering: it opens no breaker, and each call it
+// cannot record goes to the fallback, or returns the error, after its
+// round trip. The deny cache answers before any of this: its refusals
+// are Redis's, and hold during an outage as they would otherwise.
+//
 // Keys of any length are limited; an error never quotes the key (it names
 // it by its hash tag, see the package doc). It returns an error wrapping
 // ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
-// before Redis answers; an error wrapping context.DeadlineExceeded when
-// Redis has not answered within the time budget, which also wraps the
-// error of connecting to Redis when that failed meanwhile (go-redis retries
-// a refused connection until the budget runs out), so that a Redis that is
-// down can be told from a slow one; and Redis's or the network's error
-// otherwise, wrapping ErrOutOfMemory when Redis is at its maxmemory and
-// refuses to record (see "Redis memory" in the README for the settings that
-// evict instead). ctx's deadline ends the call at once. Its
-// cancellation does too, except with a client TakeContext calls directly
-// (see the package doc), which watches only deadlines: there a cancelled
-// call ends at the budget at the latest. With an error the Decision is not
-// an answer: only its Limit is set, to the first policy's of the key's
-// tier. A call that timed out may still have been recorded, once Redis
-// gets to it; that can only make later decisions stricter.
+// before Redis answers (never a fallback decision: a request whose caller
+// has gone is not decided); an error wrapping ErrUnavailable and
+// context.DeadlineExceeded when Redis has not answered within the time
+// budget, which also wraps the error of connecting to Redis when that
+// failed meanwhile (go-redis retries a refused connection until the budget
+// runs out), so that a Redis that is down can be told from a slow one; an
+// error wrapping ErrUnavailable and the network's or Redis's error when it
+// could not answer otherwise; an error wrapping ErrOutOfMemory when Redis
+// is at its maxmemory and refuses to record (see "Redis memory" in the
+// README for the settings that evict instead); and Redis's error
+// otherwise (a script that failed, a key of another type), which no
+// fallback answers: those need fixing, not riding out. ctx's deadline ends
+// the call at once. Its cancellation does too, except with a client
+// TakeContext calls directly (see the package doc), which watches only
+// deadlines: there a cancelled call ends at the budget at the latest. With
+// an error the Decision is not an answer: only its Limit is set, to the
+// first policy's of the key's tier. A call that timed out may still have
+// been recorded, once Redis gets to it; that can only make later decisions
+// stricter.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	if key == "" {
 		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
@@ -248,11 +308,8 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 			return cached, nil
 		}
 	}
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
 
-	t := l.tags.of(id)
+	t := l.tagOf(key, id)
 	keys := make([]string, 1, 2)
 	keys[0] = l.storeKey(id, t)
 	if l.legacy != "" {
@@ -265,41 +322,31 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	copy(args[3:], tr.args)
 
-	var r result
-	if l.direct {
-		r.v, r.err = l.script.Run(ctx, l.client, keys, args...).Int64Slice()
-	} else {
-		// The client may not stop at ctx's deadline (go-redis only does
-		// with ContextTimeoutEnabled), so the budget is enforced here, at
-		// the cost of a goroutine hand-off per call.
-		reply := make(chan result, 1)
-		go func() {
-			v, err := l.script.Run(ctx, l.client, keys, args...).Int64Slice()
-			reply <- result{v, err}
-		}()
-		select {
-		case r = <-reply:
-		case <-ctx.Done():
-			r.err = ctx.Err()
+	if !l.breaker.closed() {
+		l.probe(l.script, keys, args)
+		if l.fallback != nil {
+			return l.fallbackTake(ctx, key, id, n), nil
 		}
+		return tr.failed(), l.notAsked(t)
 	}
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r := l.run(budget, l.script, keys, args)
 	if r.err != nil {
-		if err := parent.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
-		if err := ctx.Err(); err != nil {
-			// The budget began about l.timeout ago.
-			if dial := l.dials.failedSince(int64(time.Since(l.base) - l.timeout)); dial != nil {
-				return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget; connecting to it failed: %w: %w", keyRef(t), l.timeout, dial, err)
-			}
-			return tr.failed(), fmt.Errorf("redislimit: take %s: no answer from redis within the %v budget: %w", keyRef(t), l.timeout, err)
+		down, err := l.callError(budget, r.err)
+		if down {
+			l.breaker.trip(l.mono(), err)
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		} else if !errors.Is(err, ErrOutOfMemory) {
+			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
-		if redis.IsOOMError(r.err) {
-			// Redis runs a script until its first write, so a key at its
-			// limit is still refused; only what must be recorded fails.
-			return tr.failed(), fmt.Errorf("redislimit: take %s: %w: %w", keyRef(t), ErrOutOfMemory, r.err)
+		if l.fallback != nil {
+			return l.fallbackTake(ctx, key, id, n), nil
 		}
-		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), r.err)
+		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}
 	d, err := tr.decision(n, r.v)
 	if err != nil {
@@ -314,6 +361,92 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	return d, nil
 }
+
+// run runs script under ctx, which carries the budget's deadline: directly
+// when the client stops at it by itself, else on a goroutine that it stops
+// waiting for at the deadline.
+func (l *Limiter) run(ctx context.Context, script *redis.Script, keys []string, args []any) result {
+	if l.direct {
+		v, err := script.Run(ctx, l.client, keys, args...).Int64Slice()
+		return result{v, err}
+	}
+	// The client may not stop at ctx's deadline (go-redis only does with
+	// ContextTimeoutEnabled), so the budget is enforced here, at the cost
+	// of a goroutine hand-off per call.
+	reply := make(chan result, 1)
+	go func() {
+		v, err := script.Run(ctx, l.client, keys, args...).Int64Slice()
+		reply <- result{v, err}
+	}()
+	select {
+	case r := <-reply:
+		return r
+	case <-ctx.Done():
+		return result{err: ctx.Err()}
+	}
+}
+
+// callError reports whether Redis did not answer a script run under
+// budget, the call's budget context, that failed with err while the
+// caller's own context was not done (see unanswered), and returns why,
+// without naming the key. A refusal to record for want of memory wraps
+// ErrOutOfMemory.
+func (l *Limiter) callError(budget context.Context, err error) (down bool, cause error) {
+	if budget.Err() != nil {
+		// The budget began about l.timeout ago.
+		if dial := l.dials.failedSince(l.mono() - int64(l.timeout)); dial != nil {
+			return true, fmt.Errorf("no answer from redis within the %v budget; connecting to it failed: %w: %w", l.timeout, dial, budget.Err())
+		}
+		return true, fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err())
+	}
+	if redis.IsOOMError(err) {
+		// Redis runs a script until its first write, so a key at its
+		// limit is still refused; only what must be recorded fails.
+		return false, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	return unanswered(err), err
+}
+
+// notAsked returns the error of a call that the open breaker kept off
+// Redis, for the key whose tag is t. It does not wrap the failure that
+// opened the breaker: that one may have been a timeout, and this call
+// waited for nothing.
+func (l *Limiter) notAsked(t string) error {
+	since, cause := l.breaker.state()
+	if cause == nil { // closed meanwhile
+		return fmt.Errorf("redislimit: take %s: %w: not asked, the circuit breaker was open", keyRef(t), ErrUnavailable)
+	}
+	return fmt.Errorf("redislimit: take %s: %w: not asked, the circuit breaker has been open for %v; the latest failure: %v",
+		keyRef(t), ErrUnavailable, time.Duration(l.mono()-since).Round(time.Millisecond), cause)
+}
+
+// probe starts a probe of Redis when the breaker has one due: script on
+// keys with args, a call's own, its weight set to 0 so that it records
+// nothing, on a goroutine of its own under the time budget. It does not
+// wait for it.
+func (l *Limiter) probe(script *redis.Script, keys []string, args []any) {
+	if !l.breaker.startProbe(l.mono()) {
+		return
+	}
+	args[0] = 0
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		err := l.run(ctx, script, keys, args).err
+		if err != nil {
+			var down bool
+			if down, err = l.callError(ctx, err); !down {
+				err = nil // an answer, even an error reply: Redis is there
+			}
+		}
+		l.breaker.probed(l.mono(), err)
+	}()
+}
+
+// mono returns the instant on the local monotonic clock, in nanoseconds
+// since the Limiter was made, whatever clock tests set: the breaker and
+// the dial watch time real waits.
+func (l *Limiter) mono() int64 { return int64(time.Since(l.base)) }
 
 // decision makes the Decision for a request of weight n under t from the
 // script's reply v: {allowed, now, then per policy remaining, retryAfter,

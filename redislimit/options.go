@@ -27,6 +27,14 @@ type config struct {
 	tagSet    bool          // WithHashTagSecret was given
 	tierOf    func(key string) string
 	tiers     map[string][]keyrate.Policy
+
+	fallbackShare   float64 // WithLocalFallback's share
+	fallbackSet     bool    // WithLocalFallback was given
+	fallbackKeys    int     // WithLocalFallbackMaxKeys
+	fallbackKeysSet bool    // WithLocalFallbackMaxKeys was given
+
+	group    func(key string) string // WithHashTagFunc; nil: each key its own tag
+	groupSet bool                    // WithHashTagFunc was given
 }
 
 // Algorithm selects how a Limiter counts. Each runs as one Lua script per

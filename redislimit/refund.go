@@ -62,12 +62,15 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 	if key == "" {
 		return fmt.Errorf("redislimit: refund: %w: empty key", ErrInvalidKey)
 	}
+	id := clientkey.Bound(key)
+	if d.Fallback {
+		return l.fallbackRefund(ctx, key, id, d)
+	}
 	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	id := clientkey.Bound(key)
-	t := l.tags.of(id)
+	t := l.tagOf(key, id)
 	r := d.Receipt
 	at := r.At().UnixMicro()
 	args := make([]any, 5+len(tr.args))
@@ -392,4 +395,21 @@ func (l *Limiter) runBudgeted(ctx context.Context, s *redis.Script, keys []strin
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// fallbackRefund gives back the events the local fallback recorded for a
+// decision it made while Redis could not answer: they are in the fallback,
+// not in Redis.
+func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate.Decision) error {
+	if l.fallback == nil {
+		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", ErrNothingToRefund)
+	}
+	as := key
+	if identity, ok := keyrate.IdentityFromContext(ctx); ok {
+		as = identity
+	}
+	if err := l.fallback.lim.Refund(l.fallbackKey(as, id), d); err != nil {
+		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
+	}
+	return nil
 }

@@ -95,7 +95,8 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 // no longer used: the next call for such a key asks Redis.
 //
 // SetTier changes this Limiter alone: replicas sharing the Redis each hold
-// their own tiers, and each must be told.
+// their own tiers, and each must be told. It changes the local fallback's
+// tier too (WithLocalFallback), scaled by its share.
 //
 // It returns an error wrapping keyrate.ErrConfig, and changes nothing, for
 // policies NewPolicies would refuse, a window shorter than the resolution
@@ -118,6 +119,11 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	}
 	l.setTier.Lock()
 	defer l.setTier.Unlock()
+	if l.fallback != nil {
+		if err := l.fallback.setTier(name, policies); err != nil {
+			return err
+		}
+	}
 	old := l.tiers.Load()
 	next := &tierTable{def: old.def, named: maps.Clone(old.named)}
 	next.named[name] = t

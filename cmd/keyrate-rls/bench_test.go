@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -48,8 +49,38 @@ func benchRequests(descriptors int) []*rlspb.RateLimitRequest {
 
 // BenchmarkShouldRateLimit measures decisions per second through the gRPC
 // handler called directly, and through a gRPC client over loopback, one
-// caller and many.
+// caller and many; and through the handler with budgets in a redis-server
+// on loopback, one caller and many.
 func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, descriptors := range []int{1, 2} {
+		reqs := benchRequests(descriptors)
+		name := strconv.Itoa(descriptors) + "desc"
+		for _, callers := range []int{1, 8} {
+			b.Run("redis-handler/"+strconv.Itoa(callers)+"-per-core/"+name, func(b *testing.B) {
+				st, err := newRedisStore(context.Background(), redisOptions{
+					addr: startRedis(b), prefix: defaultRedisPrefix, timeout: time.Second, denyCache: 10_000,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				h := newHarnessOn(b, st, benchConfig)
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(callers) // callers per core: a call to Redis mostly waits
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					for pb.Next() {
+						resp, err := h.svc.ShouldRateLimit(ctx, reqs[next.Add(1)%benchKeys])
+						if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK {
+							b.Error(resp, err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
+	}
 	for _, descriptors := range []int{1, 2} {
 		reqs := benchRequests(descriptors)
 		name := strconv.Itoa(descriptors) + "desc"

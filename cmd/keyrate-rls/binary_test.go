@@ -239,8 +239,10 @@ descriptors:
 `), "\n---\n")
 }
 
-func TestBinaryDecisions(t *testing.T) {
-	s := startServer(t, binaryConfig(t))
+func TestBinaryDecisions(t *testing.T) { stores(t, testBinaryDecisions) }
+
+func testBinaryDecisions(t *testing.T, args ...string) {
+	s := startServer(t, binaryConfig(t), args...)
 	marketing := func(number string) *rlspb.RateLimitRequest {
 		return request("messaging", desc("message_type", "marketing", "to_number", number), desc("to_number", number))
 	}
@@ -316,8 +318,10 @@ func TestBinaryDecisions(t *testing.T) {
 
 // Two per second: a third call half a second after the first two is
 // refused, though a whole second of the wall clock began between them.
-func TestBinarySlidingAcrossSecond(t *testing.T) {
-	s := startServer(t, binaryConfig(t))
+func TestBinarySlidingAcrossSecond(t *testing.T) { stores(t, testBinarySlidingAcrossSecond) }
+
+func testBinarySlidingAcrossSecond(t *testing.T, args ...string) {
+	s := startServer(t, binaryConfig(t), args...)
 	for attempt := range 3 {
 		// Make the first two calls 300ms before a whole second (or later
 		// in the second), the third 500ms later, in the next second.
@@ -360,8 +364,10 @@ func TestBinarySlidingAcrossSecond(t *testing.T) {
 }
 
 // window: 3s: two calls in any three seconds.
-func TestBinaryWindow(t *testing.T) {
-	s := startServer(t, binaryConfig(t))
+func TestBinaryWindow(t *testing.T) { stores(t, testBinaryWindow) }
+
+func testBinaryWindow(t *testing.T, args ...string) {
+	s := startServer(t, binaryConfig(t), args...)
 	r := request("api", desc("client", "c1"))
 	start := time.Now()
 	for i, want := range []string{"OK | OK 1/2 3xSECOND", "OK | OK 0/2 3xSECOND", "OVER_LIMIT | OVER_LIMIT 0/2 3xSECOND"} {

@@ -6,7 +6,9 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/keyrate/keyrate v0.1.0
 	github.com/keyrate/keyrate/promlimit v0.1.0
+	github.com/keyrate/keyrate/redislimit v0.1.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -27,6 +29,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	github.com/rogpeppe/go-internal v1.12.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
@@ -37,4 +40,5 @@ require (
 replace (
 	github.com/keyrate/keyrate => ../../
 	github.com/keyrate/keyrate/promlimit => ../../promlimit
+	github.com/keyrate/keyrate/redislimit => ../../redislimit
 )

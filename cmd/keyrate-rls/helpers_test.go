@@ -36,16 +36,26 @@ type harness struct {
 // name of a file in testdata.
 func newHarness(t testing.TB, config string) *harness {
 	t.Helper()
-	h := &harness{clock: keyrate.NewManualClock(t0), log: &syncBuffer{}}
+	clock := keyrate.NewManualClock(t0)
+	st, err := newLimiterStore(0, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessOn(t, st, config)
+	h.clock = clock
+	return h
+}
+
+// newHarnessOn returns a service over st that has loaded config, and
+// closes st when t ends.
+func newHarnessOn(t testing.TB, st store, config string) *harness {
+	t.Helper()
+	t.Cleanup(func() { st.Close() })
+	h := &harness{log: &syncBuffer{}}
 	rs, err := parseConfig("rules.yaml", []byte(fixture(t, config)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := newLimiterStore(0, h.clock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	if h.m, err = newMetrics(prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}

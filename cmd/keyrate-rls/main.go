@@ -6,6 +6,9 @@
 //	keyrate-rls -config rules.yaml [-grpc :8081] [-http :8080] [-reload-interval 5s]
 //	            [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
 //	            [-log-level info] [-log-format text]
+//	            [-redis host:port | -redis-cluster host:port,...] [-redis-prefix keyrate-rls:]
+//	            [-redis-timeout 250ms] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
+//	            [-redis-fallback 0] [-redis-resolution 0] [-redis-hash-tag-secret-file FILE]
 //
 // Every descriptor of a request is decided together, all or nothing: a
 // request one descriptor refuses counts against none of the others. A
@@ -20,7 +23,13 @@
 // protojson, answered in protojson, with status 429 when over the limit)
 // and GET /metrics (Prometheus).
 //
-// Budgets live in this process: right for one replica. The first line of
+// Budgets live in this process, right for one replica; with -redis (or
+// -redis-cluster) they live in Redis, one budget across every replica
+// using it, each request still decided all or nothing in one script run
+// (on a Cluster, a request's budgets share the slot of its domain). While
+// Redis cannot answer, requests fail with UNAVAILABLE at once after the
+// first (a circuit breaker), or, with -redis-fallback SHARE, are decided
+// in the process at that share of each limit. The first line of
 // standard output gives the addresses it listens on ("keyrate-rls serving
 // gRPC on ADDR and HTTP on ADDR"), so that port 0 picks free ports a script
 // can read back; logs go to standard error. The configuration file is read
@@ -56,6 +65,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/redislimit"
 )
 
 func main() {
@@ -88,6 +98,8 @@ type options struct {
 	drainDelay      time.Duration
 	logLevel        slog.Level
 	logJSON         bool
+	// redis is where budgets live when set; nil: in this process.
+	redis *redisOptions
 
 	// clock decides on a keyrate.ManualClock in tests; nil is the system
 	// clock. No flag sets it.
@@ -108,8 +120,31 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for calls in flight")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "text or json")
+	redisAddr := fs.String("redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (default: in this process)")
+	redisCluster := fs.String("redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,...")
+	var r redisOptions
+	fs.StringVar(&r.prefix, "redis-prefix", defaultRedisPrefix, "the prefix of every key written to Redis; replicas sharing budgets use the same")
+	fs.DurationVar(&r.timeout, "redis-timeout", redislimit.DefaultTimeout, "the time budget of each call to Redis")
+	fs.IntVar(&r.denyCache, "redis-deny-cache", 10_000, "keys whose refusal by Redis is held locally, refusing again without a round trip while it must stand (0: none)")
+	fs.DurationVar(&r.denyHold, "redis-deny-cache-max-hold", 0, "the longest the deny cache holds a refusal without asking Redis (default 1s)")
+	fs.Float64Var(&r.fallback, "redis-fallback", 0, "while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: answer UNAVAILABLE)")
+	fs.DurationVar(&r.resolution, "redis-resolution", 0, "record hits in Redis at this resolution, bounding a budget's memory by its window instead of its limit (default 0: exact)")
+	fs.StringVar(&r.secretFile, "redis-hash-tag-secret-file", "", "a file holding the secret (16 bytes or more) that keys the hash tags placing budgets in Cluster slots")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	var redisSet []string // the -redis-... options given
+	fs.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "redis-") && f.Name != "redis-cluster" {
+			redisSet = append(redisSet, "-"+f.Name)
+		}
+	})
+	redis, err := parseRedisFlags(*redisAddr, *redisCluster, redisSet, r)
+	if err != nil {
+		return o, err
+	}
+	if o.redis = redis; redis != nil {
+		redis.fallbackKeys = o.maxKeys
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -154,20 +189,31 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	st, err := newLimiterStore(o.maxKeys, o.clock)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := newMetrics(reg)
 	if err != nil {
 		return err
 	}
-	if err := m.prom.TrackKeys("keyrate-rls", st.l); err != nil {
-		return err
+	var st store
+	if o.redis != nil {
+		rst, err := newRedisStore(ctx, *o.redis)
+		if err != nil {
+			return err
+		}
+		st = rst
+	} else {
+		lst, err := newLimiterStore(o.maxKeys, o.clock)
+		if err != nil {
+			return err
+		}
+		if err := m.prom.TrackKeys("keyrate-rls", lst.l); err != nil {
+			lst.Close()
+			return err
+		}
+		st = lst
 	}
+	defer st.Close()
 	svc, err := newService(st, m, log, rs)
 	if err != nil {
 		return err

@@ -160,6 +160,9 @@ func decisionOf(it *item) keyrate.Decision {
 // the part of the hits above the threshold. When the request was refused
 // by another descriptor, they are the hits it would have added.
 func nearHits(it *item) int {
+	if len(it.d.Policies()) == 0 {
+		return 0 // not decided: the store refused the request on another key without asking
+	}
 	limit, used := it.d.Limit, it.d.Limit-it.d.Remaining
 	before, after := used, used+it.weight
 	if it.recorded {

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,17 +56,17 @@ func newService(st store, m *metrics, log *slog.Logger, rs *ruleSet) (*service, 
 }
 
 // load makes rs the rules requests are decided by. Each rule gets a tier
-// named after its path, the same as that of a rule of the same path in an
-// earlier load, so that its budgets keep their counts; a rule whose limits
-// changed has its tier's policies replaced first, so that no request is
-// decided under rs before its tiers exist.
+// named after its path (see ruleTier), the same as that of a rule of the
+// same path in an earlier load, so that its budgets keep their counts; a
+// rule whose limits changed has its tier's policies replaced first, so
+// that no request is decided under rs before its tiers exist.
 func (s *service) load(rs *ruleSet) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range rs.rules {
 		t, ok := s.tiers[r.path]
 		if !ok {
-			t = "r" + strconv.Itoa(len(s.tiers)+1)
+			t = ruleTier(r.path)
 			s.tiers[r.path] = t
 		}
 		r.tier = t
@@ -84,6 +84,16 @@ func (s *service) load(rs *ruleSet) error {
 	}
 	s.rules.Store(rs)
 	return nil
+}
+
+// ruleTier returns the tier of the rule at path: "r" and the first 12
+// bytes of the path's SHA-256 in base64url. A rule's budgets are named by
+// it in every replica, whatever rules each loaded before, so that replicas
+// sharing budgets in Redis agree on them, and one restarted on a newer file
+// finds them again; a name given in the order of loading would not.
+func ruleTier(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return "r" + base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
 // maxDescriptors bounds the descriptors of one request. Envoy sends one per
@@ -154,7 +164,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		label = otherDomain
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
-	if err := s.decide(ctx, label, items); err != nil {
+	if err := s.decide(ctx, domain, label, items); err != nil {
 		return nil, err
 	}
 	resp.Statuses = make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items))
@@ -186,8 +196,8 @@ func weightOf(req *rlspb.RateLimitRequest, desc *rlv3.RateLimitDescriptor) int {
 	return max(1, int(req.GetHitsAddend()))
 }
 
-// decide fills in the decisions of the items that count; domain is the
-// request's domain as metrics and logs name it.
+// decide fills in the decisions of the items that count, for a request
+// of domain; label is the domain as metrics and logs name it.
 //
 // One store call decides them all, as one request, when they share one
 // weight: the common case. A descriptor in shadow mode is decided with the
@@ -196,7 +206,7 @@ func weightOf(req *rlspb.RateLimitRequest, desc *rlv3.RateLimitDescriptor) int {
 // enforced descriptors alone. A request refused before the store is asked
 // (a limit of 0) or that counts nothing (a weight of 0) is checked with a
 // call that records nothing.
-func (s *service) decide(ctx context.Context, domain string, items []item) error {
+func (s *service) decide(ctx context.Context, domain, label string, items []item) error {
 	var (
 		keys     []string
 		at       []int // the item of each key
@@ -226,37 +236,38 @@ func (s *service) decide(ctx context.Context, domain string, items []item) error
 		}
 	}
 	if len(keys) == 0 {
-		s.observe(domain, items, 0, false)
+		s.observe(label, items, 0, false)
 		return nil
 	}
+	failed := func(err error, start time.Time) error { return s.failed(ctx, label, err, start) }
 	if mixed {
 		// Budgets of different weights cannot be decided as one request
 		// by the store; refusing is the answer that never admits too much.
 		s.log.Warn("refused a request whose descriptors carry different hits_addend values: keyrate-rls decides a request's descriptors at one weight",
-			"domain", domain)
+			"domain", label)
 		for _, i := range at {
 			items[i].over = true
 		}
-		s.observe(domain, items, 0, false)
+		s.observe(label, items, 0, false)
 		return nil
 	}
 
 	start := time.Now()
 	if blocked || weight == 0 {
-		ds, _, err := s.store.TakeAll(ctx, keys, 0)
+		ds, _, err := s.store.TakeAll(ctx, domain, keys, 0)
 		if err != nil {
-			return s.failed(domain, err, start)
+			return failed(err, start)
 		}
 		for j, i := range at {
 			items[i].d = ds[j]
 			items[i].over = ds[j].Remaining < max(weight, 1)
 		}
-		s.observe(domain, items, time.Since(start), true)
+		s.observe(label, items, time.Since(start), true)
 		return nil
 	}
-	ds, ok, err := s.store.TakeAll(ctx, keys, weight)
+	ds, ok, err := s.store.TakeAll(ctx, domain, keys, weight)
 	if err != nil {
-		return s.failed(domain, err, start)
+		return failed(err, start)
 	}
 	for j, i := range at {
 		items[i].d = ds[j]
@@ -268,9 +279,9 @@ func (s *service) decide(ctx context.Context, domain string, items []item) error
 		for _, i := range enforced {
 			keys = append(keys, items[i].key)
 		}
-		ds, ok, err := s.store.TakeAll(ctx, keys, weight)
+		ds, ok, err := s.store.TakeAll(ctx, domain, keys, weight)
 		if err != nil {
-			return s.failed(domain, err, start)
+			return failed(err, start)
 		}
 		for j, i := range enforced {
 			items[i].d = ds[j]
@@ -278,15 +289,17 @@ func (s *service) decide(ctx context.Context, domain string, items []item) error
 			items[i].recorded = ok
 		}
 	}
-	s.observe(domain, items, time.Since(start), true)
+	s.observe(label, items, time.Since(start), true)
 	return nil
 }
 
-// failed answers a request the store could not decide.
-func (s *service) failed(domain string, err error, start time.Time) error {
+// failed answers a request the store could not decide: with the status of
+// ctx, the request's, when it ended (the client gave up), else
+// UNAVAILABLE, a store past its time budget included.
+func (s *service) failed(ctx context.Context, domain string, err error, start time.Time) error {
 	s.metrics.storeError(domain, err, time.Since(start))
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
 	}
 	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 }

@@ -413,7 +413,7 @@ descriptors:
 		{0, request("d", desc("a", long+"2", "b", "z")), "OVER_LIMIT | OVER_LIMIT 0/1 MINUTE t=1m0s"},
 	})
 	_, key := h.svc.rules.Load().match("d", desc("a", long, "b", "z").Entries)
-	if len(key) > 2+len("r1")+32 {
+	if len(key) > 2+len(ruleTier(""))+32 {
 		t.Errorf("a key for a value of %d bytes is %d bytes long", len(long), len(key))
 	}
 }
@@ -467,4 +467,27 @@ func TestRequestErrors(t *testing.T) {
 		}
 	}
 	h.trace(t, []step{{0, request("d", desc("k", "x")), "OK | OK 4/5 MINUTE t=1m0s"}})
+}
+
+// A rule's budgets are named after its path alone: services that loaded
+// different files, in different orders, name the budget of one rule alike,
+// and of two rules apart. Replicas sharing budgets in Redis rely on it.
+func TestRuleTiersAreStable(t *testing.T) {
+	x := "  - key: x\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	y := "  - key: y\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+	z := "  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	a := newHarness(t, "domain: d\ndescriptors:\n"+x+y)
+	b := newHarness(t, "domain: d\ndescriptors:\n"+z+y+x)
+	keyOf := func(h *harness, key string) string {
+		_, k := h.svc.rules.Load().match("d", desc(key, "v").Entries)
+		return k
+	}
+	for _, k := range []string{"x", "y"} {
+		if ka, kb := keyOf(a, k), keyOf(b, k); ka != kb || ka == "" {
+			t.Errorf("rule %s: budget %q in one service, %q in the other", k, ka, kb)
+		}
+	}
+	if keyOf(b, "x") == keyOf(b, "z") || keyOf(a, "x") == keyOf(a, "y") {
+		t.Error("two rules share a budget")
+	}
 }

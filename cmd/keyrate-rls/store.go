@@ -12,13 +12,16 @@ import (
 // are the limits of one rule, set by SetTier before any key of it is
 // decided.
 type store interface {
-	// TakeAll decides a request of weight n that counts against every one
-	// of keys, each under its tier's policies: admitted only when every key
-	// has room, and then recorded against all of them, atomically; a
-	// refusal records nothing anywhere. It returns each key's Decision in
-	// the order of keys; a key with room in a refused request is described
-	// as it stands. An error means no decision could be had.
-	TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error)
+	// TakeAll decides a request of weight n for domain that counts against
+	// every one of keys, each under its tier's policies: admitted only when
+	// every key has room, and then recorded against all of them,
+	// atomically; a refusal records nothing anywhere. It returns each
+	// key's Decision in the order of keys; a key with room in a refused
+	// request is described as it stands (or, refused by the Redis deny
+	// cache, not described: a Decision with no policies). An error means
+	// no decision could be had. The domain keeps a request's budgets
+	// together where a store places them (one Redis Cluster slot).
+	TakeAll(ctx context.Context, domain string, keys []string, n int) ([]keyrate.Decision, bool, error)
 	// SetTier makes policies the limits of every key of tier name, from its
 	// next decision on, keeping the events already recorded against it: a
 	// reload that changes a rule's limits keeps its counts.
@@ -61,7 +64,7 @@ func newLimiterStore(maxKeys int, clock keyrate.Clock) (*limiterStore, error) {
 }
 
 // TakeAll decides in memory; it fails only when ctx is already done.
-func (s *limiterStore) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error) {
+func (s *limiterStore) TakeAll(ctx context.Context, _ string, keys []string, n int) ([]keyrate.Decision, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}

@@ -21,8 +21,9 @@ const denyCacheKeys = 10_000
 // store makes each route's backend: in this process, or in the Redis that
 // client reaches.
 type store struct {
-	redis redis.UniversalClient // nil: in process
-	clock keyrate.Clock         // the in-process limiters' clock; nil is the system clock
+	redis    redis.UniversalClient // nil: in process
+	clock    keyrate.Clock         // the in-process limiters' clock; nil is the system clock
+	fallback float64               // with Redis: the local fallback's share; 0: none
 }
 
 // backend returns rt's budget. local is the in-process Limiter behind it,
@@ -42,6 +43,9 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 		}
 		if tiers != nil {
 			opts = append(opts, redislimit.WithTiers(tierOf, tiers))
+		}
+		if s.fallback > 0 {
+			opts = append(opts, redislimit.WithLocalFallback(s.fallback))
 		}
 		l, err := redislimit.NewPolicies(s.redis, rt.Policies, opts...)
 		return l, nil, err

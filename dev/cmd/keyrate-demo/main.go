@@ -2,7 +2,7 @@
 // rate limiting with curl:
 //
 //	go run ./dev/cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
-//	                              [-max-conns 1024] [-max-conns-per-addr 128]
+//	                              [-redis-fallback 0.5] [-max-conns 1024] [-max-conns-per-addr 128]
 //
 // GET /api/status allows 3 requests per 60 s (10 for an API key starting
 // with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
@@ -33,7 +33,12 @@
 //
 // Budgets live in the process by default. With -redis they live in that
 // Redis server (keys under "keyrate-demo:"), so that several demo processes
-// using it share them: replicas behind one budget per client.
+// using it share them: replicas behind one budget per client. While that
+// Redis cannot answer, requests are served unlimited (the middleware fails
+// open), each logged as an error; with -redis-fallback SHARE each process
+// decides them itself instead, at SHARE of each limit (1/N for N
+// replicas), logged and counted as the fallback's (see redislimit's
+// WithLocalFallback).
 //
 // The server holds at most -max-conns connections at once (more wait until
 // one closes) and at most -max-conns-per-addr from one client address
@@ -69,11 +74,16 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
 	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
+	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
 	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
 	flag.Parse()
 	if *maxConns < 1 || *maxPerAddr < 1 {
 		fmt.Fprintln(os.Stderr, "keyrate-demo: -max-conns and -max-conns-per-addr must be at least 1")
+		os.Exit(2)
+	}
+	if err := checkFallback(*fallback, *redisAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "keyrate-demo:", err)
 		os.Exit(2)
 	}
 
@@ -86,7 +96,7 @@ func main() {
 			log.Fatalf("keyrate-demo: %v", err)
 		}
 		defer c.Close()
-		cfg.Redis, cfg.RedisAddr = c, *redisAddr
+		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, *redisAddr, *fallback
 	}
 	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
 		log.Fatalf("keyrate-demo: %v", err)
@@ -186,6 +196,9 @@ func hints(base string, cfg config) string {
 	var b strings.Builder
 	if cfg.Redis != nil {
 		fmt.Fprintf(&b, "\nBudgets live in Redis at %s, under %q: every demo process using it shares them.\n", cfg.RedisAddr, redisPrefix)
+		if cfg.RedisFallback > 0 {
+			fmt.Fprintf(&b, "While Redis cannot answer, this process decides at %g of each limit.\n", cfg.RedisFallback)
+		}
 	} else {
 		b.WriteString("\nBudgets live in this process (-redis host:port shares them between processes).\n")
 	}
@@ -240,6 +253,10 @@ func decisionLogger(out io.Writer) func(decision) {
 			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
 		default:
 			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
+		}
+		if d.Decision.Fallback {
+			// Redis could not answer: decided here, at a share of the limit.
+			line += " fallback"
 		}
 		if p := d.Decision.Policy; p != "" {
 			// A route under several policies: the binding one, which

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 // dialRedis returns a client of the Redis server at addr (host:port) once it
 // answers PING, so that a wrong address stops the demo at start-up instead
 // of failing every request. Later outages are the limiters' to report: the
-// middleware then serves requests unlimited (it fails open) and logs why.
+// middleware then serves requests unlimited (it fails open) and logs why,
+// unless -redis-fallback has them decided in this process.
 func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
 	c := redis.NewClient(&redis.Options{
 		Addr: addr,
@@ -26,4 +28,18 @@ func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
 		return nil, fmt.Errorf("no Redis at %s: %w", addr, err)
 	}
 	return c, nil
+}
+
+// checkFallback checks -redis-fallback's share: 0 (off), or in (0, 1]
+// and with -redis.
+func checkFallback(share float64, redisAddr string) error {
+	switch {
+	case share == 0:
+		return nil
+	case !(share > 0 && share <= 1):
+		return fmt.Errorf("-redis-fallback is %v, want a share in (0, 1], or 0 for none", share)
+	case redisAddr == "":
+		return errors.New("-redis-fallback needs -redis: budgets in this process have no outage to fall back from")
+	}
+	return nil
 }

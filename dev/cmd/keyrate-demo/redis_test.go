@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
@@ -152,6 +154,84 @@ func TestRedisLoginCountsEveryAttempt(t *testing.T) {
 	for _, r := range cfg.Routes {
 		if r.Name == "login" && (r.Refunds || !strings.Contains(r.Note, "Every attempt counts")) {
 			t.Errorf("the page's login route in Redis mode: %+v, want no refunds and a note that says every attempt counts", r)
+		}
+	}
+}
+
+// With -redis-fallback, a Redis that cannot be reached (here, a port where
+// nothing listens) leaves each route decided in this process at the share
+// of its limit: search's 20 at 0.5 admits 10 and refuses the rest with a
+// 429, never an error and never unlimited; the decisions say so, in the
+// log line and in /metrics. Without it, the same requests are served
+// unlimited, each an error.
+func TestRedisFallback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+
+	for _, share := range []float64{0.5, 0} {
+		h, seen := newTestServer(t, config{Redis: client, RedisFallback: share})
+		var codes []int
+		for range 12 {
+			codes = append(codes, do(h, "/api/search", "X-API-Key", "alice").Code)
+		}
+		want := []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429}
+		if share == 0 {
+			want = slices.Repeat([]int{200}, 12) // failing open
+		}
+		if !slices.Equal(codes, want) {
+			t.Errorf("share %v: status codes %v, want %v", share, codes, want)
+		}
+		for i, d := range *seen {
+			if (share > 0) != (d.Err == nil && d.Decision.Fallback) {
+				t.Fatalf("share %v, decision %d: %+v, want the fallback's decision only with a share", share, i, d)
+			}
+		}
+		if share == 0 {
+			continue
+		}
+		body := do(h, metricsPath).Body.String()
+		for _, line := range []string{
+			`keyrate_decisions_total{route="search",source="fallback"} 12`,
+			`keyrate_decisions_total{route="search",source="store"} 0`,
+			`keyrate_requests_total{result="limited",route="search"} 2`,
+		} {
+			if !strings.Contains(body, line+"\n") {
+				t.Errorf("/metrics lacks %q", line)
+			}
+		}
+	}
+
+	var log strings.Builder
+	decisionLogger(&log)(decision{Route: "search", Key: "X-Api-Key:2bd806c9",
+		Decision: keyrate.Decision{Allowed: true, Limit: 10, Remaining: 9, Fallback: true}})
+	if !strings.HasSuffix(log.String(), "allowed  remaining=9 fallback\n") {
+		t.Errorf("log line %q, want it to say the fallback decided", log.String())
+	}
+}
+
+// -redis-fallback takes a share in (0, 1] with -redis, or 0.
+func TestCheckFallback(t *testing.T) {
+	for _, c := range []struct {
+		share float64
+		redis string
+		ok    bool
+	}{
+		{0, "", true},
+		{0, "127.0.0.1:6379", true},
+		{0.5, "127.0.0.1:6379", true},
+		{1, "127.0.0.1:6379", true},
+		{0.5, "", false},
+		{1.5, "127.0.0.1:6379", false},
+		{-0.5, "127.0.0.1:6379", false},
+	} {
+		if err := checkFallback(c.share, c.redis); (err == nil) != c.ok {
+			t.Errorf("checkFallback(%v, %q) = %v, want ok %v", c.share, c.redis, err, c.ok)
 		}
 	}
 }

@@ -131,6 +131,11 @@ type config struct {
 	Redis redis.UniversalClient
 	// RedisAddr is Redis's address, for the start-up hints.
 	RedisAddr string
+	// RedisFallback, when above 0, is the share of each limit that this
+	// process admits on its own while Redis cannot answer
+	// (redislimit.WithLocalFallback). 0: none, requests are served
+	// unlimited then.
+	RedisFallback float64
 	// Timeouts are the server's; zero fields get defaultTimeouts'.
 	Timeouts timeouts
 	// Conns bound the connections the server holds; zero fields get
@@ -168,7 +173,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			l.Close()
 		}
 	}
-	budgets := store{redis: cfg.Redis, clock: cfg.Clock}
+	budgets := store{redis: cfg.Redis, clock: cfg.Clock, fallback: cfg.RedisFallback}
 	newcomers, err := budgets.newIdentities(identity, ip)
 	if err != nil {
 		return nil, nil, err

@@ -173,11 +173,24 @@ func (s *Server) Kill() error {
 	return s.signal(syscall.SIGKILL, 10*time.Second)
 }
 
+// Pause stops the server's process (SIGSTOP), as a hung host or a long
+// pause of its machine would: connections stay open and new ones are
+// accepted by the kernel, but nothing is answered until Resume.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT); it answers what was
+// sent meanwhile.
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
 func (s *Server) signal(sig syscall.Signal, wait time.Duration) error {
 	select {
 	case <-s.done:
 		return nil
 	default:
+	}
+	if sig != syscall.SIGKILL {
+		// A paused server would hold the signal until it runs again.
+		s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		return err

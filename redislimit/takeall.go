@@ -1,0 +1,359 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/clientkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// TakeAll decides a request of weight n that counts against every one of
+// keys, each under its own tier (the tier function sees each key as given,
+// not the context's identity): it is admitted only when every key has room
+// for it, and then recorded against every key, in one script run, one
+// round trip, at one instant of the Redis server's clock. A refusal by one
+// key records nothing against the others. It returns each key's Decision,
+// in the order of keys, and whether the request was admitted. The
+// semantics are the in-process keyrate.Limiter.TakeAll's.
+//
+// When the request is refused, a key that had room is described as it
+// stands, the request not recorded, as TakeContext(ctx, key, 0) would
+// describe it. A key given twice counts the request twice (its weight is
+// 2n), and both places get its one Decision. No keys at all admit the
+// request. The rules for n are TakeContext's.
+//
+// Keys of any length and bytes are limited, each under its own Redis key,
+// the same as TakeContext's for that key: the two share its budget. On a
+// single server any keys can be decided together. A Redis Cluster runs a
+// script on one slot only, so there the keys of one call must share a
+// hash tag: give WithHashTagFunc a function that puts the keys decided
+// together in one group (keyrate-rls groups a request's keys by its
+// domain); TakeAll returns an error wrapping keyrate.ErrConfig, and asks
+// nothing, for keys of several tags on any client but a *redis.Client.
+//
+// With the deny cache (WithDenyCache), a refusal it holds for any key, at
+// the weight the call gives that key, refuses the call without a round
+// trip: that key's Decision is the cached one, and the keys it did not ask
+// Redis about have a Decision with Allowed set (nothing refused them),
+// their tier's first Limit and no policies. The circuit breaker and the
+// local fallback apply as for TakeContext: while Redis cannot answer, the
+// fallback's TakeAll decides, every Decision with Fallback set.
+//
+// The errors are TakeContext's, for the first key at fault; with an
+// error, every Decision has only its Limit set.
+func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error) {
+	ds := make([]keyrate.Decision, len(keys))
+	if len(keys) == 0 {
+		return ds, true, nil
+	}
+	// One place per distinct key, in the order they first appear; at[i] is
+	// the place of keys[i].
+	places := make([]takePlace, 0, len(keys))
+	at := make([]int, len(keys))
+	seen := make(map[string]int, len(keys))
+	for i, key := range keys {
+		if p, ok := seen[key]; ok {
+			at[i] = p
+			places[p].w = addWeight(places[p].w, n)
+			continue
+		}
+		if key == "" {
+			l.failAll(ds, keys)
+			return ds, false, fmt.Errorf("redislimit: take all: %w: key %d is empty", ErrInvalidKey, i)
+		}
+		id := clientkey.Bound(key)
+		seen[key], at[i] = len(places), len(places)
+		places = append(places, takePlace{key: key, id: id, tag: l.tagOf(key, id), t: l.keyTier(key), w: n})
+	}
+	fail := func(err error) ([]keyrate.Decision, bool, error) {
+		l.failAll(ds, keys)
+		return ds, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if _, single := l.client.(*redis.Client); !single {
+		for i := range places[1:] {
+			if places[i+1].tag != places[0].tag {
+				return fail(fmt.Errorf("redislimit: take all: %w: keys under %s and %s are in different hash tags, which a Redis Cluster cannot decide in one script; group them with WithHashTagFunc",
+					keyrate.ErrConfig, keyRef(places[0].tag), keyRef(places[i+1].tag)))
+			}
+		}
+	}
+	sent := l.localNow()
+	if l.deny != nil && l.denied(places, sent) {
+		for i := range keys {
+			ds[i] = places[at[i]].d
+		}
+		return ds, false, nil
+	}
+
+	script, perKey := takeAllScripts[l.script], 1
+	if script == nil {
+		return fail(fmt.Errorf("redislimit: take all: %w: the limiter's algorithm has no TakeAll script", keyrate.ErrConfig))
+	}
+	if l.legacy != "" {
+		perKey = 2
+	}
+	rkeys := make([]string, 0, perKey*len(places))
+	args := make([]any, 4, 4+len(places)*(2+2*keyrate.MaxPolicies))
+	args[0], args[1], args[2], args[3] = len(places), "", l.res, perKey
+	if l.clock != nil {
+		args[1] = sent / 1000
+	}
+	for i := range places {
+		p := &places[i]
+		rkeys = append(rkeys, l.storeKey(p.id, p.tag))
+		if l.legacy != "" {
+			rkeys = append(rkeys, l.legacyKey(p.id, p.tag))
+		}
+		args = append(args, p.w, len(p.t.policies))
+		args = append(args, p.t.args...)
+	}
+
+	if !l.breaker.closed() {
+		l.probeAll(&places[0], rkeys[:perKey], args[1])
+		if l.fallback != nil {
+			fds, ok := l.fallbackTakeAll(places, at, n)
+			return fds, ok, nil
+		}
+		return fail(l.notAsked(places[0].tag))
+	}
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r := l.run(budget, script, rkeys, args)
+	ref := keyRef(places[0].tag)
+	if r.err != nil {
+		if err := ctx.Err(); err != nil {
+			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+		}
+		down, err := l.callError(budget, r.err)
+		if down {
+			l.breaker.trip(l.mono(), err)
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		} else if !errors.Is(err, ErrOutOfMemory) {
+			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+		}
+		if l.fallback != nil {
+			fds, ok := l.fallbackTakeAll(places, at, n)
+			return fds, ok, nil
+		}
+		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+	}
+	ok, err := l.takeAllReply(places, r.v)
+	if err != nil {
+		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+	}
+	if l.deny != nil {
+		for i := range places {
+			p := &places[i]
+			switch {
+			case ok:
+				l.deny.forget(p.id)
+			case !p.d.Allowed:
+				l.deny.store(p.id, p.t, p.w, sent, p.d)
+			}
+		}
+	}
+	for i := range keys {
+		ds[i] = places[at[i]].d
+	}
+	return ds, ok, nil
+}
+
+// takePlace is one distinct key of a TakeAll: as given, bounded, its tag,
+// its tier, its weight (n times the times it was given) and, once decided,
+// its Decision.
+type takePlace struct {
+	key, id, tag string
+	t            *tier
+	w            int
+	d            keyrate.Decision
+}
+
+// addWeight returns w + n, held within what the scripts count in: past a
+// limit either way, a weight is refused whatever its size.
+func addWeight(w, n int) int {
+	const bound = math.MaxInt32 + 1
+	return min(max(w+n, -bound), bound)
+}
+
+// keyTier returns the tier that decides key in a TakeAll: the tier
+// function's answer for the key itself.
+func (l *Limiter) keyTier(key string) *tier {
+	tab := l.tiers.Load()
+	if l.tierOf == nil {
+		return tab.def
+	}
+	if t, ok := tab.named[l.tierName(key)]; ok {
+		return t
+	}
+	return tab.def
+}
+
+// failAll sets each key's Decision to the one returned with an error: the
+// first policy's Limit of its tier.
+func (l *Limiter) failAll(ds []keyrate.Decision, keys []string) {
+	for i, key := range keys {
+		ds[i] = l.keyTier(key).failed()
+	}
+}
+
+// denied reports whether the deny cache holds a refusal, at the local
+// instant now, for some place at its weight; if so it sets every place's
+// Decision: the cached refusals, and for the others a Decision that says
+// nothing refused them and nothing more.
+func (l *Limiter) denied(places []takePlace, now int64) bool {
+	refused := false
+	for i := range places {
+		p := &places[i]
+		if d, ok := l.deny.refuse(p.id, p.t, p.w, now); ok {
+			p.d, refused = d, true
+		}
+	}
+	if !refused {
+		return false
+	}
+	for i := range places {
+		if p := &places[i]; len(p.d.Policies()) == 0 {
+			p.d = keyrate.Decision{Allowed: true, Limit: p.t.policies[0].Limit}
+		}
+	}
+	return true
+}
+
+// probeAll starts a probe of Redis for a TakeAll when one is due: the
+// single-key script on the first place, whose slot is the call's, with a
+// weight of 0.
+func (l *Limiter) probeAll(p *takePlace, keys []string, instant any) {
+	args := make([]any, 3+len(p.t.args))
+	args[0], args[1], args[2] = 0, instant, l.res
+	copy(args[3:], p.t.args)
+	l.probe(l.script, keys, args)
+}
+
+// fallbackTakeAll decides a TakeAll in the fallback, whose TakeAll has the
+// same semantics: each key under the tier the Limiter names for it.
+func (l *Limiter) fallbackTakeAll(places []takePlace, at []int, n int) ([]keyrate.Decision, bool) {
+	fkeys := make([]string, len(at))
+	for i, p := range at {
+		fkeys[i] = l.fallbackKey(places[p].key, places[p].id)
+	}
+	ds, ok := l.fallback.lim.TakeAll(fkeys, n)
+	for i := range ds {
+		ds[i].Fallback = true
+	}
+	return ds, ok
+}
+
+// takeAllReply sets each place's Decision from the TakeAll script's reply
+// v, {admitted, then per place the single-key script's reply}, and returns
+// whether the request was admitted. A place described as it stands (it had
+// room in a refused request) was decided at a weight of 0; the others at
+// their weight.
+func (l *Limiter) takeAllReply(places []takePlace, v []int64) (bool, error) {
+	if len(v) < 1 {
+		return false, fmt.Errorf("script returned no values")
+	}
+	ok, v := v[0] == 1, v[1:]
+	for i := range places {
+		p := &places[i]
+		size := 2 + 4*len(p.t.policies)
+		if len(v) < size {
+			return false, fmt.Errorf("script returned too few values for key %d of %d", i+1, len(places))
+		}
+		w := p.w
+		if !ok && v[0] == 1 {
+			w = 0
+		}
+		d, err := p.t.decision(w, v[:size])
+		if err != nil {
+			return false, err
+		}
+		if ok != d.Allowed && (ok || w != 0) {
+			return false, fmt.Errorf("script answered admitted=%v, key %d's decision says %v", ok, i+1, d.Allowed)
+		}
+		p.d, v = d, v[size:]
+	}
+	if len(v) != 0 {
+		return false, fmt.Errorf("script returned %d values too many", len(v))
+	}
+	return ok, nil
+}
+
+// takeAllScripts are the TakeAll scripts of each single-key script.
+var takeAllScripts = map[*redis.Script]*redis.Script{
+	slidingLogScript:  redis.NewScript(takeAllSource(slidingLogSource)),
+	fixedWindowScript: redis.NewScript(takeAllSource(fixedWindowSource)),
+}
+
+// takeAllSource returns the TakeAll script of the single-key script
+// source (see scripts.go for its protocol). The single-key script runs
+// unchanged, as a function whose KEYS and ARGV are one key's, twice at
+// most per key:
+//
+//	KEYS     each key's KEYS, in turn: ARGV[4] of them per key
+//	ARGV[1]  K, the number of keys
+//	ARGV[2]  the instant to decide at, or "" to read the server's TIME,
+//	         once, for every key
+//	ARGV[3]  the resolution
+//	ARGV[4]  the KEYS per key
+//	ARGV[5:] per key: its weight, its number of policies P, then P limit,
+//	         window pairs
+//
+// First every key is decided at a weight of 0, which records nothing (it
+// may merge a sorted set of earlier releases, or lengthen an expiry, which
+// change no decision): the key has room when each policy's remaining is at
+// least its weight. When every key has room, each is decided again at its
+// weight, which records it; else each key without room is decided at its
+// weight, which refuses and records nothing, and the others keep their
+// description as they stand. It returns {admitted (0 or 1), then each key's
+// reply}, as the single-key script gives it.
+func takeAllSource(single string) string {
+	return `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local function decide(KEYS, ARGV)
+` + single + `
+end
+local K, now, per = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[4])
+if now == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local calls, a, admitted = {}, 5, true
+for i = 1, K do
+  local w, P = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local c = {w = w, P = P, keys = {}, args = {0, now, ARGV[3]}}
+  for j = 1, per do c.keys[j] = KEYS[(i - 1) * per + j] end
+  for j = 1, 2 * P do c.args[3 + j] = ARGV[a + 1 + j] end
+  a = a + 2 + 2 * P
+  c.out = decide(c.keys, c.args)
+  if c.out.err then return c.out end
+  c.room = w == 0
+  if w >= 1 then
+    c.room = true
+    for p = 1, P do
+      if c.out[4 * p - 1] < w then c.room = false end
+    end
+  end
+  admitted = admitted and c.room
+  calls[i] = c
+end
+local reply = {0}
+if admitted then reply[1] = 1 end
+for i = 1, K do
+  local c = calls[i]
+  if c.w ~= 0 and (admitted or not c.room) then
+    c.args[1] = c.w
+    c.out = decide(c.keys, c.args)
+    if c.out.err then return c.out end
+  end
+  for j = 1, #c.out do reply[#reply + 1] = c.out[j] end
+end
+return reply
+`
+}
