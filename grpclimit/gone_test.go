@@ -176,15 +176,22 @@ func TestGoneClientOnServer(t *testing.T) {
 				})))
 			c := ts.client(t, "127.0.0.1")
 			for i := range 10 {
-				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "slow", "1"), 20*time.Millisecond)
+				// Long enough to reach the server on a busy machine, where
+				// the store then holds the call until its deadline passes.
+				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "slow", "1"), 100*time.Millisecond)
 				_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 				cancel()
 				if status.Code(err) != codes.DeadlineExceeded {
 					t.Errorf("call %d: %v, want DeadlineExceeded", i, err)
 				}
 			}
-			for range 10 {
-				<-reported
+			wait := time.After(10 * time.Second)
+			for i := range 10 {
+				select {
+				case <-reported:
+				case <-wait:
+					t.Fatalf("%d of the 10 calls reached the server and were reported to OnError", i)
+				}
 			}
 			if res := callCheck(t, c); res.code != codes.OK {
 				t.Errorf("live call: %v %s, want OK", res.code, res.msg)

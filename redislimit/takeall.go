@@ -24,7 +24,9 @@ import (
 // stands, the request not recorded, as TakeContext(ctx, key, 0) would
 // describe it. A key given twice counts the request twice (its weight is
 // 2n), and both places get its one Decision. No keys at all admit the
-// request. The rules for n are TakeContext's.
+// request. The rules for n are TakeContext's. An admitted call's Decisions
+// carry Receipts, so each key's events can be refunded (Refund): a key
+// given twice, once.
 //
 // Keys of any length and bytes are limited, each under its own Redis key,
 // the same as TakeContext's for that key: the two share its budget. On a
@@ -262,7 +264,7 @@ func (l *Limiter) takeAllReply(places []takePlace, v []int64) (bool, error) {
 	ok, v := v[0] == 1, v[1:]
 	for i := range places {
 		p := &places[i]
-		size := 2 + 4*len(p.t.policies)
+		size := 4 + 4*len(p.t.policies)
 		if len(v) < size {
 			return false, fmt.Errorf("script returned too few values for key %d of %d", i+1, len(places))
 		}
@@ -289,6 +291,7 @@ func (l *Limiter) takeAllReply(places []takePlace, v []int64) (bool, error) {
 var takeAllScripts = map[*redis.Script]*redis.Script{
 	slidingLogScript:  redis.NewScript(takeAllSource(slidingLogSource)),
 	fixedWindowScript: redis.NewScript(takeAllSource(fixedWindowSource)),
+	gcraScript:        redis.NewScript(takeAllSource(gcraSource)),
 }
 
 // takeAllSource returns the TakeAll script of the single-key script

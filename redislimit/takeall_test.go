@@ -91,7 +91,11 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 			t.Fatalf("step %d: TakeAll(%q, %d) admitted %v, in process %v", step, keys, n, ok, wantOK)
 		}
 		for i := range want {
-			want[i].Receipt = keyrate.Receipt{} // the Redis backend makes none
+			if ok && n > 0 && got[i].Receipt.N() == 0 {
+				t.Fatalf("step %d: TakeAll(%q, %d), key %d: admitted without a receipt", step, keys, n, i)
+			}
+			// Each backend's receipt is its own.
+			want[i].Receipt, got[i].Receipt = keyrate.Receipt{}, keyrate.Receipt{}
 			if !sameDecision(got[i], want[i]) {
 				t.Fatalf("step %d: TakeAll(%q, %d), key %d:\n got %+v %+v\nwant %+v %+v", step, keys, n, i, got[i], got[i].Policies(), want[i], want[i].Policies())
 			}
@@ -404,6 +408,26 @@ func TestTakeAllServerTime(t *testing.T) {
 			if ok && (ds[0].Remaining != 1-i || ds[0].ResetAfter <= 0 || ds[0].ResetAfter > time.Hour+time.Microsecond) {
 				t.Fatalf("%v, call %d: %+v", alg, i, ds[0])
 			}
+		}
+	}
+}
+
+// Each key of an admitted TakeAll can be refunded on its own.
+func TestTakeAllRefunds(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newAllLimiter(t, client, clock)
+	ctx := context.Background()
+	ds, ok, err := l.TakeAll(ctx, []string{"user", "org"}, 2)
+	if err != nil || !ok {
+		t.Fatalf("TakeAll: %v, %v", ok, err)
+	}
+	for i, key := range []string{"user", "org"} {
+		if err := l.Refund(ctx, key, &ds[i]); err != nil {
+			t.Fatalf("refund of %s: %v", key, err)
+		}
+		if d := mustTake(t, l, key, 0); d.Remaining != 3 {
+			t.Errorf("%s after its refund: %d remaining, want 3", key, d.Remaining)
 		}
 	}
 }
