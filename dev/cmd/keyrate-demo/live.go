@@ -16,11 +16,7 @@ func newLive(cfg config) (*live.Hub, error) {
 	rs := make([]live.Route, len(routes))
 	for i, rt := range routes {
 		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies, Form: rt.Form, Note: rt.Note}
-		switch {
-		case !rt.FailuresOnly:
-		case cfg.Redis != nil:
-			rs[i].Note += " Every attempt counts: a budget in Redis cannot give one back."
-		default:
+		if rt.FailuresOnly {
 			rs[i].Refunds = true
 			rs[i].Note += " Only failed attempts count: one answered below 400 is given back."
 		}

@@ -13,8 +13,7 @@
 // fit both, and a refusal names the one that refused it. POST /api/login
 // checks a password (a form or JSON; the demo's is "keyrate") and counts
 // failed attempts only, 5 per 15 minutes: a login answered below 400 is
-// given back (httplimit.WithRefund), in process; with -redis, whose backend
-// cannot give events back, every attempt counts.
+// given back (httplimit.WithRefund), in process and with -redis alike.
 //
 // A client is its X-API-Key header when it sends one, else its IP address
 // (read from X-Forwarded-For only with -trusted-proxies). Every decision is
@@ -210,11 +209,7 @@ func hints(base string, cfg config) string {
 			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
 		}
 		if rt.FailuresOnly {
-			if cfg.Redis != nil {
-				b.WriteString(", every attempt (a budget in Redis cannot give one back)")
-			} else {
-				b.WriteString(", failed attempts only")
-			}
+			b.WriteString(", failed attempts only")
 		}
 		b.WriteString("\n")
 	}

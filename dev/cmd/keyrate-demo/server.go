@@ -28,8 +28,7 @@ type route struct {
 	Pro []keyrate.Policy
 	// FailuresOnly counts only the requests answered 400 or above: the
 	// middleware gives back the others' events once they are served
-	// (httplimit.WithRefund). An in-process budget can; a Redis one
-	// cannot, and there every request counts.
+	// (httplimit.WithRefund), in process and in Redis alike.
 	FailuresOnly bool
 	// Form is the form the live page sends as each request's body, each
 	// field starting at the value given; Note says on the page what the
@@ -201,8 +200,11 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			httplimit.WithOnError(hook),
 			httplimit.WithObserver(stats),
 		}
-		if rt.FailuresOnly && local != nil {
-			b = refundReporter{Limiter: local, route: rt.Name, publish: publish}
+		if rt.FailuresOnly {
+			if b, err = newRefundReporter(b, rt.Name, publish); err != nil {
+				close()
+				return nil, nil, err
+			}
 			opts = append(opts, httplimit.WithRefund(countsNot))
 		}
 		m, err := httplimit.New(b, opts...)
