@@ -33,6 +33,7 @@ type Limiter struct {
 
 	clock     Clock
 	base      time.Time    // instant 0 of the offsets the logs hold
+	baseUnix  int64        // base's wall clock, in nanoseconds since the Unix epoch: Receipts count from it
 	system    bool         // clock is the system clock: read time.Since(base)
 	coarse    bool         // WithCoarseClock: read coarseNow
 	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
@@ -97,6 +98,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		resolution: cfg.resolution,
 		algorithm:  cfg.algorithm,
 		base:       cfg.base,
+		baseUnix:   cfg.base.UnixNano(),
 	}
 	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
@@ -205,7 +207,7 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 // receipt returns the Receipt of n events g recorded at its last instant.
 // Called with g.mu held.
 func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	return Receipt{at: l.base.Add(time.Duration(g.last)), n: n, id: uint64(uintptr(unsafe.Pointer(g)))}
+	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g)))}
 }
 
 // ErrNothingToRefund is wrapped by Refund's error when it gives nothing
@@ -240,7 +242,7 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 	if uint64(uintptr(unsafe.Pointer(g))) != d.Receipt.id {
 		return fmt.Errorf("%w: the decision is another key's, or the key was evicted since", ErrNothingToRefund)
 	}
-	if !g.refund(now, int64(d.Receipt.at.Sub(l.base)), d.Receipt.n, l.retention(g)) {
+	if !g.refund(now, d.Receipt.at-l.baseUnix, d.Receipt.n, l.retention(g)) {
 		return fmt.Errorf("%w: the key no longer holds the decision's events", ErrNothingToRefund)
 	}
 	d.Receipt = Receipt{}
