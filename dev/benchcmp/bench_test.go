@@ -142,9 +142,10 @@ var workloads = []workload{
 
 // BenchmarkAllow runs every contender through the same workloads against
 // one local redis-server, serial and parallel (16 goroutines per CPU), and
-// reports decisions per second, round trips per decision (counted by a
-// go-redis hook that leaves out connection handshakes) and the share of
-// calls admitted, which shows what each workload measured.
+// reports decisions per second, the server's CPU time per decision (see
+// serverCPU), round trips per decision (counted by a go-redis hook that
+// leaves out connection handshakes) and the share of calls admitted, which
+// shows what each workload measured.
 //
 // Three comparisons come out of one run: the sliding log's time per
 // admitted decision against redis_rate's (Admitted); the hot key's
@@ -175,7 +176,7 @@ func BenchmarkAllow(b *testing.B) {
 					return benchKeys[i%len(benchKeys)]
 				}
 				var admitted atomic.Int64
-				before := rt.Load()
+				before, cpu := rt.Load(), serverCPU(b, client)
 				b.ResetTimer()
 				if work.parallel {
 					b.SetParallelism(16)
@@ -203,12 +204,37 @@ func BenchmarkAllow(b *testing.B) {
 					}
 				}
 				b.StopTimer()
+				b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
 				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 				b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
 			})
 		}
 	}
+}
+
+// serverCPU returns the CPU time the Redis server has used since it
+// started, user and system (INFO cpu): its difference over a run, per
+// decision, is what a decision costs the server, which bounds how many a
+// server can decide per second, and which the client's wall time, shared
+// with the benchmark's own goroutines on a small machine, blurs.
+func serverCPU(tb testing.TB, client *redis.Client) time.Duration {
+	info, err := client.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			s, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			total += time.Duration(s * float64(time.Second))
+		}
+	}
+	return total
 }
 
 // newClient returns a go-redis client of the server at addr, closed when tb
