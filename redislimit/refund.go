@@ -164,15 +164,7 @@ func (l *Limiter) refundScript() *redis.Script {
 // Each returns 1 when it gave the events back, 0 when the key's state is
 // not the receipt's generation (or there is none), and -1 when it is but
 // no longer holds the events; only 1 writes.
-const refundPrologue = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-local key = KEYS[1]
-local n = tonumber(ARGV[1])
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+const refundPrologue = readNow + `
 local decided, recorded, gen = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local P = (#ARGV - 5) / 2
 local limits, windows, wmax = {}, {}, 0

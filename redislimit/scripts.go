@@ -37,11 +37,10 @@ package redislimit
 // is the default and the call is a no-op (pcall keeps servers that dropped
 // the function working).
 
-// prologue reads the arguments the decision scripts share, and the
-// instant to decide at. It leaves the resolution in res, P policies in
-// limits and windows, the longest window in wmax (its policy's index in
-// longest) and the lowest limit in lmin.
-const prologue = `
+// readNow reads what every script, decision or refund, takes first: the
+// key, the weight n and the instant now, from ARGV[2] or else the server's
+// TIME.
+const readNow = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
@@ -50,6 +49,13 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+`
+
+// prologue reads the arguments the decision scripts share, and the
+// instant to decide at. It leaves the resolution in res, P policies in
+// limits and windows, the longest window in wmax (its policy's index in
+// longest) and the lowest limit in lmin.
+const prologue = readNow + `
 local res = tonumber(ARGV[3])
 local P = (#ARGV - 3) / 2
 local limits, windows = {}, {}
