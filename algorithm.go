@@ -84,19 +84,16 @@ func (g *eventLog) retier(t *tier) {
 // from its counter, the request admitted when every part has room, and the
 // counters then moved by n when record is set. Called with mu held.
 func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record bool) {
-	now = max(now, g.last)
-	prev := g.last
-	g.last = now
-	c := g.counters(t)
+	now, c := g.advance(now, t)
 	d.nparts = len(t.policies)
 	allowed := true
 	for i := range t.policies {
 		part := &d.parts[i]
 		part.Policy = t.policies[i]
 		if t.algorithm == FixedWindow {
-			t.fixedPart(part, i, &c[i], prev, now, n)
+			t.fixedPart(part, i, c[i], now, n)
 		} else {
-			t.gcraPart(part, i, &c[i], prev, now, n)
+			t.gcraPart(part, i, c[i], now, n)
 		}
 		allowed = allowed && part.Allowed
 	}
@@ -112,25 +109,38 @@ func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record 
 	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
 }
 
-// idleCounted reports whether g's counters have all run out at now, so that
-// forgetting them changes nothing. Called with mu held.
-func (g *eventLog) idleCounted(now int64, t *tier) bool {
+// advance moves g's counters on to instant now (never before the last
+// instant g was decided at, which it returns in place of now when later):
+// a FixedWindow count starts again at 0 in a later window, a GCRA TAT is
+// kept from now's tick, 0 once it has passed. It returns the counters.
+// Called with mu held.
+func (g *eventLog) advance(now int64, t *tier) (int64, []uint32) {
 	now = max(now, g.last)
 	prev := g.last
 	g.last = now
-	idle := true
-	for i := range t.policies {
-		c := &g.counters(t)[i]
+	c := g.counters(t)
+	for i := range c {
 		if t.algorithm == FixedWindow {
 			if t.windowOf(i, now) != t.windowOf(i, prev) {
-				*c = 0
+				c[i] = 0
 			}
 		} else {
-			*c = t.rebase(*c, prev, now)
+			c[i] = t.rebase(c[i], prev, now)
 		}
-		idle = idle && *c == 0
 	}
-	return idle
+	return now, c
+}
+
+// idleCounted reports whether g's counters have all run out at now, so that
+// forgetting them changes nothing. Called with mu held.
+func (g *eventLog) idleCounted(now int64, t *tier) bool {
+	_, c := g.advance(now, t)
+	for _, v := range c {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // windowOf returns the index of policy i's calendar window at instant at.
@@ -139,24 +149,21 @@ func (t *tier) windowOf(i int, at int64) int64 {
 }
 
 // fixedPart works out FixedWindow policy i's part before the request is
-// recorded: its count, kept for the window of prev, is 0 in a later one.
-func (t *tier) fixedPart(part *PolicyDecision, i int, count *uint32, prev, now int64, n int) {
-	if t.windowOf(i, now) != t.windowOf(i, prev) {
-		*count = 0
-	}
+// recorded, from its count in now's window.
+func (t *tier) fixedPart(part *PolicyDecision, i int, count uint32, now int64, n int) {
 	limit := part.Limit
-	part.Remaining = max(limit-int(*count), 0)
+	part.Remaining = max(limit-int(count), 0)
 	end := (t.windowOf(i, now)+1)*int64(part.Window) - t.wall - now // until the window ends
 	switch {
 	case n == 0:
 		part.Allowed = true
 	case n < 0 || n > limit:
-	case int(*count)+n <= limit:
+	case int(count)+n <= limit:
 		part.Allowed = true
 	default:
 		part.RetryAfter = time.Duration(end)
 	}
-	if *count > 0 {
+	if count > 0 {
 		part.ResetAfter, part.RefillAfter = time.Duration(end), time.Duration(end)
 	}
 }
@@ -189,13 +196,13 @@ func (t *tier) rebase(v uint32, prev, now int64) uint32 {
 	return uint32(max(t.scale.ceil(prev)+int64(v)-t.scale.ceil(now), 0))
 }
 
-// gcraPart works out GCRA policy i's part before the request is recorded.
-// With T the ticks between refills (window/limit, rounded up to a tick),
-// the bucket holds limit tokens: a request of weight n fits when the TAT it
-// would leave, max(TAT, now) + nT, is at most limit*T past now.
-func (t *tier) gcraPart(part *PolicyDecision, i int, tat *uint32, prev, now int64, n int) {
-	*tat = t.rebase(*tat, prev, now)
-	limit, every, full := int64(part.Limit), t.refill[i], int64(*tat)
+// gcraPart works out GCRA policy i's part before the request is recorded,
+// from its TAT kept from now's tick. With T the ticks between refills
+// (window/limit, rounded up to a tick), the bucket holds limit tokens: a
+// request of weight n fits when the TAT it would leave, max(TAT, now) + nT,
+// is at most limit*T past now.
+func (t *tier) gcraPart(part *PolicyDecision, i int, tat uint32, now int64, n int) {
+	limit, every, full := int64(part.Limit), t.refill[i], int64(tat)
 	part.Remaining = int(limit - ceilDiv(full, every))
 	switch {
 	case n == 0:
@@ -260,25 +267,16 @@ func floorDiv(a, b int64) int64 {
 // the bucket back n tokens. It reports whether any policy had something to
 // give back. Called with mu held.
 func (g *eventLog) refundCounted(now, at int64, n int, t *tier) bool {
-	now = max(now, g.last)
-	prev := g.last
-	g.last = now
+	now, c := g.advance(now, t)
 	gave := false
-	for i := range t.policies {
-		c := &g.counters(t)[i]
-		if t.algorithm == FixedWindow {
-			if t.windowOf(i, now) != t.windowOf(i, prev) {
-				*c = 0
-			}
-			if *c > 0 && t.windowOf(i, at) == t.windowOf(i, now) {
-				*c -= min(uint32(n), *c)
-				gave = true
-			}
-			continue
-		}
-		*c = t.rebase(*c, prev, now)
-		if *c > 0 {
-			*c = uint32(max(int64(*c)-int64(n)*t.refill[i], 0))
+	for i := range c {
+		switch {
+		case c[i] == 0:
+		case t.algorithm != FixedWindow:
+			c[i] = uint32(max(int64(c[i])-int64(n)*t.refill[i], 0))
+			gave = true
+		case t.windowOf(i, at) == t.windowOf(i, now):
+			c[i] -= min(uint32(n), c[i])
 			gave = true
 		}
 	}
