@@ -37,9 +37,11 @@ type config struct {
 	groupSet bool                    // WithHashTagFunc was given
 }
 
-// Algorithm selects how a Limiter counts. Each runs as one Lua script per
-// decision, so each decision is atomic and costs one round trip.
-type Algorithm int
+// Algorithm selects how a Limiter counts: keyrate.Algorithm, the same
+// choice as in process, so that one value configures both. In Redis each
+// runs as one Lua script per decision, so each decision is atomic and
+// costs one round trip.
+type Algorithm = keyrate.Algorithm
 
 const (
 	// SlidingLog is the default: an exact sliding log, the same rule as the
@@ -56,14 +58,14 @@ const (
 	// limit; WithResolution bounds it whatever the limit), and a decision
 	// costs O(log N) on the server for N entries held, whatever the
 	// weight.
-	SlidingLog Algorithm = iota
+	SlidingLog = keyrate.SlidingLog
 
 	// FixedWindow counts events in windows aligned to multiples of the
 	// window length since the Unix epoch: O(1) memory and work per key
 	// whatever the limit (a small hash, about 100 bytes). The trade-off is the boundary burst: up to
 	// 2*limit events can be admitted within a short span around the end of
 	// one window and the start of the next.
-	FixedWindow
+	FixedWindow = keyrate.FixedWindow
 
 	// GCRA is the generic cell rate algorithm, the token bucket of the
 	// core's keyrate.GCRA and of github.com/go-redis/redis_rate: a bucket
@@ -75,21 +77,8 @@ const (
 	// per key (a small hash, a field per policy); after a burst it keeps
 	// admitting at the refill rate, so a span of one window may hold up to
 	// nearly twice the limit.
-	GCRA
+	GCRA = keyrate.GCRA
 )
-
-// String returns the algorithm's name as written in this package.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "SlidingLog"
-	case FixedWindow:
-		return "FixedWindow"
-	case GCRA:
-		return "GCRA"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
 
 // DefaultPrefix is the key prefix a Limiter uses unless WithPrefix sets
 // another.
