@@ -15,20 +15,7 @@ import (
 // The demo serves the page and its stream beside the API, and every
 // decision the API makes reaches the stream keyed as the limiter keys it.
 func TestLiveViewIsWired(t *testing.T) {
-	hub, err := newLive(config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hub.Close)
-	api, closeLimiters, err := newServer(config{OnDecision: recordTo(hub)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeLimiters)
-	srv := httptest.NewServer(withLive(api, hub))
-	t.Cleanup(srv.Close)
-	client := srv.Client()
-	client.Timeout = 30 * time.Second
+	srv, client := startLiveDemo(t)
 
 	resp, err := client.Get(srv.URL + "/")
 	if err != nil {
@@ -184,4 +171,26 @@ func TestEventStreamsPerClientBehindProxy(t *testing.T) {
 	if resp := stream("203.0.113.2"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a stream of 203.0.113.2 behind the same proxy: %d, want 200", resp.StatusCode)
 	}
+}
+
+// startLiveDemo serves the demo's API with its live page and stream, as
+// main does, on a test server closed when t ends, and returns a client of
+// it that gives up after 30 s.
+func startLiveDemo(t *testing.T) (*httptest.Server, *http.Client) {
+	t.Helper()
+	hub, err := newLive(config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	api, closeLimiters, err := newServer(config{OnDecision: recordTo(hub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLimiters)
+	srv := httptest.NewServer(withLive(api, hub))
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Timeout = 30 * time.Second
+	return srv, client
 }

@@ -102,20 +102,7 @@ func TestLoginCountsOnlyFailures(t *testing.T) {
 // decision, with the same receipt, and none for a failure; the page's
 // configuration says the route gives requests back and what to send.
 func TestLoginOnThePage(t *testing.T) {
-	hub, err := newLive(config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hub.Close)
-	api, closeLimiters, err := newServer(config{OnDecision: recordTo(hub)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeLimiters)
-	srv := httptest.NewServer(withLive(api, hub))
-	t.Cleanup(srv.Close)
-	client := srv.Client()
-	client.Timeout = 30 * time.Second
+	srv, client := startLiveDemo(t)
 
 	resp, err := client.Get(srv.URL + "/live/config")
 	if err != nil {
