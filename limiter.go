@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -249,55 +250,74 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 	return nil
 }
 
-// TakeAll decides a request of weight n that counts against every one of
-// keys (a client's key and its organisation's, say, or the descriptors of
-// an Envoy rate limit request): it is admitted only when every key has room
-// for it, and then recorded against every key, atomically. A refusal by one
-// key records nothing against the others. It returns each key's Decision,
-// in the order of keys, and reports whether the request was admitted.
+// Hit is one key of a TakeAll request and the weight the request counts
+// against it.
+type Hit struct {
+	Key string
+	N   int
+}
+
+// TakeAll decides a request that counts against several keys at once (a
+// client's key and its organisation's, say, or the descriptors of an Envoy
+// rate limit request), each hit at its own weight: it is admitted only when
+// every key has room for its weight, and then recorded against every key,
+// atomically. A refusal by one key records nothing against the others. It
+// returns each hit's Decision, in the order of hits, and reports whether
+// the request was admitted.
 //
-// When the request is refused, a key that had room is described as it
-// stands, the request not recorded, as Take(key, 0) would describe it. A
-// key given twice counts the request twice (its weight is 2n), and both
-// places get its one Decision: refund it once (see Refund). Each key is under its own tier (WithTiers).
-// No keys at all admit the request.
+// Each weight follows Take's rules: 0 always fits and records nothing; a
+// negative weight, or one above a policy's limit, never fits, and refuses
+// the whole request. When the request is refused, a key that had room is
+// described as it stands, the request not recorded, as Take(key, 0) would
+// describe it. A key given twice counts the sum of its weights, and both
+// places get its one Decision: refund it once (see Refund). Each key is
+// under its own tier (WithTiers). No hits at all admit the request.
 //
 // The keys' logs are locked together, in the order of the keys, so that
 // concurrent calls over overlapping keys never wait on each other in a
 // cycle; each key is decided at the later of the clock and its own newest
-// instant, as Take decides it.
-func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
-	ds := make([]Decision, len(keys))
-	if len(keys) == 0 {
+// instant, as Take decides it. A log TakeAll creates for a new key is
+// pinned until it is decided, so that making room for the call's next new
+// key (WithMaxKeys) cannot evict it; when a full limiter has no key left
+// that it may evict, the new key is refused with Overflow set.
+func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
+	ds := make([]Decision, len(hits))
+	if len(hits) == 0 {
 		return ds, true
 	}
-	order := make([]int, len(keys)) // indices of keys, sorted by key
+	order := make([]int, len(hits)) // indices of hits, sorted by key
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hits[a].Key, hits[b].Key) })
 	type place struct {
 		key    string
-		weight int
+		weight int // the sum of the key's weights; -1 if one is negative
 		t      *tier
 		g      *eventLog // nil: not tracked
+		pin    *eventLog // the log this call created and pinned, if any
 		d      *Decision // in ds, at the key's first place
 	}
-	places := make([]place, 0, len(keys))
+	places := make([]place, 0, len(hits))
 	for _, i := range order {
-		if k := len(places) - 1; k >= 0 && places[k].key == keys[i] {
-			places[k].weight += n
+		h := hits[i]
+		if k := len(places) - 1; k >= 0 && places[k].key == h.Key {
+			if p := &places[k]; p.weight >= 0 {
+				p.weight = addWeights(p.weight, h.N)
+			}
 			continue
 		}
-		places = append(places, place{key: keys[i], weight: n, t: l.tierFor(keys[i]), d: &ds[i]})
+		places = append(places, place{key: h.Key, weight: addWeights(0, h.N), t: l.tierFor(h.Key), d: &ds[i]})
 	}
-	admissible := func(p *place) bool { return n >= 1 && p.weight <= p.t.minLimit }
+	admissible := func(p *place) bool { return p.weight >= 1 && p.weight <= p.t.minLimit }
 	now := l.now()
 	for {
 		// Look every log up (or create it) holding no lock, since creating
 		// one may make room by evicting others under their locks; then lock
-		// them all in the order of the keys. A new log counts as decided
-		// now, so that making room for the next evicts older keys first.
+		// them all in the order of the keys. A log created here is pinned,
+		// so that creating the next cannot evict it, and counts as decided
+		// now. A log that was already there may be evicted meanwhile; the
+		// next round then creates it, pinned, so the rounds end.
 		for i := range places {
 			p := &places[i]
 			p.g = l.keys.load(p.key)
@@ -305,23 +325,25 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 				if g, fresh := l.keys.create(p.key); g != nil {
 					if fresh {
 						g.last = max(g.last, now)
+						g.state |= pinned
+						p.pin = g
 						g.mu.Unlock()
 					}
 					p.g = g
 				}
 			}
 		}
-		dead := false
+		gone := false
 		for i := range places {
 			if g := places[i].g; g != nil {
 				g.mu.Lock()
-				dead = dead || g.dead
+				gone = gone || g.is(dead)
 			}
 		}
-		if !dead {
+		if !gone {
 			break
 		}
-		for i := range places { // one was evicted meanwhile: look again
+		for i := range places { // one was evicted or Reset meanwhile: look again
 			if g := places[i].g; g != nil {
 				g.mu.Unlock()
 			}
@@ -338,7 +360,7 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 			}
 			p.g.decide(p.d, now, p.weight, p.t, false)
 		case admissible(p):
-			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
+			p.t.overflow(p.d) // at the bound, with no room to be made
 		default:
 			p.t.untracked(p.d, now, p.weight)
 		}
@@ -346,6 +368,9 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 	}
 	for i := range places {
 		p := &places[i]
+		if p.pin != nil && p.pin == p.g {
+			p.pin.state &^= pinned // else Reset took it out of the map: it is dead
+		}
 		if p.g == nil {
 			continue
 		}
@@ -365,11 +390,20 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 		p.g.mu.Unlock()
 	}
 	for i, j := range order[1:] {
-		if keys[j] == keys[order[i]] {
+		if hits[j].Key == hits[order[i]].Key {
 			ds[j] = ds[order[i]]
 		}
 	}
 	return ds, allowed
+}
+
+// addWeights returns the weight of a key given twice, a+b, or -1 (never
+// admissible) when b is negative or the sum passes any limit.
+func addWeights(a, b int) int {
+	if b < 0 || b > math.MaxInt32 || a+b > math.MaxInt32 {
+		return -1
+	}
+	return a + b
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
@@ -416,7 +450,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 			}
 		}
 		g.mu.Lock()
-		if !g.dead {
+		if !g.is(dead) {
 			return g
 		}
 		g.mu.Unlock() // evicted between lookup and lock: look again

@@ -29,8 +29,10 @@ import (
 // header would take 16 bytes more and push the struct into the next size
 // class (measured: 110.9 B per key as it is, 126.9 B with a slice).
 //
-// Every field is guarded by mu. dead marks a log that has left the map
-// (evicted or Reset): a caller that finds it so retries with a fresh lookup.
+// Every field is guarded by mu. state holds two flags. dead marks a log that
+// has left the map (evicted or Reset): a caller that finds it so retries
+// with a fresh lookup. pinned marks a log that TakeAll created and has yet
+// to decide: making room and the janitor leave it be (see TakeAll).
 // tier is the id of the tier that last decided the key, whose longest window
 // the janitor evicts it by; step names the tick its entries were written in.
 type eventLog struct {
@@ -42,9 +44,18 @@ type eventLog struct {
 	size   uint32  // the ring's capacity, in entries
 	tier   uint16
 	step   uint8
-	dead   bool
+	state  uint8 // dead, pinned
 	inline [2]uint32
 }
+
+// The flags of eventLog.state.
+const (
+	dead   = 1 << iota // the log has left the map
+	pinned             // TakeAll holds the log it created until it decides it
+)
+
+// is reports whether g has every flag of f. Called with mu held.
+func (g *eventLog) is(f uint8) bool { return g.state&f == f }
 
 func newEventLog(floor int64) *eventLog {
 	return &eventLog{last: floor}

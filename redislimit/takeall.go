@@ -241,11 +241,11 @@ func (l *Limiter) probeAll(p *takePlace, keys []string, instant any) {
 // fallbackTakeAll decides a TakeAll in the fallback, whose TakeAll has the
 // same semantics: each key under the tier the Limiter names for it.
 func (l *Limiter) fallbackTakeAll(places []takePlace, at []int, n int) ([]keyrate.Decision, bool) {
-	fkeys := make([]string, len(at))
+	hits := make([]keyrate.Hit, len(at))
 	for i, p := range at {
-		fkeys[i] = l.fallbackKey(places[p].key, places[p].id)
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[p].key, places[p].id), N: n}
 	}
-	ds, ok := l.fallback.lim.TakeAll(fkeys, n)
+	ds, ok := l.fallback.lim.TakeAll(hits)
 	for i := range ds {
 		ds[i].Fallback = true
 	}

@@ -82,7 +82,11 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 			keys[i] = pool[rng.IntN(len(pool))]
 		}
 		n := weights[rng.IntN(len(weights))]
-		want, wantOK := model.TakeAll(keys, n)
+		hits := make([]keyrate.Hit, len(keys))
+		for i, k := range keys {
+			hits[i] = keyrate.Hit{Key: k, N: n}
+		}
+		want, wantOK := model.TakeAll(hits)
 		got, ok, err := l.TakeAll(context.Background(), keys, n)
 		if err != nil {
 			t.Fatalf("step %d: TakeAll(%q, %d): %v", step, keys, n, err)

@@ -68,7 +68,11 @@ func (s *limiterStore) TakeAll(ctx context.Context, _ string, keys []string, n i
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	ds, ok := s.l.TakeAll(keys, n)
+	hits := make([]keyrate.Hit, len(keys))
+	for i, k := range keys {
+		hits[i] = keyrate.Hit{Key: k, N: n}
+	}
+	ds, ok := s.l.TakeAll(hits)
 	return ds, ok, nil
 }
 
