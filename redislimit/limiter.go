@@ -463,13 +463,18 @@ func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
 	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
 	for i, p := range t.policies {
 		r := v[2+4*i : 6+4*i]
+		// The sliding log rounds instants up (to its tick, its
+		// resolution) and GCRA's limit refill intervals can pass the
+		// window by under a microsecond each: ResetAfter and RefillAfter
+		// say at most the window, as in every backend (a fresh key of 60
+		// per minute says 60 s, never 60.000063). RetryAfter stays exact.
 		parts[i] = keyrate.PolicyDecision{
 			Policy:      p,
 			Allowed:     n == 0 || n > 0 && n <= p.Limit && r[1] == 0,
 			Remaining:   int(r[0]),
 			RetryAfter:  time.Duration(r[1]) * time.Microsecond,
-			ResetAfter:  time.Duration(r[2]) * time.Microsecond,
-			RefillAfter: time.Duration(r[3]) * time.Microsecond,
+			ResetAfter:  min(time.Duration(r[2])*time.Microsecond, p.Window),
+			RefillAfter: min(time.Duration(r[3])*time.Microsecond, p.Window),
 		}
 	}
 	d := keyrate.Combine(parts[:len(t.policies)]...)

@@ -20,6 +20,7 @@ import (
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // The middleware takes a redislimit.Limiter as its backend as it is, and
@@ -506,8 +507,10 @@ func TestFixedWindow(t *testing.T) {
 		{25 * s, 7, keyrate.Decision{Remaining: 6, RetryAfter: 5 * s, ResetAfter: 5 * s}},
 		{25 * s, 6, keyrate.Decision{Allowed: true, Remaining: 0, ResetAfter: 5 * s}},
 		{25 * s, -1, keyrate.Decision{Remaining: 0, ResetAfter: 5 * s}},
-		// Backwards to an earlier window: no fresh budget.
-		{15 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 15 * s, ResetAfter: 15 * s}},
+		// Backwards to an earlier window: no fresh budget. The newest
+		// window ends in 15s, which RetryAfter says; ResetAfter and
+		// RefillAfter say at most the window.
+		{15 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 15 * s, ResetAfter: 10 * s}},
 		{30 * s, 0, keyrate.Decision{Allowed: true, Remaining: 10}},
 	}
 	for i, st := range steps {
@@ -620,4 +623,40 @@ func TestLogExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestResetAfterWithinWindow checks that ResetAfter and RefillAfter never
+// pass the policy's window, as in every backend (the IETF t <= w): a day's
+// sliding log counts in ticks of 64µs, a resolution rounds an instant up
+// to its end, and 3 per 10 s refills every 3.333334 s; each would say more
+// than the window if reported as counted. RetryAfter stays exact.
+func TestResetAfterWithinWindow(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	for _, c := range []struct {
+		name   string
+		limit  int
+		window time.Duration
+		n      int
+		opts   []redislimit.Option
+	}{
+		{"a day's ticks", 10, 24 * time.Hour, 1, nil},
+		{"a resolution", 10, time.Minute, 1, []redislimit.Option{redislimit.WithResolution(time.Minute)}},
+		{"GCRA", 3, 10 * time.Second, 3, []redislimit.Option{redislimit.WithAlgorithm(redislimit.GCRA)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := keyrate.NewManualClock(start.Add(30*time.Second + time.Millisecond))
+			l := newLimiter(t, client, c.limit, c.window, append(c.opts, redislimit.WithClock(clock))...)
+			d := mustTake(t, l, "k", c.n)
+			require.True(t, d.Allowed)
+			require.LessOrEqual(t, d.ResetAfter, c.window)
+			require.LessOrEqual(t, d.RefillAfter, c.window)
+			require.LessOrEqual(t, d.Policies()[0].ResetAfter, c.window)
+			require.LessOrEqual(t, d.Policies()[0].RefillAfter, c.window)
+		})
+	}
+	clock := keyrate.NewManualClock(start)
+	l := newLimiter(t, client, 3, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	mustTake(t, l, "k", 3)
+	d := mustTake(t, l, "k", 3)
+	require.Equal(t, 3*3333334*time.Microsecond, d.RetryAfter, "RetryAfter, exact")
 }
