@@ -70,7 +70,7 @@ if allowed and n > 0 then
     out[#out + 1] = left[i]
   end
   out[#out + 1] = gen
-  out[#out + 1] = now
+  out[#out + 1] = 0
   return out
 end
 if allowed then out[1] = 1 end

@@ -26,24 +26,26 @@ import "github.com/redis/go-redis/v9"
 // read the same TAT), and a T the key has not been under starts full.
 //
 // Field g holds the hash's generation, drawn when an admission creates
-// it, which receipts name (see refund.go); field e, an instant the key is
-// sure to live until (µs). An admission whose new TAT would pass it sets
+// it, which receipts name (see refund.go); field r, the key's refund
+// ledger: the weight refunds have given back since the hash was created,
+// mod 2^48, which an admission's receipt carries (see gcraRefundSource);
+// field e, an instant the key is sure to live until (µs). An admission whose new TAT would pass it sets
 // the key to expire at the latest TAT and half the longest window more,
 // so a busy key pays for PEXPIRE about once per half window; no TAT is
 // ever cut short, whatever the policies of other tiers that wrote the key.
 const gcraSource = prologue + `
 local function num(x) return string.format('%.0f', x) end
-local fields, T = {'g', 'e'}, {}
+local fields, T = {'g', 'e', 'r'}, {}
 for i = 1, P do
   T[i] = math.ceil(windows[i] / limits[i])
-  fields[2 + i] = 't' .. num(T[i])
+  fields[3 + i] = 't' .. num(T[i])
 end
 local cur = redis.call('HMGET', key, unpack(fields))
 local gen, expires = tonumber(cur[1]), tonumber(cur[2]) or 0
 local full = {}
 local allowed = n >= 0 and n <= lmin
 for i = 1, P do
-  local f = (tonumber(cur[2 + i]) or 0) - now
+  local f = (tonumber(cur[3 + i]) or 0) - now
   if f < 0 then f = 0 end
   full[i] = f
   if f + n * T[i] > limits[i] * T[i] then allowed = false end
@@ -59,7 +61,7 @@ if record then
   end
   for i = 1, P do
     full[i] = full[i] + n * T[i]
-    set[#set + 1] = fields[2 + i]
+    set[#set + 1] = fields[3 + i]
     set[#set + 1] = num(now + full[i])
     if full[i] > top then top = full[i] end
   end
@@ -89,7 +91,7 @@ for i = 1, P do
 end
 if record then
   out[#out + 1] = gen
-  out[#out + 1] = now
+  out[#out + 1] = tonumber(cur[3]) or 0
 else
   out[#out + 1] = 0
   out[#out + 1] = 0

@@ -51,11 +51,14 @@ func TestGCRABurstThenRate(t *testing.T) {
 	}
 }
 
-// TestGCRAMatchesCore plays random sequences of weights, refunds and clock
-// moves on one to three GCRA policies against Redis and the core's
-// in-process keyrate.GCRA limiter, and compares every number of every
-// Decision and every refund's outcome. The policies' refill intervals are
-// whole microseconds, which both count exactly.
+// TestGCRAMatchesCore plays random sequences of weights, refunds (whole
+// and in part) and clock moves on one to three GCRA policies against
+// Redis, the core's in-process keyrate.GCRA limiter and gcraModel, and
+// compares every number of every Decision: with the model throughout,
+// refunds' outcomes included, and with the core until a sequence's first
+// refund (the model comparison with the core in limiter_model_test.go
+// covers refunds the core and Redis give back alike). The policies'
+// refill intervals are whole microseconds, which both count exactly.
 func TestGCRAMatchesCore(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
@@ -77,8 +80,13 @@ func TestGCRAMatchesCore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		type pair struct{ d, c keyrate.Decision }
-		var taken []*pair
+		var model gcraModel
+		type taken struct {
+			d  keyrate.Decision
+			tk *gcraTaken
+		}
+		var admitted []*taken
+		synced := true // the core has seen no refund
 		for step := range 80 {
 			switch r := rng.IntN(10); {
 			case r < 5:
@@ -86,12 +94,21 @@ func TestGCRAMatchesCore(t *testing.T) {
 			case r < 6:
 				clock.Advance(time.Duration(rng.IntN(30)) * time.Second)
 			}
-			if len(taken) > 0 && rng.IntN(5) == 0 {
-				p := taken[rng.IntN(len(taken))]
-				got, want := l.Refund(ctx, "k", &p.d), core.Refund("k", &p.c)
-				if (got == nil) != (want == nil) || got != nil && !errors.Is(got, redislimit.ErrNothingToRefund) {
-					t.Fatalf("sequence %d step %d, policies %v: refund = %v, in process %v", seq, step, policies, got, want)
+			now := clock.Now().UnixMicro()
+			if len(admitted) > 0 && rng.IntN(4) == 0 {
+				p := admitted[rng.IntN(len(admitted))]
+				left := p.d.Receipt.N()
+				n := left
+				if left > 1 && rng.IntN(2) == 0 {
+					n = 1 + rng.IntN(left)
 				}
+				got := l.RefundN(ctx, "k", &p.d, n)
+				want := left > 0 && model.refund(now, p.tk, n)
+				if (got == nil) != want || got != nil && !errors.Is(got, redislimit.ErrNothingToRefund) {
+					t.Fatalf("sequence %d step %d, policies %v: RefundN(%d of %d) at +%v = %v, want success %v",
+						seq, step, policies, n, left, clock.Now().Sub(start), got, want)
+				}
+				synced = false
 				client.Persist(ctx, l.StoreKey("k"))
 				continue
 			}
@@ -99,21 +116,28 @@ func TestGCRAMatchesCore(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				n = rng.IntN(policies[0].Limit+3) - 1
 			}
-			p := &pair{c: core.Take("k", n)}
-			p.d = mustTakeReceipt(t, l, "k", n)
+			c := core.Take("k", n)
+			d := mustTakeReceipt(t, l, "k", n)
+			m, tk := model.decide(now, n, policies)
 			// The tests move a manual clock: keep Redis from expiring, in
 			// real time, what the model still counts.
 			client.Persist(ctx, l.StoreKey("k"))
-			got, want := p.d, p.c
-			got.Receipt, want.Receipt = keyrate.Receipt{}, keyrate.Receipt{}
-			if got != want {
+			got := d
+			got.Receipt, c.Receipt = keyrate.Receipt{}, keyrate.Receipt{}
+			if got != m {
+				t.Fatalf("sequence %d step %d, policies %v: Take(%d) at +%v\n got %+v\nwant %+v (the model)",
+					seq, step, policies, n, clock.Now().Sub(start), got, m)
+			}
+			if synced && got != c {
 				t.Fatalf("sequence %d step %d, policies %v: Take(%d) at +%v\n got %+v\nwant %+v (in process)",
-					seq, step, policies, n, clock.Now().Sub(start), got, want)
+					seq, step, policies, n, clock.Now().Sub(start), got, c)
 			}
-			if (p.d.Receipt.N() > 0) != (p.c.Receipt.N() > 0) {
-				t.Fatalf("sequence %d step %d: receipt %+v, in process %+v", seq, step, p.d.Receipt, p.c.Receipt)
+			if (d.Receipt.N() > 0) != (tk != nil) {
+				t.Fatalf("sequence %d step %d: receipt %+v, the model admitted %v", seq, step, d.Receipt, tk != nil)
 			}
-			taken = append(taken, p)
+			if tk != nil {
+				admitted = append(admitted, &taken{d, tk})
+			}
 		}
 		core.Close()
 	}

@@ -23,7 +23,8 @@
 // its own instants and not the newest, in one script run on the key's
 // slot, from any replica. Taking first and refunding what should not
 // count (a successful login, a response under 400) makes "count only the
-// failures" exact across replicas.
+// failures" exact across replicas; RefundN gives back part of a decision,
+// so that a request that reserved an estimate settles its real cost.
 //
 // The sliding log keeps a compact string per key: 8 bytes per instant at
 // which the key admitted events still in its longest window (MEMORY USAGE:
@@ -450,8 +451,8 @@ func (l *Limiter) mono() int64 { return int64(time.Since(l.base)) }
 
 // decision makes the Decision for a request of weight n under t from the
 // script's reply v: {allowed, now, then per policy remaining, retryAfter,
-// resetAfter, refillAfter, then gen, recorded}, durations in microseconds;
-// an admission gets its Receipt from now, gen and recorded. Each policy's part
+// resetAfter, refillAfter, then gen, rid}, durations in microseconds;
+// an admission gets its Receipt from now, gen and rid. Each policy's part
 // says whether that policy alone had room, by the core's rules; Combine
 // picks the binding one. The script's own verdict must agree with the
 // parts': a reply that admitted what the parts refuse, or the reverse, is

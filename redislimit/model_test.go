@@ -60,7 +60,10 @@ func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key str
 	if err := c.Persist(context.Background(), key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out := verdict{allowed: v[0] == 1, now: v[1], recorded: v[len(v)-1]}
+	out := verdict{allowed: v[0] == 1, now: v[1]}
+	if out.allowed && n > 0 { // recorded rid after now
+		out.recorded = v[1] + v[len(v)-1]
+	}
 	for i := range ps {
 		out.per = append(out.per, [4]int64(v[2+4*i:6+4*i]))
 	}

@@ -15,56 +15,84 @@ import (
 // back (see Refund). It is keyrate.ErrNothingToRefund.
 var ErrNothingToRefund = keyrate.ErrNothingToRefund
 
-// Refund gives back exactly the events the admitted decision *d recorded
-// for key, as if its request had never been made, with the meaning of the
-// core's keyrate.Limiter.Refund: under the sliding log the decision's own
-// events leave the log (not the newest ones, which would let a later
-// window hold more than the limit), from every policy at once; under
-// FixedWindow they leave their window's count while that window lasts;
-// under GCRA every bucket gets their tokens back. It is one script run, on
-// the key's own Redis key (so its Cluster slot), atomic with every other
-// decision for the key, whichever Limiter or replica made the decision: d
-// only has to come from one with the same prefix, hash tag secret and
-// algorithm, which keeps the key's state in the same Redis key. The key's
-// tier is found as TakeContext finds it.
+// Refund gives back exactly what the admitted decision *d recorded for
+// key and has not given back yet, as if its request had never been made,
+// with the meaning of the core's keyrate.Limiter.Refund: under the sliding
+// log the decision's own events leave the log (not the newest ones, which
+// would let a later window hold more than the limit), from every policy at
+// once; under FixedWindow they leave their window's count while that
+// window lasts; under GCRA every bucket gets back the part of the
+// decision's tokens it has not refilled yet. It is RefundN of all that d's
+// Receipt has left (d.Receipt.N()); see RefundN.
+func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
+	n := 0
+	if d != nil {
+		n = d.Receipt.N()
+	}
+	return l.RefundN(ctx, key, d, n)
+}
+
+// RefundN gives back n of the weight the admitted decision *d recorded for
+// key, from the decision's own entry (never the newest events), as the
+// core's keyrate.Limiter.RefundN does: a request that reserved an estimate
+// (a model call's max_tokens, an upload's declared size) settles its real
+// cost once known. It can be called as many times as weight is left; each
+// success lowers d's Receipt.N by n, and Refund gives back what is left.
+// Under FixedWindow the weight leaves the decision's window's count while
+// that window lasts; under GCRA each bucket gets back min(n*T, E - now),
+// the part of the decision's tokens it has not refilled yet (T its refill
+// interval, E the instant it was to be full again after the decision,
+// earlier by any refunds since): never a token refilled already.
 //
-// It consumes d's Receipt, so that refunding *d again returns an error
-// wrapping ErrNothingToRefund. Refund each Decision once: a copy still
-// holds the Receipt, and when other requests were recorded at the same
-// instant (or, with WithResolution, the same tick), refunding the copy too
-// would give back theirs.
+// It is one script run, on the key's own Redis key (so its Cluster
+// slot), atomic with every other decision for the key, whichever Limiter
+// or replica made the decision: d only has to come from one with the same
+// prefix, hash tag secret and algorithm, which keeps the key's state in
+// the same Redis key. The key's tier is found as TakeContext finds it.
+// Refund each Decision through one copy: a copy still holds the weight
+// its Receipt had, and when other requests were recorded at the same
+// instant (or, with WithResolution, the same tick), refunding through the
+// copy too would give back theirs.
 //
 // It returns an error wrapping ErrNothingToRefund, and changes nothing,
-// for a decision that recorded nothing (a refusal, a weight of 0, an
-// error), was refunded already, or is another key's, or when the key no
-// longer holds its events: they have left the longest window of the key's
-// policies (under FixedWindow, their window has ended; under GCRA, the
-// buckets are full), or Redis lost the key since (a DEL, an expiry, a
-// FLUSHALL, a failover). Another key's decision, and one of a key's
-// earlier state, are told by the generation drawn when a key's state is
-// created, which the receipt names: short of a 1 in 65,536 chance. It returns an error wrapping ErrInvalidKey for an empty
-// key, and ctx's error if ctx is done before the call.
+// for a decision that has nothing left to give back (a refusal, a weight
+// of 0, an error, a decision refunded already), or is another key's, or
+// when the key no longer holds its weight: it has left the longest window
+// of the key's policies (under FixedWindow, its window has ended; under
+// GCRA, the buckets have refilled it), or Redis lost the key since (a DEL,
+// an expiry, a FLUSHALL, a failover). Another key's decision, and one of
+// a key's earlier state, are told by the generation drawn when a key's
+// state is created, which the receipt names: short of a 1 in 65,536
+// chance. It returns an error wrapping keyrate.ErrExceedsLimit, and
+// changes nothing, for n below 1 or above what d has left; an error
+// wrapping ErrInvalidKey for an empty key; and ctx's error if ctx is done
+// before the call.
 //
 // Redis's or the network's error, or the time budget (WithTimeout)
 // running out, also returns an error; the refund may then have been
-// applied or not, so it consumes the Receipt all the same: a refund is
-// never applied twice, and a lost one only makes later decisions stricter.
+// applied or not, so it consumes the whole Receipt all the same: a refund
+// is never applied twice, and a lost one only makes later decisions
+// stricter.
 //
-// A successful refund drops the key's refusal from this Limiter's deny
-// cache (WithDenyCache), so that its next request asks Redis. The deny
-// caches of other Limiters cannot see it: they may go on refusing the key
-// for up to their maximum hold (WithDenyCacheMaxHold) after a refund
-// another replica made.
-func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
+// A decision of the local fallback (WithLocalFallback) is given back in
+// the fallback, which made it. A successful refund drops the key's refusal
+// from this Limiter's deny cache (WithDenyCache), so that its next request
+// asks Redis. The deny caches of other Limiters cannot see it: they may go
+// on refusing the key for up to their maximum hold (WithDenyCacheMaxHold)
+// after a refund another replica made.
+func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	if d == nil || d.Receipt.N() <= 0 {
-		return fmt.Errorf("redislimit: refund: %w: the decision recorded nothing, or was refunded already", ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund: %w: the decision has nothing left to give back (it recorded nothing, or was refunded already)", ErrNothingToRefund)
+	}
+	if left := d.Receipt.N(); n < 1 || n > left {
+		return fmt.Errorf("redislimit: refund: %w: n is %d, the decision has %d left to give back", keyrate.ErrExceedsLimit, n, left)
 	}
 	if key == "" {
 		return fmt.Errorf("redislimit: refund: %w: empty key", ErrInvalidKey)
 	}
 	id := clientkey.Bound(key)
 	if d.Fallback {
-		return l.fallbackRefund(ctx, key, id, d)
+		return l.fallbackRefund(ctx, key, id, d, n)
 	}
 	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
@@ -72,13 +100,21 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 	}
 	t := l.tagOf(key, id)
 	r := d.Receipt
-	at := r.At().UnixMicro()
-	args := make([]any, 5+len(tr.args))
-	args[0], args[1], args[2], args[3], args[4] = r.N(), "", at, at+int64(r.ID()&maxOffset), r.ID()>>48
+	args := make([]any, 5, 5+3*keyrate.MaxPolicies)
+	args[0], args[1], args[2], args[3], args[4] = n, "", r.At().UnixMicro(), int64(r.ID()&maxOffset), r.ID()>>48
 	if l.clock != nil {
 		args[1] = l.localNow() / 1000
 	}
-	copy(args[5:], tr.args)
+	if ps := d.Policies(); l.script != slidingLogScript && len(ps) > 0 {
+		// The counts and buckets the decision itself went to.
+		for _, p := range ps {
+			args = append(args, p.Limit, p.Window.Microseconds(), p.ResetAfter.Microseconds())
+		}
+	} else {
+		for i := 0; i < len(tr.args); i += 2 {
+			args = append(args, tr.args[i], tr.args[i+1], 0)
+		}
+	}
 
 	v, err := l.runBudgeted(ctx, l.refundScript(), []string{l.storeKey(id, t)}, args)
 	if err != nil {
@@ -100,9 +136,12 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 	case 0:
 		return fmt.Errorf("redislimit: refund %s: %w: the decision is another key's, or Redis lost the key since", keyRef(t), ErrNothingToRefund)
 	default:
-		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's events", keyRef(t), ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's weight", keyRef(t), ErrNothingToRefund)
 	}
-	d.Receipt = keyrate.Receipt{}
+	d.Receipt = keyrate.NewReceipt(r.At(), r.N()-n, r.ID())
+	if d.Receipt.N() == 0 {
+		d.Receipt = keyrate.Receipt{}
+	}
 	if l.deny != nil {
 		l.deny.forget(id)
 	}
@@ -111,23 +150,25 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 
 // A Receipt of this package holds, besides the weight, the instant the
 // decision was made at on the server's clock (At, in microseconds) and an
-// ID of the key's generation (its top 16 bits) and how much later than At
-// the sliding log recorded the events (the low 48 bits, in microseconds:
-// it rounds instants up to its tick and resolution, and never records one
-// before the newest entry). The refund finds the events' entry from that
-// instant alone, so a decision's receipt stays good whichever entries
-// were added, pruned or refunded since.
+// ID of the key's generation (its top 16 bits) and the script's rid (the
+// low 48 bits, see scripts.go): under the sliding log, how much later than
+// At it recorded the events (in microseconds: it rounds instants up to its
+// tick and resolution, and never records one before the newest entry),
+// from which the refund finds the events' entry alone, so a decision's
+// receipt stays good whichever entries were added, pruned or refunded
+// since; under GCRA, the key's refund ledger at the decision.
 
-// maxOffset is the largest offset of the recorded instant a Receipt holds.
+// maxOffset is the largest rid a Receipt holds.
 const maxOffset = 1<<48 - 1
 
 // newReceipt returns the Receipt of n events decided at the server's
-// instant now and recorded at recorded (both µs), in the key state of
-// generation gen.
-func newReceipt(n int, now, recorded, gen int64) keyrate.Receipt {
+// instant now (µs), in the key state of generation gen, with the script's
+// rid.
+func newReceipt(n int, now, rid, gen int64) keyrate.Receipt {
 	// Only a resolution of some nine years could push the recorded
 	// instant that far; the refund then finds no entry, and says so.
-	off := min(max(recorded-now, 0), maxOffset)
+	// GCRA's ledger is kept mod 2^48 already.
+	off := min(max(rid, 0), maxOffset)
 	return keyrate.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
 }
 
@@ -152,25 +193,30 @@ func (l *Limiter) refundScript() *redis.Script {
 // The refund scripts speak one protocol:
 //
 //	KEYS[1]  the key's state
-//	ARGV[1]  n, the receipt's weight
+//	ARGV[1]  n, the weight to give back
 //	ARGV[2]  the instant to refund at, in microseconds, or "" to read the
 //	         server's TIME (as in scripts.go)
 //	ARGV[3]  the instant the decision was made at (µs)
-//	ARGV[4]  the instant its events were recorded at (µs)
+//	ARGV[4]  the receipt's rid (see scripts.go): how much later than that
+//	         the sliding log recorded the events, or GCRA's refund ledger
 //	ARGV[5]  the generation of the key's state the receipt names
-//	ARGV[6:] limit, window pairs, one per policy of the key's tier now,
-//	         windows in microseconds
+//	ARGV[6:] limit, window, resetAfter triples, windows and resetAfter in
+//	         microseconds: for the sliding log, the policies of the key's
+//	         tier now (resetAfter 0); for the fixed window and GCRA, the
+//	         decision's own policies and each one's ResetAfter, which
+//	         name the counts and buckets the decision went to
 //
-// Each returns 1 when it gave the events back, 0 when the key's state is
+// Each returns 1 when it gave the weight back, 0 when the key's state is
 // not the receipt's generation (or there is none), and -1 when it is but
-// no longer holds the events; only 1 writes.
+// no longer holds the weight; only 1 writes.
 const refundPrologue = readNow + `
-local decided, recorded, gen = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local P = (#ARGV - 5) / 2
-local limits, windows, wmax = {}, {}, 0
+local decided, rid, gen = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local P = (#ARGV - 5) / 3
+local limits, windows, resets, wmax = {}, {}, {}, 0
 for i = 1, P do
-  limits[i] = tonumber(ARGV[4 + 2 * i])
-  windows[i] = tonumber(ARGV[5 + 2 * i])
+  limits[i] = tonumber(ARGV[3 + 3 * i])
+  windows[i] = tonumber(ARGV[4 + 3 * i])
+  resets[i] = tonumber(ARGV[5 + 3 * i])
   if windows[i] > wmax then wmax = windows[i] end
 end
 `
@@ -191,7 +237,12 @@ end
 //
 // Taking the newest entry away leaves the newest admission's instant,
 // last, after every entry: slidinglog.go recovers instants from it
-// either way. last itself stays, so decisions still never go before it.
+// either way. last itself stays, so decisions still never go before it:
+// taking away the only entry leaves a log of no entries, with its last
+// and its expiry, rather than no key. Without last, a server clock that
+// stepped back (a failover, a correction) would decide before the
+// instant an admission pruned at, and count again without the events it
+// pruned, which are back in the window at that earlier instant.
 const slidingLogRefundSource = refundPrologue + `
 local B, H, M = 4, 56, 4294967296
 local HB = H + 8 * B
@@ -207,7 +258,7 @@ local ltick = 2 ^ lk
 local lt = math.ceil(last / ltick)
 local TN = lt + (tn - lt + 2147483648) % M - 2147483648
 local R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
-local E = math.ceil(recorded / ltick) * ltick
+local E = math.ceil((decided + rid) / ltick) * ltick
 if E <= now - wmax or E < R0 or E > Rn then return -1 end
 local at
 ` + probeHelper + `
@@ -244,7 +295,7 @@ local buf = hdr:sub(H + 1, H + 8 * nb)
 local removed = 0
 if drop then removed = 1 end
 if cnt == removed then
-  redis.call('DEL', key)
+  redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, g, cap, 0, 0, 0, 0, 0, expires, 0, 0, 0, last))
   return 1
 end
 -- The header's fields about the oldest and newest entries, from the
@@ -295,10 +346,12 @@ return 1
 `
 
 // fixedWindowRefundSource takes n from the count of each window length
-// (fixedwindow.go) whose current window is the one the decision was made
-// in, while it holds events: once a window has ended, its events are gone
-// with it. Two policies of one length share a count, which gives back
-// once.
+// (fixedwindow.go) of the decision's policies whose current window is the
+// one the decision was made in, while it holds events: once a window has
+// ended, its events are gone with it. Two policies of one length share a
+// count, which gives back once. A window length of the key's tier now
+// that the decision was not counted under is left alone: its count holds
+// other decisions' events.
 const fixedWindowRefundSource = refundPrologue + `
 local function num(x) return string.format('%.0f', x) end
 local fields, lens, seen = {'g'}, {}, {}
@@ -327,32 +380,57 @@ redis.call('HSET', key, unpack(set))
 return 1
 `
 
-// gcraRefundSource gives every bucket of the key's policies (gcra.go)
-// that is not full n tokens back: its TAT moves n refill intervals
-// earlier, to now at the earliest. A bucket that is full has nothing to
-// take back.
+// gcraRefundSource gives back, to each bucket of the decision's policies
+// (gcra.go), the part of the decision's own tokens that the bucket has not
+// refilled yet, and never more: a decision of weight N at instant at took
+// the span [E - N*T, E] of its bucket's timeline, E being the TAT it left
+// (at + its ResetAfter) and T the bucket's refill interval, so a refund of
+// n of it moves the TAT min(n*T, E - now) earlier, to now at the earliest;
+// nothing once E has passed. Giving back n*T whatever the age of the
+// decision would hand out tokens the bucket refilled long ago: under 1
+// per second, a refund of a decision 10 s old would let two requests in
+// at one instant.
+//
+// Refunds since the decision move its span earlier: those of the decision
+// itself (RefundN, a part at a time) take its tail, and those of earlier
+// decisions shift it whole. The script cannot tell them apart, so it
+// takes E back by all of them: field r of the hash is the key's refund
+// ledger, the weight given back since the hash was created, which the
+// receipt carries as it stood at the decision (rid), and each refund
+// counts E as E - (r - rid)*T. That is exact when only the decision's own
+// refunds came between, and gives back less, never more, otherwise (as it
+// does when later decisions queued behind this one).
 const gcraRefundSource = refundPrologue + `
 local function num(x) return string.format('%.0f', x) end
-local fields, T, seen = {'g'}, {}, {}
+local L = 281474976710656
+local fields, T, E, seen = {'g', 'r'}, {}, {}, {}
 for i = 1, P do
-  local t = math.ceil(windows[i] / limits[i])
-  if not seen[t] then
-    seen[t] = true
-    T[#T + 1] = t
+  local t, e = math.ceil(windows[i] / limits[i]), decided + resets[i]
+  local j = seen[t]
+  if not j then
+    j = #T + 1
+    seen[t], T[j], E[j] = j, t, e
     fields[#fields + 1] = 't' .. num(t)
+  elseif e < E[j] then
+    E[j] = e
   end
 end
 local cur = redis.call('HMGET', key, unpack(fields))
 if tonumber(cur[1]) ~= gen then return 0 end
+local ledger = tonumber(cur[2]) or 0
+local since = (ledger - rid) % L
 local set = {}
 for i = 1, #T do
-  local tat = tonumber(cur[1 + i])
-  if tat and tat > now then
-    set[#set + 1] = fields[1 + i]
-    set[#set + 1] = num(math.max(tat - n * T[i], now))
+  local tat = tonumber(cur[2 + i])
+  local give = math.min(n * T[i], E[i] - since * T[i] - now)
+  if tat and tat > now and give > 0 then
+    set[#set + 1] = fields[2 + i]
+    set[#set + 1] = num(math.max(tat - give, now))
   end
 end
 if #set == 0 then return -1 end
+set[#set + 1] = 'r'
+set[#set + 1] = num((ledger + n) % L)
 redis.call('HSET', key, unpack(set))
 return 1
 `
@@ -392,7 +470,7 @@ func (l *Limiter) runBudgeted(ctx context.Context, s *redis.Script, keys []strin
 // fallbackRefund gives back the events the local fallback recorded for a
 // decision it made while Redis could not answer: they are in the fallback,
 // not in Redis.
-func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate.Decision) error {
+func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate.Decision, n int) error {
 	if l.fallback == nil {
 		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", ErrNothingToRefund)
 	}
@@ -400,7 +478,17 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if identity, ok := keyrate.IdentityFromContext(ctx); ok {
 		as = identity
 	}
-	if err := l.fallback.lim.Refund(l.fallbackKey(as, id), d); err != nil {
+	var err error
+	if n == d.Receipt.N() {
+		err = l.fallback.lim.Refund(l.fallbackKey(as, id), d)
+	} else if rn, ok := any(l.fallback.lim).(interface {
+		RefundN(string, *keyrate.Decision, int) error
+	}); ok {
+		err = rn.RefundN(l.fallbackKey(as, id), d, n)
+	} else {
+		err = fmt.Errorf("%w: the in-process limiter gives back whole decisions only", ErrNothingToRefund)
+	}
+	if err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

@@ -17,12 +17,14 @@ package redislimit
 //	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
 //
 // Each returns {allowed (0 or 1), now, then per policy: remaining,
-// retryAfter, resetAfter, refillAfter, then gen, recorded}, durations in
+// retryAfter, resetAfter, refillAfter, then gen, rid}, durations in
 // microseconds and now the instant the decision was taken at (the
-// server's, clamped as below). gen and recorded make an admission's
-// receipt (see refund.go): the generation of the key's state and the
-// instant its events were recorded at (now, or later when the sliding log
-// rounds it up); both are 0 when nothing was recorded.
+// server's, clamped as below). gen and rid make an admission's receipt
+// (see refund.go): the generation of the key's state, and what the
+// algorithm's refund needs besides: under the sliding log how much later
+// than now its events were recorded (it rounds instants up), under GCRA
+// the key's refund ledger, under the fixed window 0. Both are 0 when
+// nothing was recorded.
 // The rules are the in-process limiter's: n == 0 is allowed and records
 // nothing; n < 0 is refused with every retryAfter 0 (it can never fit); n
 // above a policy's limit is refused, with that policy's retryAfter 0; a

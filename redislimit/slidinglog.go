@@ -121,7 +121,7 @@ local at
 if redis.call('EXISTS', old) == 1 then
 ` + rewriteHelpers + mergeLegacySource + `
 end
-if cnt > 0 and now < last then now = last end
+if #hdr == HB and now < last then now = last end
 
 -- For each policy i, in w[4i-3] to w[4i]: the weight its window holds,
 -- the index of the oldest entry in it (nil when none is), that entry's
@@ -273,7 +273,7 @@ if allowed and n > 0 then
     out[4 * i + 1] = R + windows[i] - now
     out[4 * i + 2] = refill
   end
-  out[3 + 4 * P], out[4 + 4 * P] = gen, R
+  out[3 + 4 * P], out[4 + 4 * P] = gen, R - now
   return out
 end
 if allowed then out[1] = 1 end
