@@ -42,10 +42,6 @@ func TestCluster(t *testing.T) {
 
 	t.Run("TenPerSecondThousandPerDay", func(t *testing.T) { tenPerSecondThousandPerDay(t, client) })
 
-	// The log and the earlier releases' sorted set are in one slot: one
-	// script reads both.
-	t.Run("Upgrade", func(t *testing.T) { testUpgrade(t, client) })
-
 	t.Run("PoliciesConcurrent", func(t *testing.T) {
 		testPoliciesConcurrent(t, func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })
 	})

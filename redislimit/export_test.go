@@ -104,16 +104,6 @@ func (l *Limiter) StoreKey(key string) string {
 	return l.storeKey(id, l.tagOf(key, id))
 }
 
-// LegacyLogScript is the sliding log script of earlier releases, which
-// kept a sorted set at LegacyKey (legacy_fixture_test.go).
-var LegacyLogScript = legacyLogScript
-
-// LegacyKey returns where earlier releases kept key's sliding log.
-func (l *Limiter) LegacyKey(key string) string {
-	id := clientkey.Bound(key)
-	return l.legacyKey(id, l.tagOf(key, id))
-}
-
 // ReceiptGen returns the generation of the key's state that r names.
 func ReceiptGen(r keyrate.Receipt) uint64 { return r.ID() >> 48 }
 

@@ -1,7 +1,5 @@
 package redislimit
 
-import "github.com/redis/go-redis/v9"
-
 // gcraSource keeps, per key, a hash: one field per refill interval T (in
 // microseconds, window/limit rounded up), tT, holding the policy's
 // theoretical arrival time (TAT): the instant, in microseconds on the
@@ -17,8 +15,10 @@ import "github.com/redis/go-redis/v9"
 //
 // which are the core's keyrate.GCRA numbers, and redis_rate's (with burst
 // = limit and rate = limit per window): see the README for where they
-// differ. A refusal writes nothing; a server clock that steps back only
-// makes every full longer, so it needs no clamp.
+// differ. Field l holds the newest instant the key was decided at: every
+// decision of the key writes it (a refusal, that field alone), and a
+// server clock that steps back is clamped to it, as the in-process bucket
+// decides at the newest instant it saw.
 //
 // Fields are named by T, not by the policy's position, so that a key whose
 // policies change (SetTier, tiers) never reads one bucket as another: two
@@ -33,70 +33,94 @@ import "github.com/redis/go-redis/v9"
 // the key to expire at the latest TAT and half the longest window more,
 // so a busy key pays for PEXPIRE about once per half window; no TAT is
 // ever cut short, whatever the policies of other tiers that wrote the key.
-const gcraSource = prologue + `
+const gcraSource = `
 local function num(x) return string.format('%.0f', x) end
-local fields, T = {'g', 'e', 'r'}, {}
-for i = 1, P do
-  T[i] = math.ceil(windows[i] / limits[i])
-  fields[3 + i] = 't' .. num(T[i])
-end
-local cur = redis.call('HMGET', key, unpack(fields))
-local gen, expires = tonumber(cur[1]), tonumber(cur[2]) or 0
-local full = {}
-local allowed = n >= 0 and n <= lmin
-for i = 1, P do
-  local f = (tonumber(cur[3 + i]) or 0) - now
-  if f < 0 then f = 0 end
-  full[i] = f
-  if f + n * T[i] > limits[i] * T[i] then allowed = false end
-end
-if n == 0 then allowed = true end
-local out = {0, now}
-local record = allowed and n > 0
-if record then
-  local set, top = {}, 0
-  if not gen then
-    gen = ` + newGen + `
-    set[1], set[2] = 'g', gen
+
+-- prepare gives each policy its refill interval T and names its field,
+-- after g, e, r and l.
+local function prepare(tr)
+  local T, fields = {}, {'g', 'e', 'r', 'l'}
+  for i = 1, tr.P do
+    T[i] = math.ceil(tr.windows[i] / tr.limits[i])
+    fields[4 + i] = 't' .. num(T[i])
   end
-  for i = 1, P do
-    full[i] = full[i] + n * T[i]
-    set[#set + 1] = fields[3 + i]
-    set[#set + 1] = num(now + full[i])
-    if full[i] > top then top = full[i] end
+  tr.T, tr.fields = T, fields
+  return tr
+end
+
+local function load(r)
+  local cur = redis.pcall('HMGET', r.key, unpack(r.tr.fields))
+  if cur.err then return nil, cur.err end
+  local st = {cur = cur, gen = tonumber(cur[1]), expires = tonumber(cur[2]) or 0, ledger = tonumber(cur[3]) or 0,
+    last = tonumber(cur[4])}
+  r.now = now0
+  if st.last and r.now < st.last then r.now = st.last end
+  return st
+end
+
+-- assess finds each bucket's full, the time until it is full again.
+local function assess(r)
+  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local full, room = {}, n >= 0 and n <= tr.lmin
+  for i = 1, tr.P do
+    local f = (tonumber(st.cur[4 + i]) or 0) - now
+    if f < 0 then f = 0 end
+    full[i] = f
+    if f + n * tr.T[i] > tr.limits[i] * tr.T[i] then room = false end
+  end
+  if n == 0 then room = true end
+  st.full, r.room = full, room
+end
+
+-- numbers appends each policy's numbers from full; retry is set for a
+-- request of weight n that did not fit, when record is not.
+local function numbers(r, n, record, rec, gen, rid)
+  local st, tr = r.st, r.tr
+  local out = {r.now}
+  for i = 1, tr.P do
+    local f, t, limit = st.full[i], tr.T[i], tr.limits[i]
+    local tokens = math.ceil(f / t)
+    local remaining, retry, refill = limit - tokens, 0, 0
+    if remaining < 0 then remaining = 0 end
+    if not record and n > 0 and n <= limit and f + n * t > limit * t then
+      retry = f + n * t - limit * t
+    end
+    if f > 0 then refill = f - (tokens - 1) * t end
+    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = remaining, retry, f, refill
+  end
+  out[2 + 4 * tr.P], out[3 + 4 * tr.P] = gen, rid
+  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
+end
+
+local function admit(r, rec)
+  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local set, top = {'l', num(now)}, 0
+  if not st.gen then
+    st.gen = ` + newGen + `
+    set[3], set[4] = 'g', st.gen
+  end
+  for i = 1, tr.P do
+    st.full[i] = st.full[i] + n * tr.T[i]
+    set[#set + 1] = tr.fields[4 + i]
+    set[#set + 1] = num(now + st.full[i])
+    if st.full[i] > top then top = st.full[i] end
   end
   local ttl
-  if expires < now + top then
-    ttl = math.ceil((top + wmax / 2) / 1000)
+  if st.expires < now + top then
+    ttl = math.ceil((top + tr.wmax / 2) / 1000)
     set[#set + 1] = 'e'
     set[#set + 1] = num(now + ttl * 1000)
   end
-  redis.call('HSET', key, unpack(set))
-  if ttl then redis.call('PEXPIRE', key, ttl) end
+  redis.call('HSET', r.key, unpack(set))
+  if ttl then redis.call('PEXPIRE', r.key, ttl) end
+  numbers(r, n, true, rec, st.gen, st.ledger)
 end
-if allowed then out[1] = 1 end
-for i = 1, P do
-  local f, t, limit = full[i], T[i], limits[i]
-  local tokens = math.ceil(f / t)
-  local remaining, retry, refill = limit - tokens, 0, 0
-  if remaining < 0 then remaining = 0 end
-  if not record and n > 0 and n <= limit and f + n * t > limit * t then
-    retry = f + n * t - limit * t
-  end
-  if f > 0 then refill = f - (tokens - 1) * t end
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = f
-  out[#out + 1] = refill
+
+local function describe(r, n, rec)
+  local st = r.st
+  numbers(r, n, false, rec, 0, 0)
+  if st.gen and (not st.last or r.now > st.last) then redis.pcall('HSET', r.key, 'l', num(r.now)) end
 end
-if record then
-  out[#out + 1] = gen
-  out[#out + 1] = tonumber(cur[3]) or 0
-else
-  out[#out + 1] = 0
-  out[#out + 1] = 0
-end
-return out
 `
 
-var gcraScript = redis.NewScript(gcraSource)
+var gcraScript = decisionScript(gcraSource)

@@ -13,9 +13,8 @@ import (
 //
 //	<prefix>{<tag>}<id><suffix>
 //
-// suffix names the algorithm: ":log" for the sliding log (":sl" in earlier
-// releases, whose sorted sets the script merges in, see legacy.go), ":fw"
-// for the fixed window, ":gcra" for GCRA.
+// suffix names the algorithm: ":log" for the sliding log, ":fw" for the
+// fixed window, ":gcra" for GCRA.
 // id is the key itself when it is at most clientkey.MaxLen (128) bytes,
 // else "sha256:" and the base64url SHA-256 digest of the whole key
 // (clientkey.Bound, the rule the middleware uses too): any key can be
@@ -44,10 +43,6 @@ const minTagSecret = 16
 
 // storeKey returns the Redis key of the bounded key id, whose tag is t.
 func (l *Limiter) storeKey(id, t string) string { return l.prefix + "{" + t + "}" + id + l.suffix }
-
-// legacyKey returns where earlier releases kept the sliding log of the
-// bounded key id, whose tag is t.
-func (l *Limiter) legacyKey(id, t string) string { return l.prefix + "{" + t + "}" + id + l.legacy }
 
 // hashTags makes one Limiter's hash tags: from SHA-256 of a bounded key,
 // or, with a secret, from HMAC-SHA256 under it.

@@ -4,8 +4,9 @@
 // An in-process keyrate.Limiter gives each replica its own budget: behind
 // two replicas a client gets through twice. A redislimit.Limiter answers the
 // same question with the same Decision, but decides in Redis, atomically, in
-// one round trip per call: one Lua script, called by its SHA and sent in
-// full only when the server does not have it cached. It works with a single
+// one round trip (shared with the concurrent calls of the same Limiter):
+// one Lua script, called by its SHA and sent in full only when the server
+// does not have it cached. It works with a single
 // server (redis.NewClient) or a Redis Cluster (redis.NewClusterClient) of
 // github.com/redis/go-redis/v9.
 //
@@ -29,14 +30,15 @@
 // The sliding log keeps a compact string per key: 8 bytes per instant at
 // which the key admitted events still in its longest window (MEMORY USAGE:
 // about 8 KB for 1,000 events). WithResolution bounds that whatever the
-// limit, at the cost of refusals up to one resolution early. A key still
-// in the sorted set of earlier releases is merged into its log at its
-// first decision, so an upgrade forgets no event admitted before it, nor a
-// rolling deploy any admitted during it. Replicas not yet upgraded read
-// the sorted set alone: until the rollout ends they see only the events
-// written there since the last merge, and may admit more than the limit. Decision.RefillAfter is the time
-// until the oldest event in the window leaves, the IETF RateLimit header's
-// t; RetryAfter is when the refused request itself would fit.
+// limit, at the cost of refusals up to one resolution early.
+// Decision.RefillAfter is the time until the oldest event in the window
+// leaves, the IETF RateLimit header's t; RetryAfter is when the refused
+// request itself would fit.
+//
+// Concurrent decisions share round trips: while one is in flight to a
+// Redis node, the decisions that arrive for it wait and go together in
+// the next, one script run deciding many (see "Many decisions per round
+// trip" in the README). There is no timer: a lone caller sends at once.
 //
 // A key may be under several limits at once, such as 10 per second and
 // 1,000 per day (NewPolicies), and keys may have different limits by plan
@@ -90,12 +92,13 @@
 // client can.
 //
 // Give the go-redis client ContextTimeoutEnabled: true. A *redis.Client
-// with it set stops at the budget's deadline by itself, and TakeContext
-// calls it directly. Any other client, a cluster client included, is called
-// from a goroutine that TakeContext stops waiting for at the deadline: the
-// budget still holds, but each call costs a goroutine hand-off (tens of
-// microseconds on a busy machine), and a call given up on keeps its
-// connection until the client's own ReadTimeout.
+// with it set stops at the budget's deadline by itself, and a call that
+// finds no round trip in flight sends on its own goroutine. Any other
+// client, a cluster client included, is called from a goroutine that
+// TakeContext stops waiting for at the deadline: the budget still holds,
+// but each round trip costs a goroutine hand-off (tens of microseconds on
+// a busy machine), and a round trip given up on keeps its connection, and
+// the node's next batch waiting, until the client's own ReadTimeout.
 package redislimit
 
 import (
@@ -134,11 +137,10 @@ var ErrOutOfMemory = keyrate.ErrOutOfMemory
 // once, not per request.
 type Limiter struct {
 	client  redis.UniversalClient
-	script  *redis.Script
+	script  *redis.Script // the algorithm's decision script (scripts.go)
 	prefix  string
 	suffix  string
-	legacy  string // the sliding log's suffix in earlier releases; "" for the fixed window
-	res     int64  // WithResolution, in microseconds; 0: none
+	res     int64 // WithResolution, in microseconds; 0: none
 	timeout time.Duration
 	clock   keyrate.Clock
 	direct  bool       // the client stops at ctx's deadline by itself
@@ -152,6 +154,15 @@ type Limiter struct {
 	// group names the group a key's hash tag is made from
 	// (WithHashTagFunc); nil: each key its own tag.
 	group func(key string) string
+
+	// one batches the decisions for a single server, nodes those for each
+	// node of a Cluster, by address (batch.go).
+	one   batcher
+	nodes sync.Map
+	// perRequest sends each request of a batch as a script run of its
+	// own, in one pipeline, instead of one run for many: only the
+	// benchmark that compares the two sets it.
+	perRequest bool
 
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -211,6 +222,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 
 		fallback: fb,
 	}
+	l.one.l = l
 	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
 		// With a clock set by tests, the script and the cache read the same
@@ -227,7 +239,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	case GCRA:
 		l.script, l.suffix = gcraScript, ":gcra"
 	default:
-		l.script, l.suffix, l.legacy = slidingLogScript, ":log", ":sl"
+		l.script, l.suffix = slidingLogScript, ":log"
 	}
 	return l, nil
 }
@@ -248,7 +260,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // TakeContext decides a request of weight n for key and records it if
 // admitted, atomically across every client of the same Redis: one script
 // run, one round trip (none for a refusal the deny cache answers), however
-// many policies the key is under. A refused request records nothing,
+// many policies the key is under; while a round trip of this Limiter is in
+// flight to the key's node, the call waits for the next, which it shares
+// with every call that arrived meanwhile, each within its own budget. A refused request records nothing,
 // against any policy. The rules for n are the core's: 0 is always allowed
 // and records nothing, a negative n or one above a policy's limit is
 // refused with RetryAfter 0 (it can never fit).
@@ -311,20 +325,9 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 
 	t := l.tagOf(key, id)
-	keys := make([]string, 1, 2)
-	keys[0] = l.storeKey(id, t)
-	if l.legacy != "" {
-		keys = append(keys, l.legacyKey(id, t))
-	}
-	args := make([]any, 3+len(tr.args))
-	args[0], args[1], args[2] = n, "", l.res
-	if l.clock != nil {
-		args[1] = sent / 1000 // the same instant the deny cache counts from
-	}
-	copy(args[3:], tr.args)
-
+	r := &request{keys: []string{l.storeKey(id, t)}, weights: []int{n}, tiers: []*tier{tr}, tag: t, instant: sent / 1000}
 	if !l.breaker.closed() {
-		l.probe(l.script, keys, args)
+		l.probe(r)
 		if l.fallback != nil {
 			return l.fallbackTake(ctx, key, id, n), nil
 		}
@@ -332,12 +335,13 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	}
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r := l.run(budget, l.script, keys, args)
-	if r.err != nil {
+	r.ctx = budget
+	a := l.batcherFor(budget, r.keys[0]).do(r)
+	if a.err != nil {
 		if err := ctx.Err(); err != nil {
 			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 		}
-		down, err := l.callError(budget, r.err)
+		down, err := l.callError(budget, a.err)
 		if down {
 			l.breaker.trip(l.mono(), err)
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -349,7 +353,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}
-	d, err := tr.decision(n, r.v)
+	d, err := tr.decision(n, a.admitted, a.replies[0])
 	if err != nil {
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}
@@ -361,30 +365,6 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 	}
 	return d, nil
-}
-
-// run runs script under ctx, which carries the budget's deadline: directly
-// when the client stops at it by itself, else on a goroutine that it stops
-// waiting for at the deadline.
-func (l *Limiter) run(ctx context.Context, script *redis.Script, keys []string, args []any) result {
-	if l.direct {
-		v, err := script.Run(ctx, l.client, keys, args...).Int64Slice()
-		return result{v, err}
-	}
-	// The client may not stop at ctx's deadline (go-redis only does with
-	// ContextTimeoutEnabled), so the budget is enforced here, at the cost
-	// of a goroutine hand-off per call.
-	reply := make(chan result, 1)
-	go func() {
-		v, err := script.Run(ctx, l.client, keys, args...).Int64Slice()
-		reply <- result{v, err}
-	}()
-	select {
-	case r := <-reply:
-		return r
-	case <-ctx.Done():
-		return result{err: ctx.Err()}
-	}
 }
 
 // callError reports whether Redis did not answer a script run under
@@ -399,6 +379,9 @@ func (l *Limiter) callError(budget context.Context, err error) (down bool, cause
 			return true, fmt.Errorf("no answer from redis within the %v budget; connecting to it failed: %w: %w", l.timeout, dial, budget.Err())
 		}
 		return true, fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err())
+	}
+	if errors.Is(err, ErrOutOfMemory) {
+		return false, err
 	}
 	if redis.IsOOMError(err) {
 		// Redis runs a script until its first write, so a key at its
@@ -421,19 +404,22 @@ func (l *Limiter) notAsked(t string) error {
 		keyRef(t), ErrUnavailable, time.Duration(l.mono()-since).Round(time.Millisecond), cause)
 }
 
-// probe starts a probe of Redis when the breaker has one due: script on
-// keys with args, a call's own, its weight set to 0 so that it records
-// nothing, on a goroutine of its own under the time budget. It does not
-// wait for it.
-func (l *Limiter) probe(script *redis.Script, keys []string, args []any) {
+// probe starts a probe of Redis when the breaker has one due: the
+// script on the keys of r, a call's own request, at a weight of 0, which
+// records nothing, on a goroutine of its own under the time budget,
+// bypassing the batches (none is in flight while the breaker is open,
+// and the probe must not wait behind one). It does not wait for it.
+func (l *Limiter) probe(r *request) {
 	if !l.breaker.startProbe(l.mono()) {
 		return
 	}
-	args[0] = 0
+	p := &request{keys: r.keys, weights: make([]int, len(r.keys)), tiers: r.tiers, tag: r.tag, instant: r.instant}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
-		err := l.run(ctx, script, keys, args).err
+		p.ctx = ctx
+		l.send(ctx, []*request{p})
+		err := p.ans.err
 		if err != nil {
 			var down bool
 			if down, err = l.callError(ctx, err); !down {
@@ -449,21 +435,21 @@ func (l *Limiter) probe(script *redis.Script, keys []string, args []any) {
 // the dial watch time real waits.
 func (l *Limiter) mono() int64 { return int64(time.Since(l.base)) }
 
-// decision makes the Decision for a request of weight n under t from the
-// script's reply v: {allowed, now, then per policy remaining, retryAfter,
-// resetAfter, refillAfter, then gen, rid}, durations in microseconds;
-// an admission gets its Receipt from now, gen and rid. Each policy's part
-// says whether that policy alone had room, by the core's rules; Combine
-// picks the binding one. The script's own verdict must agree with the
-// parts': a reply that admitted what the parts refuse, or the reverse, is
-// an error, never an answer.
-func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
-	if want := 4 + 4*len(t.policies); len(v) != want {
-		return keyrate.Decision{}, fmt.Errorf("script returned %d values, want %d", len(v), want)
+// decision makes the Decision of one key, decided at weight n under t,
+// from its part of the script's reply v (see keyReply), in a request the
+// script admitted or not; an admission of a positive weight gets its
+// Receipt from now, gen and rid. Each policy's part says whether that
+// policy alone had room, by the core's rules; Combine picks the binding
+// one. The script's own verdict must agree with the parts': a reply that
+// admitted what the parts refuse, or the reverse, is an error, never an
+// answer.
+func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, error) {
+	if want := 3 + 4*len(t.policies); len(v) != want {
+		return keyrate.Decision{}, fmt.Errorf("script returned %d values for a key, want %d", len(v), want)
 	}
 	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
 	for i, p := range t.policies {
-		r := v[2+4*i : 6+4*i]
+		r := v.policy(i)
 		// The sliding log rounds instants up (to its tick, its
 		// resolution) and GCRA's limit refill intervals can pass the
 		// window by under a microsecond each: ResetAfter and RefillAfter
@@ -479,11 +465,11 @@ func (t *tier) decision(n int, v []int64) (keyrate.Decision, error) {
 		}
 	}
 	d := keyrate.Combine(parts[:len(t.policies)]...)
-	if d.Allowed != (v[0] == 1) {
-		return keyrate.Decision{}, fmt.Errorf("script answered allowed=%d, its policies' numbers say %v", v[0], d.Allowed)
+	if d.Allowed != admitted {
+		return keyrate.Decision{}, fmt.Errorf("script answered admitted=%v, its policies' numbers say %v", admitted, d.Allowed)
 	}
 	if d.Allowed && n > 0 {
-		d.Receipt = newReceipt(n, v[1], v[len(v)-1], v[len(v)-2])
+		d.Receipt = newReceipt(n, v.now(), v.rid(), v.gen())
 	}
 	return d, nil
 }
@@ -502,9 +488,4 @@ func (l *Limiter) localNow() int64 {
 		return l.clock.Now().UnixMicro() * 1000
 	}
 	return int64(time.Since(l.base))
-}
-
-type result struct {
-	v   []int64
-	err error
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -36,36 +37,37 @@ func runScript(t *testing.T, c redis.UniversalClient, s *redis.Script, key strin
 	return runScriptAt(t, c, s, key, n, now, 0, ps)
 }
 
-// runScriptAt runs s for key at resolution res (µs), the sliding log with
-// key+":sl" as the key of the earlier releases' layout.
+// runScriptAt runs s for key at resolution res (µs): a batch of one
+// request of one key.
 func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key string, n, now, res int64, ps []policy) verdict {
 	t.Helper()
-	args := []any{n, now, res}
+	tr := &tier{}
 	for _, p := range ps {
-		args = append(args, p.limit, p.window)
+		tr.policies = append(tr.policies, keyrate.Policy{Limit: int(p.limit)})
+		tr.args = append(tr.args, p.limit, p.window)
 	}
-	keys := []string{key}
-	if s == slidingLogScript {
-		keys = append(keys, key+":sl")
-	}
-	v, err := s.Run(context.Background(), c, keys, args...).Int64Slice()
+	r := &request{keys: []string{key}, weights: []int{int(n)}, tiers: []*tier{tr}}
+	args := appendArgs(nil, now, res, []*request{r})
+	v, err := s.Run(context.Background(), c, []string{key}, args...).Text()
 	if err != nil {
 		t.Fatalf("script(n=%d, now=%d): %v", n, now, err)
 	}
-	if len(v) != 4+4*len(ps) {
-		t.Fatalf("script returned %d values, want %d", len(v), 4+4*len(ps))
+	settle([]*request{r}, v, nil)
+	if r.ans.err != nil {
+		t.Fatalf("script(n=%d, now=%d): %v", n, now, r.ans.err)
 	}
 	// The tests move a manual clock, not real time: keep Redis from
 	// expiring what the model still counts. Expiry is tested elsewhere.
 	if err := c.Persist(context.Background(), key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out := verdict{allowed: v[0] == 1, now: v[1]}
+	k := r.ans.replies[0]
+	out := verdict{allowed: r.ans.admitted, now: k.now()}
 	if out.allowed && n > 0 { // recorded rid after now
-		out.recorded = v[1] + v[len(v)-1]
+		out.recorded = k.now() + k.rid()
 	}
 	for i := range ps {
-		out.per = append(out.per, [4]int64(v[2+4*i:6+4*i]))
+		out.per = append(out.per, [4]int64(k.policy(i)))
 	}
 	return out
 }
@@ -94,7 +96,9 @@ type event struct{ t, w int64 }
 // instant itself: the exact log.
 type logModel struct {
 	events []event // oldest first, at the instants they count at
-	last   int64   // the newest admission's instant, unrounded
+	last   int64   // the newest instant decided at, unrounded, once the key exists
+	exists bool    // since the first admission: the key is never lost here
+	tick   int64   // the tick the log's instants are in
 	res    int64
 }
 
@@ -113,7 +117,7 @@ func tickOf(wmax int64) int64 {
 func roundUp(x, u int64) int64 { return (x + u - 1) / u * u }
 
 func (m *logModel) decide(now, n int64, ps []policy) verdict {
-	if m.last != 0 && now < m.last {
+	if m.exists && now < m.last {
 		now = m.last
 	}
 	in := func(p policy) []event { // the events in p's window at now
@@ -179,17 +183,25 @@ func (m *logModel) decide(now, n int64, ps []policy) verdict {
 		}
 		v.per = append(v.per, r)
 	}
-	if allowed && n > 0 {
-		// An admission drops what has left the longest window of the
-		// policies deciding it (and nothing else does): after a change to
-		// longer windows those events no longer count. The rest move to
-		// this admission's tick.
+	// Every decision of a key that exists drops what has left the longest
+	// window of the policies deciding it: after a change to longer windows
+	// those events no longer count. An admission moves the rest to its
+	// tick.
+	// A decision that records nothing in ticks coarser than the log's
+	// moves them to its own, as an admission does.
+	if m.exists || allowed && n > 0 {
 		m.events = slices.DeleteFunc(m.events, func(e event) bool { return e.t <= now-wmax })
-		for i := range m.events {
-			m.events[i].t = roundUp(m.events[i].t, tick)
-		}
-		m.events = append(m.events, event{at, n})
 		m.last = now
+		if allowed && n > 0 || tick > m.tick && len(m.events) > 0 {
+			for i := range m.events {
+				m.events[i].t = roundUp(m.events[i].t, tick)
+			}
+			m.tick = tick
+		}
+	}
+	if allowed && n > 0 {
+		m.events = append(m.events, event{at, n})
+		m.exists = true
 		v.recorded = at
 	}
 	return v
@@ -217,14 +229,22 @@ func (m *logModel) entries(now int64, ps []policy) []LogEntry {
 }
 
 // windowModel is the fixed window: per window length the newest window
-// number seen and its count.
-type windowModel struct{ windows map[int64]*fixed }
+// number seen and its count, and, once the key exists, the newest instant
+// decided at.
+type windowModel struct {
+	windows map[int64]*fixed
+	last    int64
+}
 
 type fixed struct{ idx, count int64 }
 
 func (m *windowModel) decide(now, n int64, ps []policy) verdict {
 	if m.windows == nil {
 		m.windows = map[int64]*fixed{}
+	}
+	if len(m.windows) > 0 {
+		now = max(now, m.last)
+		m.last = now
 	}
 	idx, count, left := make([]int64, len(ps)), make([]int64, len(ps)), make([]int64, len(ps))
 	allowed := n == 0 || fits(n, ps)
@@ -249,6 +269,7 @@ func (m *windowModel) decide(now, n int64, ps []policy) verdict {
 		if allowed && n > 0 {
 			v.per = append(v.per, [4]int64{p.limit - count[i] - n, 0, left[i], left[i]})
 			m.windows[p.window] = &fixed{idx[i], count[i] + n}
+			m.last = now
 			continue
 		}
 		r := [4]int64{max(p.limit-count[i], 0), 0, 0, 0}

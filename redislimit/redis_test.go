@@ -507,10 +507,9 @@ func TestFixedWindow(t *testing.T) {
 		{25 * s, 7, keyrate.Decision{Remaining: 6, RetryAfter: 5 * s, ResetAfter: 5 * s}},
 		{25 * s, 6, keyrate.Decision{Allowed: true, Remaining: 0, ResetAfter: 5 * s}},
 		{25 * s, -1, keyrate.Decision{Remaining: 0, ResetAfter: 5 * s}},
-		// Backwards to an earlier window: no fresh budget. The newest
-		// window ends in 15s, which RetryAfter says; ResetAfter and
-		// RefillAfter say at most the window.
-		{15 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 15 * s, ResetAfter: 10 * s}},
+		// Backwards to an earlier window: decided at the newest instant
+		// seen, 25s, in the newest window, with no fresh budget.
+		{15 * s, 1, keyrate.Decision{Remaining: 0, RetryAfter: 5 * s, ResetAfter: 5 * s}},
 		{30 * s, 0, keyrate.Decision{Allowed: true, Remaining: 10}},
 	}
 	for i, st := range steps {
@@ -548,9 +547,11 @@ func TestClockSteppedBack(t *testing.T) {
 	}
 }
 
-// TestClockSteppedBackAfterPrune checks that a decision at a later instant,
-// which pruned events it saw leaving the window, cannot make a decision
-// after a backwards step forget events that are back inside the window.
+// TestClockSteppedBackAfterPrune checks that a decision after a backwards
+// step is taken at the newest instant the key was decided at, a refusal's
+// too: that refusal pruned the event that left its window, and the
+// decision after the step counts the window it pruned for, never one
+// that would hold the pruned event but not its count.
 func TestClockSteppedBackAfterPrune(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -563,9 +564,17 @@ func TestClockSteppedBackAfterPrune(t *testing.T) {
 	if d := mustTake(t, l, "p", 2); d.Allowed {
 		t.Fatalf("at +14s with one event in the window, Take(2) of 2: %+v", d)
 	}
-	clock.Set(start.Add(9 * time.Second)) // back: (−1s, 9s] holds both events
+	g, err := redislimit.ReadLog(context.Background(), client, l.StoreKey("p"))
+	if err != nil || len(g.Entries) != 1 || g.Last != start.Add(14*time.Second).UnixMicro() {
+		t.Fatalf("the log after the refusal at +14s: %+v, %v; want the event of 5s alone, decided at 14s", g, err)
+	}
+	clock.Set(start.Add(9 * time.Second)) // back
+	d := mustTakeReceipt(t, l, "p", 1)
+	if !d.Allowed || d.RefillAfter != time.Second || !d.Receipt.At().Equal(start.Add(14*time.Second)) {
+		t.Fatalf("at +9s after a step back: got %+v, want admitted at 14s, the event of 5s leaving in 1s", d)
+	}
 	if d := mustTake(t, l, "p", 1); d.Allowed || d.RetryAfter != time.Second {
-		t.Fatalf("at +9s after a step back: got %+v, want refused with RetryAfter 1s", d)
+		t.Fatalf("then: %+v, want refused for 1s: (4s, 14s] holds 2", d)
 	}
 }
 

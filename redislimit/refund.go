@@ -260,8 +260,25 @@ local TN = lt + (tn - lt + 2147483648) % M - 2147483648
 local R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
 local E = math.ceil((decided + rid) / ltick) * ltick
 if E <= now - wmax or E < R0 or E > Rn then return -1 end
-local at
-` + probeHelper + `
+local probed = {}
+local function at(i)
+  if i == 0 then return R0, c0 end
+  if i == cnt - 1 then return Rn, total end
+  local e = probed[i]
+  if not e then
+    local t, c
+    if i >= rc then
+      t, c = struct.unpack(ENT, hdr, H + 8 * (i - rc) + 1)
+    else
+      local p = head + i
+      if p >= cap then p = p - cap end
+      t, c = struct.unpack(ENT, redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * p + 7))
+    end
+    e = {(TN - (tn - t) % M) * ltick, c}
+    probed[i] = e
+  end
+  return e[1], e[2]
+end
 -- j, the entry at E: usually the newest.
 local j = cnt - 1
 if E < Rn then
@@ -354,7 +371,7 @@ return 1
 // other decisions' events.
 const fixedWindowRefundSource = refundPrologue + `
 local function num(x) return string.format('%.0f', x) end
-local fields, lens, seen = {'g'}, {}, {}
+local fields, lens, seen = {'g', 'l'}, {}, {}
 for i = 1, P do
   local w = num(windows[i])
   if not seen[w] then
@@ -366,16 +383,18 @@ for i = 1, P do
 end
 local cur = redis.call('HMGET', key, unpack(fields))
 if tonumber(cur[1]) ~= gen then return 0 end
-local set = {}
+local last = tonumber(cur[2])
+if last and now < last then now = last end
+local set = {'l', num(now)}
 for i = 1, #lens do
   local w = lens[i]
-  local x, c = tonumber(cur[2 * i]), tonumber(cur[2 * i + 1]) or 0
+  local x, c = tonumber(cur[1 + 2 * i]), tonumber(cur[2 + 2 * i]) or 0
   if x and x >= math.floor(now / w) and math.floor(decided / w) == x and c > 0 then
     set[#set + 1] = 'n' .. num(w)
     set[#set + 1] = c - math.min(n, c)
   end
 end
-if #set == 0 then return -1 end
+if #set == 2 then return -1 end
 redis.call('HSET', key, unpack(set))
 return 1
 `
@@ -403,7 +422,7 @@ return 1
 const gcraRefundSource = refundPrologue + `
 local function num(x) return string.format('%.0f', x) end
 local L = 281474976710656
-local fields, T, E, seen = {'g', 'r'}, {}, {}, {}
+local fields, T, E, seen = {'g', 'r', 'l'}, {}, {}, {}
 for i = 1, P do
   local t, e = math.ceil(windows[i] / limits[i]), decided + resets[i]
   local j = seen[t]
@@ -417,20 +436,23 @@ for i = 1, P do
 end
 local cur = redis.call('HMGET', key, unpack(fields))
 if tonumber(cur[1]) ~= gen then return 0 end
-local ledger = tonumber(cur[2]) or 0
+local ledger, last = tonumber(cur[2]) or 0, tonumber(cur[3])
+if last and now < last then now = last end
 local since = (ledger - rid) % L
 local set = {}
 for i = 1, #T do
-  local tat = tonumber(cur[2 + i])
+  local tat = tonumber(cur[3 + i])
   local give = math.min(n * T[i], E[i] - since * T[i] - now)
   if tat and tat > now and give > 0 then
-    set[#set + 1] = fields[2 + i]
+    set[#set + 1] = fields[3 + i]
     set[#set + 1] = num(math.max(tat - give, now))
   end
 end
 if #set == 0 then return -1 end
 set[#set + 1] = 'r'
 set[#set + 1] = num((ledger + n) % L)
+set[#set + 1] = 'l'
+set[#set + 1] = num(now)
 redis.call('HSET', key, unpack(set))
 return 1
 `

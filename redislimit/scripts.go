@@ -1,47 +1,281 @@
 package redislimit
 
-// The decision scripts (slidinglog.go, fixedwindow.go, gcra.go) speak one
-// protocol, built for several policies (limits over windows of different
-// lengths) kept under one key, decided together:
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The decision scripts (slidinglog.go, fixedwindow.go, gcra.go) each
+// decide a batch of requests in one run: every caller of a Limiter whose
+// decision is waiting for the same Redis node (see batch.go), each
+// request one key (TakeContext) or several decided all or nothing
+// (TakeAll). They share one driver and one protocol:
 //
-//	KEYS[1]  the key's state
-//	KEYS[2]  the sliding log only: the key's state in the sorted-set
-//	         layout of earlier releases, merged in when present (see
-//	         legacy.go); in the same hash tag, so in the same Cluster slot
-//	ARGV[1]  the weight n
-//	ARGV[2]  the instant to decide at, in microseconds since the Unix epoch,
-//	         or "" to read the server's TIME (so that every client shares
-//	         one clock; only tests pass an instant)
-//	ARGV[3]  the resolution in microseconds, 0 for none (WithResolution;
-//	         the fixed window and GCRA have none and ignore it)
-//	ARGV[4:] limit, window pairs, one per policy, windows in microseconds
+//	KEYS     every key of every request, in order
+//	ARGV[1]  the instant to decide at, in microseconds since the Unix
+//	         epoch, or "" to read the server's TIME, once for the run (so
+//	         that every client shares one clock; only tests pass an instant)
+//	ARGV[2]  the resolution in microseconds, 0 for none (WithResolution;
+//	         the fixed window and GCRA ignore it)
+//	ARGV[3]  the number of tiers the requests name, then each tier: its
+//	         number of policies P, then P limit, window pairs, windows in
+//	         microseconds
+//	then     each request: its number of keys K, then per key its weight n
+//	         and the index of its tier (from 1)
 //
-// Each returns {allowed (0 or 1), now, then per policy: remaining,
-// retryAfter, resetAfter, refillAfter, then gen, rid}, durations in
-// microseconds and now the instant the decision was taken at (the
-// server's, clamped as below). gen and rid make an admission's receipt
-// (see refund.go): the generation of the key's state, and what the
-// algorithm's refund needs besides: under the sliding log how much later
-// than now its events were recorded (it rounds instants up), under GCRA
-// the key's refund ledger, under the fixed window 0. Both are 0 when
-// nothing was recorded.
-// The rules are the in-process limiter's: n == 0 is allowed and records
-// nothing; n < 0 is refused with every retryAfter 0 (it can never fit); n
-// above a policy's limit is refused, with that policy's retryAfter 0; a
-// refusal records nothing; a request is admitted only when it fits every
-// policy, and then counts against all. Each policy's retryAfter is 0 when
-// it has room for n (or can never fit it), else how long until it has; a
-// request that can fit does once the longest of them has passed. Which
-// policy binds is left to the caller (keyrate.Combine).
+// A request is admitted when every key of it has room for its weight, and
+// then recorded against every key; else nothing is recorded, and each key
+// is described at its weight when it had no room (a refusal, with
+// RetryAfter), at 0 when it had (as it stands). Each key is decided at the
+// later of the run's instant and the newest instant its state was decided
+// at, which every decision keeps (so a server clock that steps back never
+// decides before an instant a decision has pruned at: the sliding log's
+// entries that left the window then, a fixed window that ended, a bucket
+// refilled), as the in-process limiter decides at the newest instant it
+// saw for the key. A decision of a key with state writes it once: the
+// admission, or that newest instant; one of a key without state writes
+// nothing, unless it admits.
+//
+// The rules for a weight are the in-process limiter's: n == 0 has room and
+// records nothing; n < 0 has none (it can never fit, every retryAfter 0);
+// n above a policy's limit has none, that policy's retryAfter 0. Each
+// policy's retryAfter is 0 when it has room for n (or can never fit it),
+// else how long until it has; which policy binds is left to the caller
+// (keyrate.Combine).
+//
+// The reply is one string, each request's record in turn, little-endian:
+//
+//	status   uint8: 0 refused, 1 admitted, or an error (below)
+//	then for 0 and 1, per key: now (the instant it was decided at), then
+//	         per policy remaining, retryAfter, resetAfter and refillAfter,
+//	         then gen and rid, each an int64, durations in microseconds
+//	or for an error, the index of the key at fault (uint16, from 1), then
+//	         the error's text (its length, uint16, then the text)
+//
+// gen and rid make an admission's receipt (see refund.go): the generation
+// of the key's state, and what the algorithm's refund needs besides: under
+// the sliding log how much later than now its events were recorded (it
+// rounds instants up), under GCRA the key's refund ledger, under the fixed
+// window 0. Both are 0 when nothing was recorded. An error fails its
+// request alone, never another of the run: the key holds something that
+// is not this algorithm's state (Redis's WRONGTYPE, or the script's "not a
+// keyrate log"), a log of an unknown version, or Redis refused a write (for
+// want of memory, "OOM ..."). A request that fails at a write may have
+// recorded its earlier keys: that only makes later decisions stricter. The
+// writes of a decision that records nothing (the newest instant, the
+// pruning) are left undone when Redis refuses them: they never fail it, so
+// a key at its limit is refused on a Redis out of memory too.
 //
 // redis.replicate_commands lets a script that read TIME write afterwards on
 // servers before 5.0, where scripts were replicated verbatim; from 5.0 on it
 // is the default and the call is a no-op (pcall keeps servers that dropped
 // the function working).
+const (
+	statusRefused = iota
+	statusAdmitted
+	statusError
+)
 
-// readNow reads what every script, decision or refund, takes first: the
-// key, the weight n and the instant now, from ARGV[2] or else the server's
-// TIME.
+// driverNow reads the instant, now0, and the resolution, res, which the
+// algorithm's functions use; driverTiers then reads the tiers, calling
+// the algorithm's prepare(tr) on each so that per-policy work (field
+// names, ticks, refill intervals) is done once a run, not once a key.
+const driverNow = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local now0 = tonumber(ARGV[1])
+if not now0 then
+  local t = redis.call('TIME')
+  now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local res = tonumber(ARGV[2])
+`
+
+const driverTiers = `
+local FMT = {'<i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8'}
+local tiers, a = {}, 4
+for i = 1, tonumber(ARGV[3]) do
+  local P = tonumber(ARGV[a])
+  local limits, windows, wmax, longest, lmin = {}, {}, 0, 1, math.huge
+  for j = 1, P do
+    local l, w = tonumber(ARGV[a + 2 * j - 1]), tonumber(ARGV[a + 2 * j])
+    limits[j], windows[j] = l, w
+    if w > wmax then wmax, longest = w, j end
+    if l < lmin then lmin = l end
+  end
+  a = a + 1 + 2 * P
+  tiers[i] = prepare({P = P, limits = limits, windows = windows, wmax = wmax, longest = longest, lmin = lmin, fmt = FMT[P],
+    k = 0, tick = 1, T = false, fields = false})
+end
+`
+
+// driverTail decides each request with the algorithm's functions, which
+// the algorithm's source defines between driverNow and driverTiers:
+//
+//   - load(r) reads the state of key r.key for r.tr's policies into r.st
+//     and sets r.now, the instant to decide at, or returns an error
+//     status;
+//   - assess(r) works out each policy's part at weight r.n, and sets
+//     r.room;
+//   - admit(r, rec) records r.n and appends the key's numbers to rec;
+//   - describe(r, n, rec) appends the key's numbers at weight n, recording
+//     nothing, and writes the instant it was decided at.
+//
+// admit and describe run under pcall, so that a write Redis refuses fails
+// its request alone.
+const driverTail = `
+local function failure(e)
+  if type(e) == 'table' then return tostring(e.err) end
+  return tostring(e)
+end
+local reply, ki = {}, 1
+while a <= #ARGV do
+  local K = tonumber(ARGV[a])
+  a = a + 1
+  local rs, admitted, fail, at = {}, true, nil, 0
+  for j = 1, K do
+    local r = {key = KEYS[ki], n = tonumber(ARGV[a]), tr = tiers[tonumber(ARGV[a + 1])], now = 0, st = false, w = false, room = false}
+    ki, a = ki + 1, a + 2
+    rs[j] = r
+    if not fail then
+      local st, err = load(r)
+      if err then
+        fail, at = err, j
+      else
+        r.st = st
+        assess(r)
+        admitted = admitted and r.room
+      end
+    end
+  end
+  local rec = {''}
+  for j = 1, K do
+    if fail then break end
+    local r = rs[j]
+    local ok, e
+    if admitted and r.n > 0 then
+      ok, e = pcall(admit, r, rec)
+    elseif admitted or r.room then
+      ok, e = pcall(describe, r, 0, rec)
+    else
+      ok, e = pcall(describe, r, r.n, rec)
+    end
+    if not ok then fail, at = failure(e), j end
+  end
+  if fail then
+    reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
+  else
+    if admitted then rec[1] = '\1' else rec[1] = '\0' end
+    reply[#reply + 1] = table.concat(rec)
+  end
+end
+return table.concat(reply)
+`
+
+// decisionScript returns the batch script of an algorithm whose source
+// defines prepare, load, assess, admit and describe.
+func decisionScript(algorithm string) *redis.Script {
+	return redis.NewScript(driverNow + algorithm + driverTiers + driverTail)
+}
+
+// keyReply is one key's part of a request's record: the instant it was
+// decided at, and each policy's remaining, retryAfter, resetAfter and
+// refillAfter, then gen and rid (see above), in microseconds.
+type keyReply []int64
+
+func (v keyReply) now() int64 { return v[0] }
+func (v keyReply) gen() int64 { return v[len(v)-2] }
+func (v keyReply) rid() int64 { return v[len(v)-1] }
+
+// policy returns policy i's remaining, retryAfter, resetAfter and
+// refillAfter.
+func (v keyReply) policy(i int) []int64 { return v[1+4*i : 5+4*i] }
+
+// scriptError is an error reply for one request of a batch: Redis's own
+// (WRONGTYPE, OOM) or the script's. It is a redis.Error, so the breaker
+// counts it as an answer, and no fallback answers it (but OOM): it needs
+// fixing, not riding out.
+type scriptError struct{ msg string }
+
+func (e *scriptError) Error() string { return e.msg }
+
+// RedisError makes a scriptError a redis.Error.
+func (e *scriptError) RedisError() {}
+
+// parseRecord reads the record of a request of len(policies) keys, key i
+// under policies[i] policies, from the start of b. It returns whether
+// the request was admitted, each key's reply, and the rest of b; a
+// request the script failed gives an error naming its key by index (from
+// 0), and one that b cannot hold, an error saying so.
+func parseRecord(b []byte, policies []int) (admitted bool, keys []keyReply, rest []byte, failedAt int, err error) {
+	if len(b) < 1 {
+		return false, nil, nil, -1, errors.New("the script's reply ended early")
+	}
+	status := b[0]
+	b = b[1:]
+	switch status {
+	case statusRefused, statusAdmitted:
+	case statusError:
+		if len(b) < 4 || len(b) < 4+int(binary.LittleEndian.Uint16(b[2:])) {
+			return false, nil, nil, -1, errors.New("the script's reply ended early")
+		}
+		at, n := int(binary.LittleEndian.Uint16(b))-1, int(binary.LittleEndian.Uint16(b[2:]))
+		err = &scriptError{string(b[4 : 4+n])}
+		if redis.HasErrorPrefix(err, "OOM") {
+			err = fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+		}
+		return false, nil, b[4+n:], at, err
+	default:
+		return false, nil, nil, -1, fmt.Errorf("the script's reply has status %d", status)
+	}
+	keys = make([]keyReply, len(policies))
+	for i, p := range policies {
+		n := 3 + 4*p
+		if len(b) < 8*n {
+			return false, nil, nil, -1, errors.New("the script's reply ended early")
+		}
+		v := make(keyReply, n)
+		for j := range v {
+			v[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
+		}
+		keys[i], b = v, b[8*n:]
+	}
+	return status == statusAdmitted, keys, b, -1, nil
+}
+
+// appendArgs appends to args the ARGV of a batch of requests: the
+// instant (instant, "" for the server's TIME), the resolution, the tiers
+// the requests name, then each request's keys' weights and tiers.
+func appendArgs(args []any, instant any, res int64, reqs []*request) []any {
+	var tiers []*tier
+	index := func(t *tier) int {
+		for i, u := range tiers {
+			if u == t {
+				return i + 1
+			}
+		}
+		tiers = append(tiers, t)
+		return len(tiers)
+	}
+	body := make([]any, 0, 3*len(reqs))
+	for _, r := range reqs {
+		body = append(body, len(r.keys))
+		for i := range r.keys {
+			body = append(body, r.weights[i], index(r.tiers[i]))
+		}
+	}
+	args = append(args, instant, res, len(tiers))
+	for _, t := range tiers {
+		args = append(args, len(t.policies))
+		args = append(args, t.args...)
+	}
+	return append(args, body...)
+}
+
+// readNow reads what every refund script takes first: the key, the weight
+// n and the instant now, from ARGV[2] or else the server's TIME.
 const readNow = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -50,22 +284,5 @@ local now = tonumber(ARGV[2])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-`
-
-// prologue reads the arguments the decision scripts share, and the
-// instant to decide at. It leaves the resolution in res, P policies in
-// limits and windows, the longest window in wmax (its policy's index in
-// longest) and the lowest limit in lmin.
-const prologue = readNow + `
-local res = tonumber(ARGV[3])
-local P = (#ARGV - 3) / 2
-local limits, windows = {}, {}
-local wmax, longest, lmin = 0, 1, math.huge
-for i = 1, P do
-  limits[i] = tonumber(ARGV[2 + 2 * i])
-  windows[i] = tonumber(ARGV[3 + 2 * i])
-  if windows[i] > wmax then wmax, longest = windows[i], i end
-  if limits[i] < lmin then lmin = limits[i] end
 end
 `

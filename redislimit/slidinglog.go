@@ -1,7 +1,5 @@
 package redislimit
 
-import "github.com/redis/go-redis/v9"
-
 // slidingLogSource keeps, per key, one Redis string: a 56-byte header, a
 // buffer of the newest entries (up to B, 4), then a ring of cap entries.
 // An entry stands for the events admitted at one instant:
@@ -50,11 +48,12 @@ import "github.com/redis/go-redis/v9"
 // events of one tick of d share an entry: at most about longest window / d
 // + 2 entries, whatever the limit. A log whose tick changes (a tier with a
 // much longer or shorter longest window) is rewritten in the new tick at
-// its next admission. Only admissions prune, and only what has left the
-// longest window of the policies deciding now: the head moves past it in
-// O(1), and once the newest entry has left, the whole log goes at once. A
-// server clock that steps back is clamped to last, so no decision looks
-// further back than an admission has pruned.
+// its next admission. Every decision prunes what has left the longest
+// window of the policies deciding now: the head moves past it in O(1), and
+// once the newest entry has left, the whole log goes at once (the key
+// stays, with no entries, its last and its expiry). A server clock that
+// steps back is clamped to last, so no decision looks further back than
+// one has pruned.
 //
 // An append puts its entry in the buffer, or adds its weight to the newest
 // entry when both round to one instant, and writes the fields it changed
@@ -75,168 +74,217 @@ import "github.com/redis/go-redis/v9"
 // entry when it would otherwise expire within a window of it (once per half
 // window for a busy key; a rewrite of the string keeps the expiry it had
 // otherwise, and a new log always sets one). A decision that admits
-// nothing writes nothing, with one exception: when the key would expire
-// before its newest entry leaves the longest window of the policies
-// deciding now (after a SetTier, or a key moving to a tier with a longer
-// window), the decision sets the expiry an admission would have, and the
-// header's expires.
+// nothing writes the instant it decided at, last, and prunes what has left
+// the longest window of the policies deciding now, in one write of the
+// header (of the header and buffer when the buffer lost entries), as the
+// in-process log settles at every decision; and when the key would expire
+// before its newest entry leaves that longest window (after a SetTier, or
+// a key moving to a tier with a longer window), it sets the expiry an
+// admission would have.
 //
 // The running totals are mod 2^32: after an admission the log holds at
 // most the longest policy's limit, below 2^31, and a refusal adds nothing,
 // so differences of totals are never ambiguous.
 //
-// Each decision also asks whether the sorted set of earlier releases exists
-// (one EXISTS), and merges it in if so: see legacy.go.
-const slidingLogSource = prologue + `
-local old = KEYS[2]
+// A decision reads the header and buffer once (one GETRANGE) and writes
+// once (one SETRANGE, or a SET for a new or rewritten log; one more when
+// the buffer moves into the ring, once per B admissions, and a PEXPIRE
+// once per half window); only a window that lost entries since the last
+// decision probes the ring.
+const slidingLogSource = `
 local B, H, M = 4, 56, 4294967296
 local HB = H + 8 * B
 local HDR, HOT, ENT = '<BBHIIIIIIdIIId', '<IIId', '<II'
-local k, tick = 0, 1
-while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
 
-local lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = k, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-local hdr = redis.call('GETRANGE', key, 0, HB - 1)
-if #hdr == HB then
-  local v
-  v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
-  if v ~= 1 then return redis.error_reply('unknown keyrate log version ' .. v) end
-elseif #hdr > 0 then
-  return redis.error_reply('not a keyrate log')
-else
-  gen = ` + newGen + `
+-- prepare gives a tier its tick: 2^k µs, the least in which its longest
+-- window is under 2^31-1 ticks.
+local function prepare(tr)
+  local k, tick = 0, 1
+  while tr.wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
+  tr.k, tr.tick = k, tick
+  return tr
 end
 
--- ltick is the log's tick, TN the newest entry's tick, whole, and R0 and Rn
--- the oldest and newest entries' instants: an entry's instant is its tick's
--- distance back from TN, in ticks.
-local ltick, TN, R0, Rn = 2 ^ lk, 0, 0, 0
-if cnt > 0 then
-  local lt = math.ceil(last / ltick)
-  TN = lt + (tn - lt + 2147483648) % M - 2147483648
-  R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
+-- load reads the header and buffer. In the state: ltick, the log's tick;
+-- TN, the newest entry's tick, whole; R0 and Rn, the oldest and newest
+-- entries' instants: an entry's instant is its tick's distance back from
+-- TN, in ticks.
+local function load(r)
+  local key = r.key
+  local hdr = redis.pcall('GETRANGE', key, 0, HB - 1)
+  if type(hdr) ~= 'string' then return nil, tostring(hdr.err) end
+  local st
+  if #hdr == HB then
+    local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
+    if v ~= 1 then return nil, 'unknown keyrate log version ' .. v end
+    st = {key = key, hdr = hdr, exists = true, lk = lk, gen = gen, cap = cap, head = head, rc = rc, base = base,
+      c0 = c0, t0 = t0, expires = expires, cnt = cnt, total = total, tn = tn, last = last, ltick = 2 ^ lk,
+      TN = 0, R0 = 0, Rn = 0}
+    if cnt > 0 then
+      local lt = math.ceil(last / st.ltick)
+      local TN = lt + (tn - lt + 2147483648) % M - 2147483648
+      st.TN, st.R0, st.Rn = TN, (TN - (tn - t0) % M) * st.ltick, TN * st.ltick
+    end
+  elseif #hdr > 0 then
+    return nil, 'not a keyrate log'
+  else
+    st = {key = key, hdr = hdr, exists = false, lk = 0, gen = 0, cap = 0, head = 0, rc = 0, base = 0, c0 = 0,
+      t0 = 0, expires = 0, cnt = 0, total = 0, tn = 0, last = 0, ltick = 1, TN = 0, R0 = 0, Rn = 0}
+  end
+  r.now = now0
+  if st.exists and r.now < st.last then r.now = st.last end
+  return st
 end
 
-local at
-if redis.call('EXISTS', old) == 1 then
-` + rewriteHelpers + mergeLegacySource + `
-end
-if #hdr == HB and now < last then now = last end
-
--- For each policy i, in w[4i-3] to w[4i]: the weight its window holds,
--- the index of the oldest entry in it (nil when none is), that entry's
--- instant, and the running total before it. The oldest entry of the log
--- answers for every window it is in; the others search, trying the entry
--- after the oldest first: usually the next to leave.
-local w = {}
-for i = 1, P do
-  local h = now - windows[i]
-  w[4 * i - 3] = 0
-  if cnt > 0 and Rn > h then
-    if R0 > h then
-      w[4 * i - 2], w[4 * i - 1], w[4 * i] = 0, R0, base
+-- at returns the instant of the i-th oldest entry and its running total:
+-- from the header for the oldest and newest, from the buffer, or with a
+-- GETRANGE of the ring, at most once a run.
+local function at(st, i)
+  if i == 0 then return st.R0, st.c0 end
+  if i == st.cnt - 1 then return st.Rn, st.total end
+  local probed = st.probed
+  if not probed then
+    probed = {}
+    st.probed = probed
+  end
+  local e = probed[i]
+  if not e then
+    local t, c
+    if i >= st.rc then
+      t, c = struct.unpack(ENT, st.hdr, H + 8 * (i - st.rc) + 1)
     else
-` + probeHelper + `
-      local lo, hi, mid = 0, cnt - 1, 1
-      while hi - lo > 1 do
-        if at(mid) > h then hi = mid else lo = mid end
-        mid = math.floor((lo + hi) / 2)
+      local p = st.head + i
+      if p >= st.cap then p = p - st.cap end
+      t, c = struct.unpack(ENT, redis.call('GETRANGE', st.key, HB + 8 * p, HB + 8 * p + 7))
+    end
+    e = {(st.TN - (st.tn - t) % M) * st.ltick, c}
+    probed[i] = e
+  end
+  return e[1], e[2]
+end
+
+-- assess leaves, for each policy i, in r.w[4i-3] to r.w[4i]: the weight
+-- its window holds, the index of the oldest entry in it (nil when none
+-- is), that entry's instant, and the running total before it. The oldest
+-- entry of the log answers for every window it is in; the others search,
+-- trying the entry after the oldest first: usually the next to leave.
+local function assess(r)
+  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local w, cnt = {}, st.cnt
+  local room = n >= 0 and n <= tr.lmin
+  for i = 1, tr.P do
+    local h = now - tr.windows[i]
+    w[4 * i - 3] = 0
+    if cnt > 0 and st.Rn > h then
+      if st.R0 > h then
+        w[4 * i - 2], w[4 * i - 1], w[4 * i] = 0, st.R0, st.base
+      else
+        local lo, hi, mid = 0, cnt - 1, 1
+        while hi - lo > 1 do
+          if at(st, mid) > h then hi = mid else lo = mid end
+          mid = math.floor((lo + hi) / 2)
+        end
+        w[4 * i - 2], w[4 * i - 1] = hi, at(st, hi)
+        local _, c = at(st, lo)
+        w[4 * i] = c
       end
-      w[4 * i - 2], w[4 * i - 1] = hi, at(hi)
-      local _, c = at(lo)
-      w[4 * i] = c
+      w[4 * i - 3] = (st.total - w[4 * i]) % M
     end
-    w[4 * i - 3] = (total - w[4 * i]) % M
+    if w[4 * i - 3] + n > tr.limits[i] then room = false end
   end
+  if n == 0 then room = true end
+  r.w, r.room = w, room
 end
-local allowed = n >= 0 and n <= lmin
-for i = 1, P do
-  if w[4 * i - 3] + n > limits[i] then allowed = false end
-end
-if n == 0 then allowed = true end
-local out = {0, now, 0, 0, 0, 0}
 
-if allowed and n > 0 then
-  -- What has left the longest window goes: from the ring's head, then
-  -- from the buffer's (skip), or all of it at once.
-  local j, fixed, skip = w[4 * longest - 2], false, 0
+-- prune moves the log's state past what has left the longest window of
+-- r's policies, as found by assess: from the ring's head, then from the
+-- buffer's (the entries it returns skip), or all of it at once. It
+-- returns the buffer's entries left, as stored, and whether the header's
+-- oldest-entry fields changed.
+local function prune(r)
+  local st, tr = r.st, r.tr
+  local j, fixed, skip = r.w[4 * tr.longest - 2], false, 0
+  if st.cnt == 0 then return '', false end
   if not j then
-    cnt, rc = 0, 0
+    st.cnt, st.rc, st.head, fixed = 0, 0, 0, true
   elseif j > 0 then
-    local r, c = at(j)
-    if j <= rc then
-      head, rc = head + j, rc - j
-      if head >= cap then head = head - cap end
+    local t, c = at(st, j)
+    if j <= st.rc then
+      st.head, st.rc = st.head + j, st.rc - j
+      if st.head >= st.cap then st.head = st.head - st.cap end
     else
-      skip, head, rc = j - rc, 0, 0
+      skip, st.head, st.rc = j - st.rc, 0, 0
     end
-    cnt, base, R0, c0, t0, fixed = cnt - j, w[4 * longest], r, c, (r / ltick) % M, true
+    st.cnt, st.base, st.R0, st.c0, st.t0, fixed = st.cnt - j, r.w[4 * tr.longest], t, c, (t / st.ltick) % M, true
   end
-  if cnt == 0 then base, total = 0, 0 end
-  local nb = cnt - rc
-  local buf = hdr:sub(H + 8 * skip + 1, H + 8 * (skip + nb))
-  -- The instant recorded: rounded up, and never before the newest entry,
-  -- which a client with a coarser resolution may have put later.
+  if st.cnt == 0 then st.base, st.total, st.c0, st.t0, st.tn = 0, 0, 0, 0, 0 end
+  local nb = st.cnt - st.rc
+  return st.hdr:sub(H + 8 * skip + 1, H + 8 * (skip + nb)), fixed
+end
+` + rewriteHelpers + `
+-- admit records r.n at r.now: one entry at the instant rounded up (to the
+-- resolution, then the tick), never before the newest entry (which a
+-- client with a coarser resolution may have put later), merged into the
+-- newest when both round to one instant.
+local function admit(r, rec)
+  local st, tr, n, now, w = r.st, r.tr, r.n, r.now, r.w
+  local key, k, tick, wmax = r.key, tr.k, tr.tick, tr.wmax
+  local buf, fixed = prune(r)
+  local cnt, rc, nb = st.cnt, st.rc, st.cnt - st.rc
   local R = now
   if res > 0 then R = math.ceil(R / res) * res end
   R = math.ceil(R / tick) * tick
-  if cnt > 0 and R < Rn then R = math.ceil(Rn / tick) * tick end
-  last = now
+  if cnt > 0 and R < st.Rn then R = math.ceil(st.Rn / tick) * tick end
+  st.last = now
   local ttl
-  if expires < R + wmax or cnt == 0 then
+  if st.expires < R + wmax or cnt == 0 then
     ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
-    expires, fixed = now + ttl, true
+    st.expires, fixed = now + ttl, true
   end
-  local merge = cnt > 0 and lk == k and R == Rn
+  local merge = cnt > 0 and st.lk == k and R == st.Rn
   local m = cnt
   if not merge then m = cnt + 1 end
-  local c = (total + n) % M
+  local c = (st.total + n) % M
   local e = struct.pack(ENT, (R / tick) % M, c)
   if cnt == 0 then
     -- A new log, of a generation of its own: the entry in the buffer, no
     -- ring.
-    gen = ` + newGen + `
-    local s = struct.pack(HDR, 1, k, gen, 0, 0, 0, 0, c, (R / tick) % M, expires, 1, c, (R / tick) % M, last) ..
+    st.gen = ` + newGen + `
+    local s = struct.pack(HDR, 1, k, st.gen, 0, 0, 0, 0, c, (R / tick) % M, st.expires, 1, c, (R / tick) % M, now) ..
       e .. string.rep('\0', 8 * (B - 1))
     redis.call('SET', key, s, 'PX', ttl / 1000)
-  elseif lk ~= k or (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then
+  elseif st.lk ~= k or (not merge and nb == B and rc + B > st.cap) or (st.cap > 8 and rc <= st.cap / 4) then
     -- Rewrite the log whole, in the tick of the policies deciding now,
     -- with room for twice the entries (at most what the longest window
     -- can hold), or half when a quarter full.
-` + rewriteHelpers + `
     local px = ttl and ttl / 1000
     if not px then
       px = redis.call('PTTL', key)
       if px < 0 then px = nil end
     end
     local s
-    if lk ~= k then
+    if st.lk ~= k then
       -- Instants round up to the new tick; entries that meet merge.
-      local ins, cs = ring(buf)
-      local parts, r0 = {}
-      for i = 1, #ins do
-        local r = math.ceil(ins[i] / tick) * tick
-        if r == r0 then parts[#parts] = nil end
-        parts[#parts + 1], r0 = struct.pack(ENT, (r / tick) % M, cs[i]), r
-      end
+      local parts, r0 = retick(st, tr, buf)
       if R == r0 then parts[#parts] = nil end
       parts[#parts + 1] = e
       s, m = table.concat(parts), #parts
     else
-      s = ringBytes() .. buf
+      s = ringBytes(st) .. buf
       if merge then s = s:sub(1, -9) end
       s = s .. e
     end
-    local bound = limits[longest]
+    local bound = tr.limits[tr.longest]
     if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
-    local want = math.max(m, math.min(math.max(m + B, 2 * cap), bound))
+    local want = math.max(m, math.min(math.max(m + B, 2 * st.cap), bound))
     if want > 8 and m <= want / 4 then want = 2 * m end
-    write(s, m, base, want, px)
+    write(st, tr, s, m, want, px)
   else
     -- In place: the entry joins the buffer (flushed into the ring when
     -- full) or, when the newest entry is in the ring, replaces it there;
     -- then the header's fields that changed and the buffer, in one write.
     local tail = buf .. e
+    local cap, head = st.cap, st.head
     if merge and nb == 0 then
       local p = head + rc - 1
       if p >= cap then p = p - cap end
@@ -255,137 +303,149 @@ if allowed and n > 0 then
       end
       rc, tail, fixed = rc + B, e, true
     end
-    cnt, total, tn = m, c, (R / tick) % M
-    if cnt == 1 then c0, t0, fixed = total, tn, true end
+    local tn = (R / tick) % M
+    if m == 1 then st.c0, st.t0, fixed = c, tn, true end
     if fixed then
-      redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) .. tail)
+      redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, st.lk, st.gen, cap, head, rc, st.base, st.c0, st.t0, st.expires, m, c, tn, now) .. tail)
     else
-      redis.call('SETRANGE', key, 36, struct.pack(HOT, cnt, total, tn, last) .. tail)
+      redis.call('SETRANGE', key, 36, struct.pack(HOT, m, c, tn, now) .. tail)
     end
     if ttl then redis.call('PEXPIRE', key, ttl / 1000) end
   end
-  out[1] = 1
-  for i = 1, P do
-    local refill = R + windows[i] - now
-    if w[4 * i - 3] > 0 then refill = w[4 * i - 1] + windows[i] - now end
-    out[4 * i - 1] = limits[i] - w[4 * i - 3] - n
-    out[4 * i] = 0
-    out[4 * i + 1] = R + windows[i] - now
-    out[4 * i + 2] = refill
+  local out = {now}
+  for i = 1, tr.P do
+    local win = tr.windows[i]
+    local refill = R + win - now
+    if w[4 * i - 3] > 0 then refill = w[4 * i - 1] + win - now end
+    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = tr.limits[i] - w[4 * i - 3] - n, 0, R + win - now, refill
   end
-  out[3 + 4 * P], out[4 + 4 * P] = gen, R - now
-  return out
+  out[2 + 4 * tr.P], out[3 + 4 * tr.P] = st.gen, R - now
+  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
 end
-if allowed then out[1] = 1 end
-if cnt > 0 and Rn > now - wmax and expires < Rn + wmax then
-  -- The key would expire before its newest entry leaves the longest
-  -- window, as after a tier with a longer window replaced the one that
-  -- last admitted: keep it as an admission would.
-  local ttl = math.ceil((math.max(Rn, now) - now + wmax * 1.5) / 1000) * 1000
-  expires = now + ttl
-  redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last))
-  redis.call('PEXPIRE', key, ttl / 1000)
-end
-for i = 1, P do
-  local held, first, from = w[4 * i - 3], w[4 * i - 2], w[4 * i]
-  local remaining, retry, reset, refill = limits[i] - held, 0, 0, 0
-  if remaining < 0 then remaining = 0 end
-  if held > 0 then
-    reset = Rn + windows[i] - now
-    refill = w[4 * i - 1] + windows[i] - now
-  end
-  if n > 0 and n <= limits[i] and held + n > limits[i] then
-    -- The request fits once the entries up to the first whose running
-    -- total since the window's start reaches need have left: usually the
-    -- window's oldest, whose total the header or the search above gave.
-    local need, at0, c, _ = held + n - limits[i], w[4 * i - 1], c0
-    if first > 0 then _, c = at(first) end
-    if (c - from) % M < need then
-` + probeHelper + `
-      local lo, hi = first, cnt - 1
-      while hi - lo > 1 do
-        local mid = math.floor((lo + hi) / 2)
-        _, c = at(mid)
-        if (c - from) % M >= need then hi = mid else lo = mid end
-      end
-      at0 = at(hi)
+
+-- describe gives r's numbers at weight n, recording nothing, then settles
+-- the log at r.now: what left the longest window goes, and last moves on.
+local function describe(r, n, rec)
+  local st, tr, now, w = r.st, r.tr, r.now, r.w
+  local cnt = st.cnt
+  local out = {now}
+  for i = 1, tr.P do
+    local win, limit = tr.windows[i], tr.limits[i]
+    local held, first, from = w[4 * i - 3], w[4 * i - 2], w[4 * i]
+    local remaining, retry, reset, refill = limit - held, 0, 0, 0
+    if remaining < 0 then remaining = 0 end
+    if held > 0 then
+      reset = st.Rn + win - now
+      refill = w[4 * i - 1] + win - now
     end
-    retry = at0 + windows[i] - now
-  end
-  out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = remaining, retry, reset, refill
-end
-out[3 + 4 * P], out[4 + 4 * P] = 0, 0
-return out
-`
-
-var slidingLogScript = redis.NewScript(slidingLogSource)
-
-// The helpers below are spliced into the branches of the script that use
-// them, rather than defined once at its top: Lua makes a closure each time
-// a definition runs, whether or not it is called, and one that captures
-// the log's state costs about what a Redis call does.
-
-// probeHelper makes at(i), the instant of the i-th oldest entry and its
-// running total: from the header for the oldest and newest, from the
-// buffer, or with a GETRANGE of the ring, at most once a run.
-const probeHelper = `
-if not at then
-  local probed = {}
-  at = function(i)
-    if i == 0 then return R0, c0 end
-    if i == cnt - 1 then return Rn, total end
-    local e = probed[i]
-    if not e then
-      local t, c
-      if i >= rc then
-        t, c = struct.unpack(ENT, hdr, H + 8 * (i - rc) + 1)
-      else
-        local p = head + i
-        if p >= cap then p = p - cap end
-        t, c = struct.unpack(ENT, redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * p + 7))
+    if n > 0 and n <= limit and held + n > limit then
+      -- The request fits once the entries up to the first whose running
+      -- total since the window's start reaches need have left: usually the
+      -- window's oldest, whose total the header or the search gave.
+      local need, at0, c, _ = held + n - limit, w[4 * i - 1], st.c0
+      if first > 0 then _, c = at(st, first) end
+      if (c - from) % M < need then
+        local lo, hi = first, cnt - 1
+        while hi - lo > 1 do
+          local mid = math.floor((lo + hi) / 2)
+          _, c = at(st, mid)
+          if (c - from) % M >= need then hi = mid else lo = mid end
+        end
+        at0 = at(st, hi)
       end
-      e = {(TN - (tn - t) % M) * ltick, c}
-      probed[i] = e
+      retry = at0 + win - now
     end
-    return e[1], e[2]
+    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = remaining, retry, reset, refill
+  end
+  out[2 + 4 * tr.P], out[3 + 4 * tr.P] = 0, 0
+  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
+  if not st.exists then return end
+  local wmax, Rn = tr.wmax, st.Rn
+  local ttl
+  if cnt > 0 and Rn > now - wmax and st.expires < Rn + wmax then
+    -- The key would expire before its newest entry leaves the longest
+    -- window, as after a tier with a longer window replaced the one that
+    -- last admitted: keep it as an admission would.
+    ttl = math.ceil((math.max(Rn, now) - now + wmax * 1.5) / 1000) * 1000
+    st.expires = now + ttl
+  end
+  -- Best effort: Redis may refuse the writes (out of memory), which
+  -- leaves the log as it was, unsettled, and the decision stands.
+  local buf, fixed = prune(r)
+  if st.cnt > 0 and st.lk < tr.k then
+    -- The tier's ticks are coarser than the log's: moving last on by up
+    -- to its longest window could take it more than 2^31 of the log's
+    -- ticks past the newest entry, whose instant is recovered from last.
+    -- Rewrite the log in the tier's ticks first, as an admission would.
+    local parts = retick(st, tr, buf)
+    local px = ttl
+    if not px then
+      px = redis.call('PTTL', r.key)
+      if px < 0 then px = nil end
+    else
+      px = px / 1000
+    end
+    st.last = now
+    pcall(write, st, tr, table.concat(parts), #parts, #parts, px)
+  elseif fixed or ttl then
+    local ok = redis.pcall('SETRANGE', r.key, 0, struct.pack(HDR, 1, st.lk, st.gen, st.cap, st.head, st.rc, st.base, st.c0, st.t0,
+      st.expires, st.cnt, st.total, st.tn, now) .. buf .. string.rep('\0', 8 * B - #buf))
+    if ttl and type(ok) ~= 'table' then redis.pcall('PEXPIRE', r.key, ttl / 1000) end
+  elseif now > st.last then
+    redis.pcall('SETRANGE', r.key, 48, struct.pack('<d', now))
   end
 end
 `
+
+var slidingLogScript = decisionScript(slidingLogSource)
 
 // rewriteHelpers makes
 //
-//   - ringBytes(), the ring's entries, oldest first, as stored;
-//   - ring(buf), the instants and running totals of the ring's entries and
-//     then of the buffer's, buf, oldest first;
-//   - write(s, m, b, want, px), which writes the log whole in the tick of
-//     the policies deciding now: the m entries s (as stored, oldest first)
-//     with running total b before them, in the buffer when they fit, else
-//     in a ring with room for at least want entries; expiring in px
+//   - ringBytes(st), the ring's entries, oldest first, as stored;
+//   - ring(st, buf), the instants and running totals of the ring's
+//     entries and then of the buffer's, buf, oldest first;
+//   - retick(st, tr, buf), those entries as stored in the tick of tr,
+//     each instant rounded up, those that meet merged, and the newest
+//     instant;
+//   - write(st, tr, s, m, want, px), which writes the log whole in the
+//     tick of tr: the m entries s (as stored, oldest first) with running
+//     total st.base before them, in the buffer when they fit, else in a
+//     ring with room for at least want entries; expiring in px
 //     milliseconds (nil: never). The ring's capacity fills Redis's
 //     allocation: the string with its 4 to 10 bytes of sds header and
 //     terminator, rounded up to a size class of its allocator (jemalloc's,
 //     four per doubling).
 const rewriteHelpers = `
-local function ringBytes()
-  if rc == 0 then return '' end
-  local e = head + rc
-  local s = redis.call('GETRANGE', key, HB + 8 * head, HB + 8 * math.min(e, cap) - 1)
-  if e > cap then s = s .. redis.call('GETRANGE', key, HB, HB + 8 * (e - cap) - 1) end
+local function ringBytes(st)
+  if st.rc == 0 then return '' end
+  local e = st.head + st.rc
+  local s = redis.call('GETRANGE', st.key, HB + 8 * st.head, HB + 8 * math.min(e, st.cap) - 1)
+  if e > st.cap then s = s .. redis.call('GETRANGE', st.key, HB, HB + 8 * (e - st.cap) - 1) end
   return s
 end
-local function ring(buf)
-  local s, ins, cs, pos, t = ringBytes() .. buf, {}, {}, 1
+local function ring(st, buf)
+  local s, ins, cs, pos, t = ringBytes(st) .. buf, {}, {}, 1
   for i = 1, #s / 8 do
     t, cs[i], pos = struct.unpack(ENT, s, pos)
-    ins[i] = (TN - (tn - t) % M) * ltick
+    ins[i] = (st.TN - (st.tn - t) % M) * st.ltick
   end
   return ins, cs
 end
-local function write(s, m, b, want, px)
-  local rs = ''
-  t0, c0 = struct.unpack(ENT, s, 1)
-  tn, total = struct.unpack(ENT, s, 8 * m - 7)
-  cap, head, rc, base, cnt, lk, ltick = 0, 0, 0, b, m, k, tick
+local function retick(st, tr, buf)
+  local tick = tr.tick
+  local ins, cs = ring(st, buf)
+  local parts, r0 = {}
+  for i = 1, #ins do
+    local t = math.ceil(ins[i] / tick) * tick
+    if t == r0 then parts[#parts] = nil end
+    parts[#parts + 1], r0 = struct.pack(ENT, (t / tick) % M, cs[i]), t
+  end
+  return parts, r0
+end
+local function write(st, tr, s, m, want, px)
+  local rs, cap, rc = '', 0, 0
+  local t0, c0 = struct.unpack(ENT, s, 1)
+  local tn, total = struct.unpack(ENT, s, 8 * m - 7)
   if m > B then
     local z = HB + 8 * math.max(want, m)
     local o = 4
@@ -397,10 +457,7 @@ local function write(s, m, b, want, px)
     cap = math.floor((math.ceil((z + o) / step) * step - HB - o) / 8)
     rs, s, rc = s .. string.rep('\0', 8 * (cap - m)), '', m
   end
-  hdr = struct.pack(HDR, 1, k, gen, cap, 0, rc, b, c0, t0, expires, m, total, tn, last) .. s .. string.rep('\0', 8 * B - #s)
-  if px then redis.call('SET', key, hdr .. rs, 'PX', px) else redis.call('SET', key, hdr .. rs) end
-  local lt = math.ceil(last / tick)
-  TN = lt + (tn - lt + 2147483648) % M - 2147483648
-  R0, Rn = (TN - (tn - t0) % M) * tick, TN * tick
+  local hdr = struct.pack(HDR, 1, tr.k, st.gen, cap, 0, rc, st.base, c0, t0, st.expires, m, total, tn, st.last) .. s .. string.rep('\0', 8 * B - #s)
+  if px then redis.call('SET', st.key, hdr .. rs, 'PX', px) else redis.call('SET', st.key, hdr .. rs) end
 end
 `

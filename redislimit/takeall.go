@@ -100,31 +100,14 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		return ds, false, nil
 	}
 
-	script, perKey := takeAllScripts[l.script], 1
-	if script == nil {
-		return fail(fmt.Errorf("redislimit: take all: %w: the limiter's algorithm has no TakeAll script", keyrate.ErrConfig))
-	}
-	if l.legacy != "" {
-		perKey = 2
-	}
-	rkeys := make([]string, 0, perKey*len(places))
-	args := make([]any, 4, 4+len(places)*(2+2*keyrate.MaxPolicies))
-	args[0], args[1], args[2], args[3] = len(places), "", l.res, perKey
-	if l.clock != nil {
-		args[1] = sent / 1000
-	}
+	r := &request{keys: make([]string, len(places)), weights: make([]int, len(places)), tiers: make([]*tier, len(places)),
+		tag: places[0].tag, instant: sent / 1000}
 	for i := range places {
 		p := &places[i]
-		rkeys = append(rkeys, l.storeKey(p.id, p.tag))
-		if l.legacy != "" {
-			rkeys = append(rkeys, l.legacyKey(p.id, p.tag))
-		}
-		args = append(args, p.w, len(p.t.policies))
-		args = append(args, p.t.args...)
+		r.keys[i], r.weights[i], r.tiers[i] = l.storeKey(p.id, p.tag), p.w, p.t
 	}
-
 	if !l.breaker.closed() {
-		l.probeAll(&places[0], rkeys[:perKey], args[1])
+		l.probe(r)
 		if l.fallback != nil {
 			fds, ok := l.fallbackTakeAll(places, at)
 			return fds, ok, nil
@@ -133,13 +116,17 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	}
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r := l.run(budget, script, rkeys, args)
+	r.ctx = budget
+	a := l.batcherFor(budget, r.keys[0]).do(r)
 	ref := keyRef(places[0].tag)
-	if r.err != nil {
+	if a.err != nil {
 		if err := ctx.Err(); err != nil {
 			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
 		}
-		down, err := l.callError(budget, r.err)
+		if a.failedAt >= 0 && a.failedAt < len(places) {
+			ref = keyRef(places[a.failedAt].tag)
+		}
+		down, err := l.callError(budget, a.err)
 		if down {
 			l.breaker.trip(l.mono(), err)
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -152,7 +139,7 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		}
 		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
 	}
-	ok, err := l.takeAllReply(places, r.v)
+	ok, err := l.takeAllReply(places, a)
 	if err != nil {
 		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
 	}
@@ -237,16 +224,6 @@ func (l *Limiter) denied(places []takePlace, now int64) bool {
 	return true
 }
 
-// probeAll starts a probe of Redis for a TakeAll when one is due: the
-// single-key script on the first place, whose slot is the call's, with a
-// weight of 0.
-func (l *Limiter) probeAll(p *takePlace, keys []string, instant any) {
-	args := make([]any, 3+len(p.t.args))
-	args[0], args[1], args[2] = 0, instant, l.res
-	copy(args[3:], p.t.args)
-	l.probe(l.script, keys, args)
-}
-
 // fallbackTakeAll decides a TakeAll in the fallback, whose TakeAll has the
 // same semantics: each key under the tier the Limiter names for it.
 func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decision, bool) {
@@ -267,111 +244,42 @@ func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decis
 	return ds, ok
 }
 
-// takeAllReply sets each place's Decision from the TakeAll script's reply
-// v, {admitted, then per place the single-key script's reply}, and returns
-// whether the request was admitted. A place described as it stands (it had
-// room in a refused request) was decided at a weight of 0; the others at
-// their weight.
-func (l *Limiter) takeAllReply(places []takePlace, v []int64) (bool, error) {
-	if len(v) < 1 {
-		return false, fmt.Errorf("script returned no values")
+// takeAllReply sets each place's Decision from the script's answer a,
+// and returns whether the request was admitted. A place described as it
+// stands (it had room in a refused request) was decided at a weight of 0;
+// the others at their weight.
+func (l *Limiter) takeAllReply(places []takePlace, a answer) (bool, error) {
+	if len(a.replies) != len(places) {
+		return false, fmt.Errorf("script returned %d keys' replies, want %d", len(a.replies), len(places))
 	}
-	ok, v := v[0] == 1, v[1:]
+	ok := a.admitted
 	for i := range places {
 		p := &places[i]
-		size := 4 + 4*len(p.t.policies)
-		if len(v) < size {
-			return false, fmt.Errorf("script returned too few values for key %d of %d", i+1, len(places))
-		}
 		w := p.w
-		if !ok && v[0] == 1 {
+		if !ok && fitsAsItStands(p, a.replies[i]) {
 			w = 0
 		}
-		d, err := p.t.decision(w, v[:size])
+		d, err := p.t.decision(w, ok || w == 0, a.replies[i])
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("key %d: %w", i+1, err)
 		}
-		if ok != d.Allowed && (ok || w != 0) {
-			return false, fmt.Errorf("script answered admitted=%v, key %d's decision says %v", ok, i+1, d.Allowed)
-		}
-		p.d, v = d, v[size:]
-	}
-	if len(v) != 0 {
-		return false, fmt.Errorf("script returned %d values too many", len(v))
+		p.d = d
 	}
 	return ok, nil
 }
 
-// takeAllScripts are the TakeAll scripts of each single-key script.
-var takeAllScripts = map[*redis.Script]*redis.Script{
-	slidingLogScript:  redis.NewScript(takeAllSource(slidingLogSource)),
-	fixedWindowScript: redis.NewScript(takeAllSource(fixedWindowSource)),
-	gcraScript:        redis.NewScript(takeAllSource(gcraSource)),
-}
-
-// takeAllSource returns the TakeAll script of the single-key script
-// source (see scripts.go for its protocol). The single-key script runs
-// unchanged, as a function whose KEYS and ARGV are one key's, twice at
-// most per key:
-//
-//	KEYS     each key's KEYS, in turn: ARGV[4] of them per key
-//	ARGV[1]  K, the number of keys
-//	ARGV[2]  the instant to decide at, or "" to read the server's TIME,
-//	         once, for every key
-//	ARGV[3]  the resolution
-//	ARGV[4]  the KEYS per key
-//	ARGV[5:] per key: its weight, its number of policies P, then P limit,
-//	         window pairs
-//
-// First every key is decided at a weight of 0, which records nothing (it
-// may merge a sorted set of earlier releases, or lengthen an expiry, which
-// change no decision): the key has room when each policy's remaining is at
-// least its weight. When every key has room, each is decided again at its
-// weight, which records it; else each key without room is decided at its
-// weight, which refuses and records nothing, and the others keep their
-// description as they stand. It returns {admitted (0 or 1), then each key's
-// reply}, as the single-key script gives it.
-func takeAllSource(single string) string {
-	return `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-local function decide(KEYS, ARGV)
-` + single + `
-end
-local K, now, per = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[4])
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local calls, a, admitted = {}, 5, true
-for i = 1, K do
-  local w, P = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local c = {w = w, P = P, keys = {}, args = {0, now, ARGV[3]}}
-  for j = 1, per do c.keys[j] = KEYS[(i - 1) * per + j] end
-  for j = 1, 2 * P do c.args[3 + j] = ARGV[a + 1 + j] end
-  a = a + 2 + 2 * P
-  c.out = decide(c.keys, c.args)
-  if c.out.err then return c.out end
-  c.room = w == 0
-  if w >= 1 then
-    c.room = true
-    for p = 1, P do
-      if c.out[4 * p - 1] < w then c.room = false end
-    end
-  end
-  admitted = admitted and c.room
-  calls[i] = c
-end
-local reply = {0}
-if admitted then reply[1] = 1 end
-for i = 1, K do
-  local c = calls[i]
-  if c.w ~= 0 and (admitted or not c.room) then
-    c.args[1] = c.w
-    c.out = decide(c.keys, c.args)
-    if c.out.err then return c.out end
-  end
-  for j = 1, #c.out do reply[#reply + 1] = c.out[j] end
-end
-return reply
-`
+// fitsAsItStands reports whether the script described place p of a
+// refused request as it stands (at weight 0): p's weight fit every policy,
+// as the reply's remaining say. Otherwise it was decided, and refused, at
+// its weight.
+func fitsAsItStands(p *takePlace, v keyReply) bool {
+	if p.w < 0 {
+		return false
+	}
+	for i, q := range p.t.policies {
+		if p.w > q.Limit || v.policy(i)[0] < int64(p.w) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,287 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Concurrent decisions share round trips: each Redis node has a batcher,
+// and while one round trip to the node is in flight, the requests that
+// arrive wait in its queue, to go together in the next. There is no
+// timer: a caller that finds no round trip in flight sends its own request
+// at once, on its own goroutine (with a client that stops at the
+// deadline by itself, see the package doc), so a lone caller pays nothing
+// for the batching; the queue is sent the moment the round trip before it
+// comes back, by a goroutine that lives while the queue does. Each caller
+// waits on its own request for at most its own budget, and gets its own
+// result or error; a request whose caller has gone by the time its batch
+// is sent is left out.
+//
+// A batch goes to Redis as few script runs as its keys' slots allow: on a
+// single server (a *redis.Client) one run decides every request (up to
+// maxRunRequests); elsewhere requests of one hash tag share a run, and the
+// runs go as one pipeline, which go-redis sends to each slot's node,
+// following MOVED and ASK.
+
+// maxRunRequests bounds the requests one script run decides, so that one
+// run holds the server for a bounded time (some 2ms on a small machine),
+// whatever the queue.
+const maxRunRequests = 128
+
+// request is one caller's decision: its Redis keys, decided together,
+// each at its weight under its tier, and once sent, the script's answer.
+type request struct {
+	keys    []string
+	weights []int
+	tiers   []*tier
+	tag     string          // the keys' hash tag: their Cluster slot
+	instant int64           // the local instant it was sent at, µs (a test's clock only)
+	ctx     context.Context // the caller's budget
+
+	ans  answer      // set by send
+	done chan answer // a queued request's answer, sent once
+}
+
+// answer is the script's answer to a request: whether it was admitted and
+// each key's reply, or an error (failedAt names the key at fault, for a
+// script's own error).
+type answer struct {
+	admitted bool
+	replies  []keyReply
+	failedAt int
+	err      error
+}
+
+// batcher sends the requests for one Redis node.
+type batcher struct {
+	l     *Limiter
+	mu    sync.Mutex
+	busy  bool       // a round trip is in flight, or about to be
+	queue []*request // what waits for the next
+}
+
+// do sends r, with a batch of the requests waiting with it, and returns
+// its answer once it has one, or once its budget r.ctx is done.
+func (b *batcher) do(r *request) answer {
+	b.mu.Lock()
+	if !b.busy && b.l.direct {
+		// Nothing in flight: send at once, on the caller's goroutine.
+		b.busy = true
+		b.mu.Unlock()
+		b.l.send(r.ctx, []*request{r})
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.busy = false
+			b.mu.Unlock()
+		} else {
+			b.mu.Unlock()
+			go b.drain()
+		}
+		return r.ans
+	}
+	r.done = make(chan answer, 1)
+	b.queue = append(b.queue, r)
+	start := !b.busy
+	b.busy = true
+	b.mu.Unlock()
+	if start {
+		go b.drain()
+	}
+	select {
+	case a := <-r.done:
+		if errors.Is(a.err, context.DeadlineExceeded) {
+			// The batch's budget is the latest of its callers', so this
+			// one's has run out too, or is about to: say so in its terms.
+			<-r.ctx.Done()
+			a.err = r.ctx.Err()
+		}
+		return a
+	case <-r.ctx.Done():
+		return answer{err: r.ctx.Err()}
+	}
+}
+
+// drain sends what the queue holds, batch after batch, until it is empty.
+func (b *batcher) drain() {
+	var reqs, live []*request
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.busy = false
+			b.mu.Unlock()
+			return
+		}
+		reqs, b.queue = b.queue, reqs[:0]
+		b.mu.Unlock()
+		// Leave out the callers that have gone; the batch's budget is
+		// the latest of the others'.
+		live = live[:0]
+		var deadline time.Time
+		for _, r := range reqs {
+			if r.ctx.Err() != nil {
+				continue
+			}
+			live = append(live, r)
+			if d, ok := r.ctx.Deadline(); ok && d.After(deadline) {
+				deadline = d
+			}
+		}
+		if len(live) > 0 {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			b.l.send(ctx, live)
+			cancel()
+			for _, r := range live {
+				r.done <- r.ans
+			}
+		}
+		clear(reqs)
+		clear(live)
+	}
+}
+
+// batcherFor returns the batcher of the node that holds key.
+func (l *Limiter) batcherFor(ctx context.Context, key string) *batcher {
+	cc, ok := l.client.(*redis.ClusterClient)
+	if !ok {
+		return &l.one
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return &l.one // the pipeline finds the node, or fails
+	}
+	addr := node.Options().Addr
+	if b, ok := l.nodes.Load(addr); ok {
+		return b.(*batcher)
+	}
+	b, _ := l.nodes.LoadOrStore(addr, &batcher{l: l})
+	return b.(*batcher)
+}
+
+// send decides reqs in as few script runs as their slots allow, under
+// ctx, and sets each request's answer.
+func (l *Limiter) send(ctx context.Context, reqs []*request) {
+	var runs [][]*request
+	if _, single := l.client.(*redis.Client); single {
+		for len(reqs) > maxRunRequests {
+			runs = append(runs, reqs[:maxRunRequests])
+			reqs = reqs[maxRunRequests:]
+		}
+		runs = append(runs, reqs)
+	} else {
+		at := map[string]int{}
+		for _, r := range reqs {
+			i, ok := at[r.tag]
+			if !ok || len(runs[i]) == maxRunRequests {
+				i = len(runs)
+				at[r.tag] = i
+				runs = append(runs, nil)
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	if l.perRequest { // measured against the runs above: see the README
+		runs = runs[:0]
+		for _, r := range reqs {
+			runs = append(runs, []*request{r})
+		}
+	}
+	if len(runs) == 1 {
+		keys, args := l.runArgs(runs[0])
+		v, err := l.script.Run(ctx, l.client, keys, args...).Text()
+		settle(runs[0], v, err)
+		return
+	}
+	cmds := l.pipelined(ctx, runs, false)
+	var again [][]*request
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, runs[i])
+			continue
+		}
+		v, err := cmd.Text()
+		settle(runs[i], v, err)
+	}
+	if len(again) > 0 {
+		for i, cmd := range l.pipelined(ctx, again, true) {
+			v, err := cmd.Text()
+			settle(again[i], v, err)
+		}
+	}
+}
+
+// pipelined sends one script run per element of runs, as one pipeline:
+// EVALSHA, or EVAL with the whole script when full is set (after Redis
+// said NOSCRIPT).
+func (l *Limiter) pipelined(ctx context.Context, runs [][]*request, full bool) []*redis.Cmd {
+	pipe := l.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(runs))
+	for i, run := range runs {
+		keys, args := l.runArgs(run)
+		if full {
+			cmds[i] = l.script.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmds[i] = l.script.EvalSha(ctx, pipe, keys, args...)
+		}
+	}
+	pipe.Exec(ctx) // each command carries its own error
+	return cmds
+}
+
+// runArgs returns the KEYS and ARGV of one script run deciding reqs.
+func (l *Limiter) runArgs(reqs []*request) ([]string, []any) {
+	n := 0
+	for _, r := range reqs {
+		n += len(r.keys)
+	}
+	keys := make([]string, 0, n)
+	var instant any = ""
+	var latest int64
+	for _, r := range reqs {
+		keys = append(keys, r.keys...)
+		latest = max(latest, r.instant)
+	}
+	if l.clock != nil {
+		instant = latest
+	}
+	return keys, appendArgs(make([]any, 0, 8+3*n), instant, l.res, reqs)
+}
+
+// settle sets the answer of each request of one script run from its reply
+// v, or its error.
+func settle(reqs []*request, v string, err error) {
+	if err != nil {
+		for _, r := range reqs {
+			r.ans = answer{err: err}
+		}
+		return
+	}
+	b := []byte(v)
+	for _, r := range reqs {
+		policies := make([]int, len(r.tiers))
+		for i, t := range r.tiers {
+			policies[i] = len(t.policies)
+		}
+		a := &r.ans
+		a.admitted, a.replies, b, a.failedAt, a.err = parseRecord(b, policies)
+		if b == nil {
+			// The rest cannot be read: this request and every later one
+			// fail.
+			for _, q := range reqs {
+				if q.ans.replies == nil && q.ans.err == nil {
+					q.ans.err = errors.New("the script's reply ended early")
+				}
+			}
+			return
+		}
+	}
+	if len(b) != 0 {
+		for _, r := range reqs {
+			r.ans = answer{err: fmt.Errorf("the script's reply has %d bytes too many", len(b))}
+		}
+	}
+}
