@@ -285,7 +285,7 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	case clientCaused:
 		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
 	default:
-		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+		writeUnavailable(w)
 	}
 }
 
