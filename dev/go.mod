@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/didip/tollbooth/v7 v7.0.2
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/keyrate/keyrate v0.1.0
@@ -28,6 +29,7 @@ require (
 	golang.org/x/net v0.61.0
 	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.12
+	pgregory.net/rapid v1.3.0
 )
 
 require (
