@@ -62,6 +62,8 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
+	case !c.revision.Known():
+		return nil, fmt.Errorf("%w: grpclimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	case c.budgetSet && allBounded(b, c.methods):
 		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
@@ -189,7 +191,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 		report(l.onLimited, ev)
 	}
 	l.observe(ev)
-	md := r.fields(&d)
+	md := r.fields(&d, l.revision, ev.Cost)
 	if d.Allowed && l.refund != nil && d.Receipt.N() > 0 {
 		return md, func(served error) { l.settle(ctx, r, ev, served) }, nil
 	}

@@ -37,8 +37,9 @@
 //
 // When the store is unavailable (the backend fails, or outlives its time
 // budget), the middleware either serves the request (middleware.FailOpen,
-// the default) or answers 503 (middleware.FailClosed), and tells the
-// OnError hook and the Observer either way. Each call runs under one time
+// the default) or answers 503 (middleware.FailClosed) with the draft's
+// temporary-reduced-capacity problem, and tells the OnError hook and the
+// Observer either way. Each call runs under one time
 // budget, in one place: a keyrate.Bounded backend bounds its own calls
 // (the Redis one) or never waits (*keyrate.Limiter), and is called inline
 // under that budget alone; any other runs on its own goroutine under the

@@ -23,9 +23,10 @@ var (
 	hRetryAfter = http.CanonicalHeaderKey("Retry-After")
 )
 
-// setHeaders writes the selected fields for d. Retry-After is left to the
-// refusal itself: a shadowed refusal is served, and gets none.
-func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
+// setHeaders writes the selected fields for d, a decision about a request
+// of weight cost. Retry-After is left to the refusal itself: a shadowed
+// refusal is served, and gets none.
+func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = m.fallback // a Decision filled in by hand, without its window
 	}
@@ -44,7 +45,7 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, string(ratelimitfield.AppendRateLimit(scratch[:0], d, m.route)))
+		f.add(h, hRateLimit, string(m.revision.AppendRateLimit(scratch[:0], d, m.route, cost)))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return

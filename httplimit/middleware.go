@@ -91,6 +91,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: route %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.route)
 	case !printable(c.unit):
 		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
+	case !c.revision.Known():
+		return nil, fmt.Errorf("%w: httplimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	}
 	var ip *ipConfig
 	if c.key == nil {
@@ -179,7 +181,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Decision = d
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, &d)
+	m.setHeaders(h, &d, ev.Cost)
 	report(m.onDecision, ev)
 	if d.Allowed {
 		m.observe(ev)
@@ -283,7 +285,7 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	case clientCaused:
 		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
 	default:
-		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+		writeUnavailable(w)
 	}
 }
 
