@@ -104,3 +104,41 @@ func (m *Middleware) setPolicy(h http.Header) {
 		h[hPolicy] = append(h[hPolicy], m.policy)
 	}
 }
+
+// resetHeaders rewrites the fields setHeaders wrote for d, a decision about
+// a request of weight cost, once given of its weight has been given back
+// before the response's status went out: the RateLimit member of this
+// middleware, and the single-policy remaining fields where they are this
+// middleware's, say what the request left. The time parameters stay the
+// decision's.
+func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, given int) {
+	if d.Window == 0 && len(d.Policies()) == 0 {
+		d.Window = m.fallback
+	}
+	after := *d
+	after.Remaining = min(after.Remaining+given, after.Limit)
+	for i := range after.Policies() {
+		p := &after.Policies()[i]
+		p.Remaining = min(p.Remaining+given, p.Limit)
+	}
+	var scratch [2][128]byte
+	if m.headers&DraftHeaders != 0 {
+		old := string(m.revision.AppendRateLimit(scratch[0][:0], d, m.route, cost))
+		replace(h, hRateLimit, old, string(m.revision.AppendRateLimit(scratch[1][:0], &after, m.route, cost-given)))
+	}
+	old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(after.Remaining, 0))
+	if m.headers&LegacyHeaders != 0 {
+		replace(h, hRemaining, old, now)
+	}
+	if m.headers&XHeaders != 0 {
+		replace(h, hXRemaining, old, now)
+	}
+}
+
+// replace puts new in the place of the first value old of field k.
+func replace(h http.Header, k, old, new string) {
+	vs := h[k]
+	if i := slices.Index(vs, old); i >= 0 {
+		vs[i] = new
+	}
+}
