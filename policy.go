@@ -49,6 +49,9 @@ type tier struct {
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
 	cursors [MaxPolicies]int8
+	// cacheable reports that no cursor takes inline slot 0, where a narrow
+	// log keeps its oldest entry's tick (eventLog.cache).
+	cacheable bool
 	// algorithm is the limiter's (WithAlgorithm). Under FixedWindow, wall
 	// aligns the windows: the limiter's instant 0 is wall nanoseconds after
 	// the Unix epoch. Under GCRA, refill[i] is policy i's ticks between
@@ -165,4 +168,5 @@ func (t *tier) placeCursors() {
 	for k, i := range order[:min(len(order), len(free))] {
 		t.cursors[i] = free[k]
 	}
+	t.cacheable = len(order) < 2
 }

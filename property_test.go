@@ -694,10 +694,42 @@ func TestMatchesReferenceModel(t *testing.T) {
 				}
 			}
 			require.Equal(t, len(m.keys), l.Len(), "step %d: tracked keys", i)
+			checkLogs(t, l)
 		}
 		if !changed && algorithm == SlidingLog {
 			m.checkExact(t)
 		}
+	})
+}
+
+// checkLogs checks what every log of l holds against its own invariants:
+// an entry count within its ring, a cached oldest tick equal to the oldest
+// entry's, entries from the oldest to the newest, one per tick in a wide
+// log, each of a weight of at least 1.
+func checkLogs(t require.TestingT, l *Limiter) {
+	l.keys.m.Range(func(key string, g *eventLog) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if l.algorithm != SlidingLog {
+			return true
+		}
+		require.LessOrEqual(t, g.n, g.size, "%q: entries held", key)
+		if g.state&cached != 0 {
+			require.True(t, g.n > 0 && !g.wide && g.ring != &g.inline[0], "%q: a cache where none is kept", key)
+			require.Equal(t, *g.slot(0, 0), g.inline[0], "%q: the cached oldest tick", key)
+		}
+		r := l.scale.ceil(g.last) + 1 // no entry is past the newest instant's tick
+		for i := range g.n {
+			if g.wide {
+				require.Positive(t, g.weight(i), "%q: entry %d's weight", key, i)
+			}
+			if i > 0 && g.wide {
+				require.Greater(t, g.age(i-1, r), g.age(i, r), "%q: entries %d and %d out of order, or of one tick", key, i-1, i)
+			} else if i > 0 {
+				require.GreaterOrEqual(t, g.age(i-1, r), g.age(i, r), "%q: entries %d and %d out of order", key, i-1, i)
+			}
+		}
+		return true
 	})
 }
 

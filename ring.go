@@ -40,12 +40,16 @@ import (
 // whose header would take 16 bytes more and push the struct into the next
 // size class (measured: 110.9 B per key as it is, 126.9 B with a slice).
 //
-// Every field is guarded by mu. state holds two flags. dead marks a log that
-// has left the map (evicted or Reset): a caller that finds it so retries
-// with a fresh lookup. pinned marks a log that TakeAll created and has yet
-// to decide: making room and the janitor leave it be (see TakeAll). tier is
-// the id of the tier that last decided the key, whose longest window the
-// janitor evicts it by.
+// Every field is guarded by mu. state holds three flags. dead marks a log
+// that has left the map (evicted or Reset): a caller that finds it so
+// retries with a fresh lookup. pinned marks a log that TakeAll created and
+// has yet to decide: making room and the janitor leave it be (see TakeAll).
+// cached marks a narrow log on the heap whose inline[0] holds the tick of
+// its oldest entry, so that a decision that drops nothing and refuses (or
+// only appends) reads no entry of the ring: one dependent cache miss less
+// for a key the cache does not already hold. tier is the id of the tier
+// that last decided the key, whose longest window the janitor evicts it
+// by.
 type eventLog struct {
 	mu     sync.Mutex
 	last   int64   // newest instant this key was decided at; time never runs back past it
@@ -55,7 +59,7 @@ type eventLog struct {
 	size   uint32  // the ring's capacity, in entries
 	tier   uint16
 	wide   bool  // entries are pairs: a tick and the running total before it
-	state  uint8 // dead, pinned
+	state  uint8 // dead, pinned, cached
 	inline [2]uint32
 }
 
@@ -63,6 +67,7 @@ type eventLog struct {
 const (
 	dead   = 1 << iota // the log has left the map
 	pinned             // TakeAll holds the log it created until it decides it
+	cached             // inline[0] is the oldest entry's tick
 )
 
 // is reports whether g has every flag of f. Called with mu held.
@@ -89,8 +94,35 @@ func (g *eventLog) slot(i, w uint32) *uint32 {
 	return (*uint32)(unsafe.Add(unsafe.Pointer(g.ring), 4*(j*g.width()+w)))
 }
 
-// tick returns the tick of entry i, 0 <= i < n.
-func (g *eventLog) tick(i uint32) uint32 { return *g.slot(i, 0) }
+// tick returns the tick of entry i, 0 <= i < n: the oldest's from the
+// cache when it holds it.
+func (g *eventLog) tick(i uint32) uint32 {
+	if i == 0 && g.state&cached != 0 {
+		return g.inline[0]
+	}
+	return *g.slot(i, 0)
+}
+
+// cache keeps the oldest entry's tick in inline[0], when the log is narrow
+// and on the heap and its tier leaves that slot free of cursors (free), or
+// forgets it when it cannot. Called whenever the oldest entry may have
+// changed, after settling; an entry just read costs no miss to copy.
+func (g *eventLog) cache(free bool) {
+	if g.n == 0 || g.wide || g.ring == &g.inline[0] || !free {
+		g.state &^= cached
+		return
+	}
+	g.inline[0] = *g.slot(0, 0)
+	g.state |= cached
+}
+
+// recache keeps the cache true after the oldest entry changed, when it is
+// kept at all.
+func (g *eventLog) recache() {
+	if g.state&cached != 0 {
+		g.cache(true)
+	}
+}
 
 // age returns how many ticks entry i is older than reference tick r.
 // Every held entry is at most r and less than 2^32 ticks older.
@@ -233,6 +265,9 @@ func (g *eventLog) cursor(t *tier, i int) *uint32 {
 	if slot < 0 || g.ring == &g.inline[0] || slot == 0 && g.wide {
 		return nil
 	}
+	if slot == 0 {
+		g.state &^= cached // the cursor takes the cache's slot
+	}
 	return &g.inline[slot]
 }
 
@@ -260,6 +295,9 @@ func (g *eventLog) drop(k uint32) {
 	if g.size > 2 && g.n <= g.size/4 {
 		g.resize(2 * g.n) // room to double before the next shrink
 	}
+	if k > 0 {
+		g.recache()
+	}
 }
 
 // push records weight k at tick r, that of the instant decided at: one
@@ -285,6 +323,9 @@ func (g *eventLog) push(r int64, k uint32, bound int, res bool) {
 	}
 	*g.slot(g.n, 0) = t
 	g.n++
+	if g.n == 1 {
+		g.recache()
+	}
 }
 
 // pushCounted is push into a wide log: weight k joins the newest entry
@@ -311,6 +352,7 @@ func (g *eventLog) reform(wide bool) {
 	}
 	old := g.width()
 	g.wide, g.head, g.inline = wide, 0, [2]uint32{}
+	g.state &^= cached
 	if g.ring == &g.inline[0] || g.size*old < g.width() {
 		g.ring, g.size = nil, 0 // the inline slots hold no pairs
 		return
@@ -338,6 +380,7 @@ func (g *eventLog) widen(bound int) {
 	}
 	g.inline = [2]uint32{g.n, 0}
 	g.ring, g.size, g.head, g.n, g.wide = &ring[0], uint32(len(ring))/2, 0, m, true
+	g.state &^= cached
 }
 
 // grown returns a zeroed heap ring of at least c entries of wd slots, taking
@@ -359,6 +402,7 @@ func (g *eventLog) resize(c uint32) {
 		ring = g.inline[:]
 	case c == 0:
 		g.ring, g.size, g.head = nil, 0, 0
+		g.state &^= cached
 		return
 	default:
 		ring = grown(c, wd)
@@ -371,6 +415,9 @@ func (g *eventLog) resize(c uint32) {
 		copy(ring[m:], old[:(g.n-tail)*wd])
 	}
 	g.ring, g.size, g.head = &ring[0], uint32(len(ring))/wd, 0
+	if g.ring == &g.inline[0] {
+		g.state &^= cached // the slot holds an entry now
+	}
 }
 
 // remove takes the k entries from index i out of the log, moving the
@@ -396,6 +443,9 @@ func (g *eventLog) remove(i, k uint32) {
 	}
 	g.n -= k
 	g.drop(0)
+	if i == 0 {
+		g.recache()
+	}
 }
 
 // unpushCounted takes weight k from entry i of a wide log: the running

@@ -18,6 +18,9 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
 	if g.count(0)+n > t.minLimit {
 		return false
 	}
@@ -39,6 +42,9 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
 	held := g.count(0)
 	r := s.ceil(now)
 	for i := range t.policies {
@@ -82,6 +88,9 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
 	r := s.ceil(now)
 	d.nparts = len(t.policies)
 	allowed := true
