@@ -30,19 +30,19 @@ local function prepare(tr)
   return tr
 end
 
-local function load(r)
-  local cur = redis.pcall('HMGET', r.key, unpack(r.tr.fields))
+local function load(key, n, tr)
+  local cur = redis.pcall('HMGET', key, unpack(tr.fields))
   if cur.err then return nil, cur.err end
-  local st = {cur = cur, gen = tonumber(cur[1]), last = tonumber(cur[2])}
-  r.now = now0
-  if st.last and r.now < st.last then r.now = st.last end
-  return st
+  local last, now = tonumber(cur[2]), now0
+  if last and now < last then now = last end
+  return {key = key, n = n, tr = tr, now = now, room = false, cur = cur, gen = tonumber(cur[1]), last = last,
+    idx = false, count = false, left = false, fresh = false, ttl = 0}
 end
 
 -- assess finds each policy's current window, its count and the time until
 -- it ends.
 local function assess(r)
-  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local st, tr, n, now = r, r.tr, r.n, r.now
   local idx, count, left, fresh, ttl = {}, {}, {}, false, 0
   local room = n >= 0 and n <= tr.lmin
   for i = 1, tr.P do
@@ -63,8 +63,8 @@ local function assess(r)
   r.room = room
 end
 
-local function admit(r, rec)
-  local st, tr, n, now = r.st, r.tr, r.n, r.now
+local function admit(r)
+  local st, tr, n, now = r, r.tr, r.n, r.now
   local set = {'l', num(now)}
   if not st.gen then
     st.gen = ` + newGen + `
@@ -82,11 +82,11 @@ local function admit(r, rec)
   redis.call('HSET', r.key, unpack(set))
   if st.fresh then redis.call('PEXPIRE', r.key, math.ceil(st.ttl / 1000)) end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = st.gen, 0
-  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
+  return struct.pack(tr.fmt, unpack(out))
 end
 
-local function describe(r, n, rec)
-  local st, tr, now = r.st, r.tr, r.now
+local function describe(r, n)
+  local st, tr, now = r, r.tr, r.now
   local out = {now}
   for i = 1, tr.P do
     local c, left, limit = st.count[i], st.left[i], tr.limits[i]
@@ -97,8 +97,8 @@ local function describe(r, n, rec)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = remaining, retry, reset, reset
   end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = 0, 0
-  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
   if st.gen and (not st.last or now > st.last) then redis.pcall('HSET', r.key, 'l', num(now)) end
+  return struct.pack(tr.fmt, unpack(out))
 end
 `
 

@@ -48,19 +48,18 @@ local function prepare(tr)
   return tr
 end
 
-local function load(r)
-  local cur = redis.pcall('HMGET', r.key, unpack(r.tr.fields))
+local function load(key, n, tr)
+  local cur = redis.pcall('HMGET', key, unpack(tr.fields))
   if cur.err then return nil, cur.err end
-  local st = {cur = cur, gen = tonumber(cur[1]), expires = tonumber(cur[2]) or 0, ledger = tonumber(cur[3]) or 0,
-    last = tonumber(cur[4])}
-  r.now = now0
-  if st.last and r.now < st.last then r.now = st.last end
-  return st
+  local last, now = tonumber(cur[4]), now0
+  if last and now < last then now = last end
+  return {key = key, n = n, tr = tr, now = now, room = false, cur = cur, gen = tonumber(cur[1]),
+    expires = tonumber(cur[2]) or 0, ledger = tonumber(cur[3]) or 0, last = last, full = false}
 end
 
 -- assess finds each bucket's full, the time until it is full again.
 local function assess(r)
-  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local st, tr, n, now = r, r.tr, r.n, r.now
   local full, room = {}, n >= 0 and n <= tr.lmin
   for i = 1, tr.P do
     local f = (tonumber(st.cur[4 + i]) or 0) - now
@@ -74,8 +73,8 @@ end
 
 -- numbers appends each policy's numbers from full; retry is set for a
 -- request of weight n that did not fit, when record is not.
-local function numbers(r, n, record, rec, gen, rid)
-  local st, tr = r.st, r.tr
+local function numbers(r, n, record, gen, rid)
+  local st, tr = r, r.tr
   local out = {r.now}
   for i = 1, tr.P do
     local f, t, limit = st.full[i], tr.T[i], tr.limits[i]
@@ -89,11 +88,11 @@ local function numbers(r, n, record, rec, gen, rid)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = remaining, retry, f, refill
   end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = gen, rid
-  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
+  return struct.pack(tr.fmt, unpack(out))
 end
 
-local function admit(r, rec)
-  local st, tr, n, now = r.st, r.tr, r.n, r.now
+local function admit(r)
+  local st, tr, n, now = r, r.tr, r.n, r.now
   local set, top = {'l', num(now)}, 0
   if not st.gen then
     st.gen = ` + newGen + `
@@ -113,13 +112,12 @@ local function admit(r, rec)
   end
   redis.call('HSET', r.key, unpack(set))
   if ttl then redis.call('PEXPIRE', r.key, ttl) end
-  numbers(r, n, true, rec, st.gen, st.ledger)
+  return numbers(r, n, true, st.gen, st.ledger)
 end
 
-local function describe(r, n, rec)
-  local st = r.st
-  numbers(r, n, false, rec, 0, 0)
-  if st.gen and (not st.last or r.now > st.last) then redis.pcall('HSET', r.key, 'l', num(r.now)) end
+local function describe(r, n)
+  if r.gen and (not r.last or r.now > r.last) then redis.pcall('HSET', r.key, 'l', num(r.now)) end
+  return numbers(r, n, false, 0, 0)
 end
 `
 

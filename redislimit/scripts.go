@@ -114,61 +114,86 @@ end
 // driverTail decides each request with the algorithm's functions, which
 // the algorithm's source defines between driverNow and driverTiers:
 //
-//   - load(r) reads the state of key r.key for r.tr's policies into r.st
-//     and sets r.now, the instant to decide at, or returns an error
-//     status;
+//   - load(key, n, tr) reads the state of key for tr's policies and
+//     returns it as the key's table r, with r.key, r.n, r.tr and r.now,
+//     the instant to decide at, or nil and an error's text;
 //   - assess(r) works out each policy's part at weight r.n, and sets
 //     r.room;
-//   - admit(r, rec) records r.n and appends the key's numbers to rec;
-//   - describe(r, n, rec) appends the key's numbers at weight n, recording
-//     nothing, and writes the instant it was decided at.
+//   - admit(r) records r.n and returns the key's numbers, packed;
+//   - describe(r, n) returns the key's numbers at weight n, packed,
+//     recording nothing, and writes the instant it was decided at.
 //
 // admit and describe run under pcall, so that a write Redis refuses fails
-// its request alone.
+// its request alone. A request of one key, the most common, takes a path
+// of its own, with no table of keys.
 const driverTail = `
 local function failure(e)
   if type(e) == 'table' then return tostring(e.err) end
   return tostring(e)
 end
+local function failed(at, e) return struct.pack('<BHH', 2, at, #e) .. e end
 local reply, ki = {}, 1
 while a <= #ARGV do
   local K = tonumber(ARGV[a])
   a = a + 1
-  local rs, admitted, fail, at = {}, true, nil, 0
-  for j = 1, K do
-    local r = {key = KEYS[ki], n = tonumber(ARGV[a]), tr = tiers[tonumber(ARGV[a + 1])], now = 0, st = false, w = false, room = false}
+  if K == 1 then
+    local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
     ki, a = ki + 1, a + 2
-    rs[j] = r
-    if not fail then
-      local st, err = load(r)
-      if err then
-        fail, at = err, j
+    if not r then
+      reply[#reply + 1] = failed(1, err)
+    else
+      assess(r)
+      local ok, s
+      if not r.room then
+        ok, s = pcall(describe, r, r.n)
+      elseif r.n > 0 then
+        ok, s = pcall(admit, r)
       else
-        r.st = st
-        assess(r)
-        admitted = admitted and r.room
+        ok, s = pcall(describe, r, 0)
+      end
+      if not ok then
+        reply[#reply + 1] = failed(1, failure(s))
+      elseif r.room then
+        reply[#reply + 1] = '\1' .. s
+      else
+        reply[#reply + 1] = '\0' .. s
       end
     end
-  end
-  local rec = {''}
-  for j = 1, K do
-    if fail then break end
-    local r = rs[j]
-    local ok, e
-    if admitted and r.n > 0 then
-      ok, e = pcall(admit, r, rec)
-    elseif admitted or r.room then
-      ok, e = pcall(describe, r, 0, rec)
-    else
-      ok, e = pcall(describe, r, r.n, rec)
-    end
-    if not ok then fail, at = failure(e), j end
-  end
-  if fail then
-    reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
   else
-    if admitted then rec[1] = '\1' else rec[1] = '\0' end
-    reply[#reply + 1] = table.concat(rec)
+    local rs, admitted, fail, at = {}, true, nil, 0
+    for j = 1, K do
+      if not fail then
+        local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
+        if not r then
+          fail, at = err, j
+        else
+          assess(r)
+          admitted = admitted and r.room
+          rs[j] = r
+        end
+      end
+      ki, a = ki + 1, a + 2
+    end
+    local rec = {''}
+    for j = 1, K do
+      if fail then break end
+      local r = rs[j]
+      local ok, s
+      if admitted and r.n > 0 then
+        ok, s = pcall(admit, r)
+      elseif admitted or r.room then
+        ok, s = pcall(describe, r, 0)
+      else
+        ok, s = pcall(describe, r, r.n)
+      end
+      if ok then rec[j + 1] = s else fail, at = failure(s), j end
+    end
+    if fail then
+      reply[#reply + 1] = failed(at, fail)
+    else
+      if admitted then rec[1] = '\1' else rec[1] = '\0' end
+      reply[#reply + 1] = table.concat(rec)
+    end
   end
 end
 return table.concat(reply)

@@ -109,31 +109,30 @@ end
 -- TN, the newest entry's tick, whole; R0 and Rn, the oldest and newest
 -- entries' instants: an entry's instant is its tick's distance back from
 -- TN, in ticks.
-local function load(r)
-  local key = r.key
+local function load(key, n, tr)
   local hdr = redis.pcall('GETRANGE', key, 0, HB - 1)
   if type(hdr) ~= 'string' then return nil, tostring(hdr.err) end
-  local st
   if #hdr == HB then
     local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
     if v ~= 1 then return nil, 'unknown keyrate log version ' .. v end
-    st = {key = key, hdr = hdr, exists = true, lk = lk, gen = gen, cap = cap, head = head, rc = rc, base = base,
-      c0 = c0, t0 = t0, expires = expires, cnt = cnt, total = total, tn = tn, last = last, ltick = 2 ^ lk,
-      TN = 0, R0 = 0, Rn = 0}
+    local ltick, TN, R0, Rn = 2 ^ lk, 0, 0, 0
     if cnt > 0 then
-      local lt = math.ceil(last / st.ltick)
-      local TN = lt + (tn - lt + 2147483648) % M - 2147483648
-      st.TN, st.R0, st.Rn = TN, (TN - (tn - t0) % M) * st.ltick, TN * st.ltick
+      local lt = math.ceil(last / ltick)
+      TN = lt + (tn - lt + 2147483648) % M - 2147483648
+      R0, Rn = (TN - (tn - t0) % M) * ltick, TN * ltick
     end
+    local now = now0
+    if now < last then now = last end
+    return {key = key, n = n, tr = tr, now = now, w = false, room = false, probed = false,
+      hdr = hdr, exists = true, lk = lk, gen = gen, cap = cap, head = head, rc = rc, base = base,
+      c0 = c0, t0 = t0, expires = expires, cnt = cnt, total = total, tn = tn, last = last, ltick = ltick,
+      TN = TN, R0 = R0, Rn = Rn}
   elseif #hdr > 0 then
     return nil, 'not a keyrate log'
-  else
-    st = {key = key, hdr = hdr, exists = false, lk = 0, gen = 0, cap = 0, head = 0, rc = 0, base = 0, c0 = 0,
-      t0 = 0, expires = 0, cnt = 0, total = 0, tn = 0, last = 0, ltick = 1, TN = 0, R0 = 0, Rn = 0}
   end
-  r.now = now0
-  if st.exists and r.now < st.last then r.now = st.last end
-  return st
+  return {key = key, n = n, tr = tr, now = now0, w = false, room = false, probed = false,
+    hdr = hdr, exists = false, lk = 0, gen = 0, cap = 0, head = 0, rc = 0, base = 0, c0 = 0,
+    t0 = 0, expires = 0, cnt = 0, total = 0, tn = 0, last = 0, ltick = 1, TN = 0, R0 = 0, Rn = 0}
 end
 
 -- at returns the instant of the i-th oldest entry and its running total:
@@ -169,7 +168,7 @@ end
 -- entry of the log answers for every window it is in; the others search,
 -- trying the entry after the oldest first: usually the next to leave.
 local function assess(r)
-  local st, tr, n, now = r.st, r.tr, r.n, r.now
+  local st, tr, n, now = r, r.tr, r.n, r.now
   local w, cnt = {}, st.cnt
   local room = n >= 0 and n <= tr.lmin
   for i = 1, tr.P do
@@ -202,7 +201,7 @@ end
 -- returns the buffer's entries left, as stored, and whether the header's
 -- oldest-entry fields changed.
 local function prune(r)
-  local st, tr = r.st, r.tr
+  local st, tr = r, r.tr
   local j, fixed, skip = r.w[4 * tr.longest - 2], false, 0
   if st.cnt == 0 then return '', false end
   if not j then
@@ -226,8 +225,8 @@ end
 -- resolution, then the tick), never before the newest entry (which a
 -- client with a coarser resolution may have put later), merged into the
 -- newest when both round to one instant.
-local function admit(r, rec)
-  local st, tr, n, now, w = r.st, r.tr, r.n, r.now, r.w
+local function admit(r)
+  local st, tr, n, now, w = r, r.tr, r.n, r.now, r.w
   local key, k, tick, wmax = r.key, tr.k, tr.tick, tr.wmax
   local buf, fixed = prune(r)
   local cnt, rc, nb = st.cnt, st.rc, st.cnt - st.rc
@@ -320,13 +319,13 @@ local function admit(r, rec)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = tr.limits[i] - w[4 * i - 3] - n, 0, R + win - now, refill
   end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = st.gen, R - now
-  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
+  return struct.pack(tr.fmt, unpack(out))
 end
 
 -- describe gives r's numbers at weight n, recording nothing, then settles
 -- the log at r.now: what left the longest window goes, and last moves on.
-local function describe(r, n, rec)
-  local st, tr, now, w = r.st, r.tr, r.now, r.w
+local function describe(r, n)
+  local st, tr, now, w = r, r.tr, r.now, r.w
   local cnt = st.cnt
   local out = {now}
   for i = 1, tr.P do
@@ -358,8 +357,8 @@ local function describe(r, n, rec)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = remaining, retry, reset, refill
   end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = 0, 0
-  rec[#rec + 1] = struct.pack(tr.fmt, unpack(out))
-  if not st.exists then return end
+  local packed = struct.pack(tr.fmt, unpack(out))
+  if not st.exists then return packed end
   local wmax, Rn = tr.wmax, st.Rn
   local ttl
   if cnt > 0 and Rn > now - wmax and st.expires < Rn + wmax then
@@ -394,6 +393,7 @@ local function describe(r, n, rec)
   elseif now > st.last then
     redis.pcall('SETRANGE', r.key, 48, struct.pack('<d', now))
   end
+  return packed
 end
 `
 
