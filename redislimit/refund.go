@@ -500,17 +500,7 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if identity, ok := keyrate.IdentityFromContext(ctx); ok {
 		as = identity
 	}
-	var err error
-	if n == d.Receipt.N() {
-		err = l.fallback.lim.Refund(l.fallbackKey(as, id), d)
-	} else if rn, ok := any(l.fallback.lim).(interface {
-		RefundN(string, *keyrate.Decision, int) error
-	}); ok {
-		err = rn.RefundN(l.fallbackKey(as, id), d, n)
-	} else {
-		err = fmt.Errorf("%w: the in-process limiter gives back whole decisions only", ErrNothingToRefund)
-	}
-	if err != nil {
+	if err := l.fallback.lim.RefundN(l.fallbackKey(as, id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

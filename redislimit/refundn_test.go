@@ -234,3 +234,23 @@ func TestRefundNTakeAllAndDenyCache(t *testing.T) {
 	require.NoError(t, l.RefundN(ctx, "b", &ds[1], 4))
 	require.Equal(t, 10, remaining(t, l, "b"))
 }
+
+// TestRefundNFallbackDecision settles a decision the local fallback made
+// while Redis could not answer: the parts go back to the fallback, which
+// made it.
+func TestRefundNFallbackDecision(t *testing.T) {
+	l, err := redislimit.New(deadClient(t), 10, time.Minute, redislimit.WithLocalFallback(1))
+	require.NoError(t, err)
+	ctx := context.Background()
+	d, err := l.TakeContext(ctx, "alice", 8)
+	require.NoError(t, err)
+	require.True(t, d.Allowed && d.Fallback)
+	require.ErrorIs(t, l.RefundN(ctx, "alice", &d, 9), keyrate.ErrExceedsLimit)
+	require.NoError(t, l.RefundN(ctx, "alice", &d, 5))
+	require.Equal(t, 3, d.Receipt.N())
+	after, err := l.TakeContext(ctx, "alice", 0)
+	require.NoError(t, err)
+	require.Equal(t, 7, after.Remaining, "8 taken, 5 given back")
+	require.NoError(t, l.Refund(ctx, "alice", &d))
+	require.ErrorIs(t, l.RefundN(ctx, "alice", &d, 1), redislimit.ErrNothingToRefund)
+}
