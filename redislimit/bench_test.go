@@ -3,6 +3,8 @@ package redislimit_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +128,73 @@ func BenchmarkTake(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
 	}
+}
+
+// BenchmarkBatchShape compares the two ways concurrent decisions can share
+// a round trip, with 128 callers (64 per core) on distinct keys, every
+// call admitted: one script run deciding every request of a batch (Run,
+// what a Limiter does) and a pipeline of one script run per request
+// (Pipeline). It reports decisions per second, the server's CPU time per
+// decision (INFO cpu) and round trips per decision.
+func BenchmarkBatchShape(b *testing.B) {
+	srv := redistest.Shared(b)
+	for _, shape := range []string{"Run", "Pipeline"} {
+		b.Run(shape, func(b *testing.B) {
+			client := srv.Client(b)
+			ctx := context.Background()
+			if err := client.FlushDB(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var rt redistest.RoundTrips
+			client.AddHook(&rt)
+			l, err := redislimit.New(client, 1_000_000_000, time.Minute, redislimit.WithTimeout(5*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if shape == "Pipeline" {
+				redislimit.SendEachRequestAlone(l)
+			}
+			if _, err := l.TakeContext(ctx, "warm-up", 1); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			before, cpu := rt.Load(), serverCPU(b, client)
+			b.ResetTimer()
+			b.SetParallelism(64)
+			b.RunParallel(func(pb *testing.PB) {
+				keys := benchKeys[next.Add(1)%100*100:][:100]
+				for i := 0; pb.Next(); i++ {
+					if d, err := l.TakeContext(ctx, keys[i%len(keys)], 1); err != nil || !d.Allowed {
+						b.Errorf("%+v, %v", d, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
+			b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// serverCPU returns the CPU time the Redis server has used, user and
+// system (INFO cpu).
+func serverCPU(tb testing.TB, client *redis.Client) time.Duration {
+	info, err := client.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			s, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			total += time.Duration(s * float64(time.Second))
+		}
+	}
+	return total
 }

@@ -110,3 +110,9 @@ func ReceiptGen(r keyrate.Receipt) uint64 { return r.ID() >> 48 }
 // ReceiptRecorded returns the instant, in microseconds since the epoch,
 // that the events r names were recorded at.
 func ReceiptRecorded(r keyrate.Receipt) int64 { return r.At().UnixMicro() + int64(r.ID()&maxOffset) }
+
+// SendEachRequestAlone makes the Limiter send each request of a batch as
+// a script run of its own, in one pipeline, instead of one run deciding
+// many: the other way of sharing a round trip, which the benchmarks
+// compare.
+func SendEachRequestAlone(l *Limiter) { l.perRequest = true }
