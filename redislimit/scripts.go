@@ -127,11 +127,6 @@ end
 // its request alone. A request of one key, the most common, takes a path
 // of its own, with no table of keys.
 const driverTail = `
-local function failure(e)
-  if type(e) == 'table' then return tostring(e.err) end
-  return tostring(e)
-end
-local function failed(at, e) return struct.pack('<BHH', 2, at, #e) .. e end
 local reply, ki = {}, 1
 while a <= #ARGV do
   local K = tonumber(ARGV[a])
@@ -140,7 +135,7 @@ while a <= #ARGV do
     local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
     ki, a = ki + 1, a + 2
     if not r then
-      reply[#reply + 1] = failed(1, err)
+      reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
     else
       assess(r)
       local ok, s
@@ -152,7 +147,8 @@ while a <= #ARGV do
         ok, s = pcall(describe, r, 0)
       end
       if not ok then
-        reply[#reply + 1] = failed(1, failure(s))
+        s = tostring(type(s) == 'table' and s.err or s)
+        reply[#reply + 1] = struct.pack('<BHH', 2, 1, #s) .. s
       elseif r.room then
         reply[#reply + 1] = '\1' .. s
       else
@@ -186,10 +182,10 @@ while a <= #ARGV do
       else
         ok, s = pcall(describe, r, r.n)
       end
-      if ok then rec[j + 1] = s else fail, at = failure(s), j end
+      if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
     end
     if fail then
-      reply[#reply + 1] = failed(at, fail)
+      reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
     else
       if admitted then rec[1] = '\1' else rec[1] = '\0' end
       reply[#reply + 1] = table.concat(rec)

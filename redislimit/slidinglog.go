@@ -220,7 +220,7 @@ local function prune(r)
   local nb = st.cnt - st.rc
   return st.hdr:sub(H + 8 * skip + 1, H + 8 * (skip + nb)), fixed
 end
-` + rewriteHelpers + `
+
 -- admit records r.n at r.now: one entry at the instant rounded up (to the
 -- resolution, then the tick), never before the newest entry (which a
 -- client with a coarser resolution may have put later), merged into the
@@ -256,6 +256,7 @@ local function admit(r)
     -- Rewrite the log whole, in the tick of the policies deciding now,
     -- with room for twice the entries (at most what the longest window
     -- can hold), or half when a quarter full.
+` + rewriteHelpers + `
     local px = ttl and ttl / 1000
     if not px then
       px = redis.call('PTTL', key)
@@ -376,6 +377,7 @@ local function describe(r, n)
     -- to its longest window could take it more than 2^31 of the log's
     -- ticks past the newest entry, whose instant is recovered from last.
     -- Rewrite the log in the tier's ticks first, as an admission would.
+` + rewriteHelpers + `
     local parts = retick(st, tr, buf)
     local px = ttl
     if not px then
@@ -399,7 +401,9 @@ end
 
 var slidingLogScript = decisionScript(slidingLogSource)
 
-// rewriteHelpers makes
+// rewriteHelpers makes, in the branches that rewrite a log (which are
+// rare: Lua makes a closure each time a definition runs, whether or not it
+// is called),
 //
 //   - ringBytes(st), the ring's entries, oldest first, as stored;
 //   - ring(st, buf), the instants and running totals of the ring's
