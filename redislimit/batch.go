@@ -11,13 +11,14 @@ import (
 )
 
 // Concurrent decisions share round trips: each Redis node has a batcher,
-// and while one round trip to the node is in flight, the requests that
-// arrive wait in its queue, to go together in the next. There is no
-// timer: a caller that finds no round trip in flight sends its own request
-// at once, on its own goroutine (with a client that stops at the
-// deadline by itself, see the package doc), so a lone caller pays nothing
-// for the batching; the queue is sent the moment the round trip before it
-// comes back, by a goroutine that lives while the queue does. Each caller
+// with at most two round trips to the node in flight (maxFlights); while
+// both are, the requests that arrive wait in its queue, to go together in
+// the next. There is no timer: a caller that finds nothing waiting and
+// room for a round trip sends its own request at once, on its own
+// goroutine (with a client that stops at the deadline by itself, see the
+// package doc), so a lone caller pays nothing for the batching; the queue
+// is sent the moment a round trip comes back, by a goroutine that lives
+// while the queue does. Each caller
 // waits on its own request for at most its own budget, and gets its own
 // result or error; a request whose caller has gone by the time its batch
 // is sent is left out.
@@ -59,35 +60,44 @@ type answer struct {
 
 // batcher sends the requests for one Redis node.
 type batcher struct {
-	l     *Limiter
-	mu    sync.Mutex
-	busy  bool       // a round trip is in flight, or about to be
-	queue []*request // what waits for the next
+	l       *Limiter
+	mu      sync.Mutex
+	flights int        // round trips in flight, or about to be
+	queue   []*request // what waits for the next
 }
+
+// maxFlights is how many round trips a batcher has in flight to its node
+// at once. With one, the server would sit idle while the client reads a
+// batch's answers, wakes its callers and gathers the next; with two, one
+// batch is decided while the next is gathered.
+var maxFlights = 2
 
 // do sends r, with a batch of the requests waiting with it, and returns
 // its answer once it has one, or once its budget r.ctx is done.
 func (b *batcher) do(r *request) answer {
 	b.mu.Lock()
-	if !b.busy && b.l.direct {
-		// Nothing in flight: send at once, on the caller's goroutine.
-		b.busy = true
+	if b.flights < maxFlights && len(b.queue) == 0 && b.l.direct {
+		// Nothing waiting and room for a round trip: send at once, on
+		// the caller's goroutine.
+		b.flights++
 		b.mu.Unlock()
 		b.l.send(r.ctx, []*request{r})
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.busy = false
+			b.flights--
 			b.mu.Unlock()
 		} else {
 			b.mu.Unlock()
-			go b.drain()
+			go b.drain() // this flight's place goes to the queue
 		}
 		return r.ans
 	}
 	r.done = make(chan answer, 1)
 	b.queue = append(b.queue, r)
-	start := !b.busy
-	b.busy = true
+	start := b.flights < maxFlights
+	if start {
+		b.flights++
+	}
 	b.mu.Unlock()
 	if start {
 		go b.drain()
@@ -112,7 +122,7 @@ func (b *batcher) drain() {
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.busy = false
+			b.flights--
 			b.mu.Unlock()
 			return
 		}

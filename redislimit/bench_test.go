@@ -2,6 +2,8 @@ package redislimit_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -130,51 +132,57 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
-// BenchmarkBatchShape compares the two ways concurrent decisions can share
-// a round trip, with 128 callers (64 per core) on distinct keys, every
-// call admitted: one script run deciding every request of a batch (Run,
-// what a Limiter does) and a pipeline of one script run per request
+// BenchmarkBatchShape compares the ways concurrent decisions can share
+// round trips, with 32 and 128 callers (16 and 64 per core) on distinct
+// keys, every call admitted: one script run deciding every request of a
+// batch, with two batches in flight at once (Run, what a Limiter does) or
+// one (OneFlight), and a pipeline of one script run per request
 // (Pipeline). It reports decisions per second, the server's CPU time per
 // decision (INFO cpu) and round trips per decision.
 func BenchmarkBatchShape(b *testing.B) {
 	srv := redistest.Shared(b)
-	for _, shape := range []string{"Run", "Pipeline"} {
-		b.Run(shape, func(b *testing.B) {
-			client := srv.Client(b)
-			ctx := context.Background()
-			if err := client.FlushDB(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			var rt redistest.RoundTrips
-			client.AddHook(&rt)
-			l, err := redislimit.New(client, 1_000_000_000, time.Minute, redislimit.WithTimeout(5*time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if shape == "Pipeline" {
-				redislimit.SendEachRequestAlone(l)
-			}
-			if _, err := l.TakeContext(ctx, "warm-up", 1); err != nil {
-				b.Fatal(err)
-			}
-			var next atomic.Int64
-			before, cpu := rt.Load(), serverCPU(b, client)
-			b.ResetTimer()
-			b.SetParallelism(64)
-			b.RunParallel(func(pb *testing.PB) {
-				keys := benchKeys[next.Add(1)%100*100:][:100]
-				for i := 0; pb.Next(); i++ {
-					if d, err := l.TakeContext(ctx, keys[i%len(keys)], 1); err != nil || !d.Allowed {
-						b.Errorf("%+v, %v", d, err)
-						return
-					}
+	for _, callers := range []int{32, 128} {
+		for _, shape := range []string{"Run", "OneFlight", "Pipeline"} {
+			b.Run(fmt.Sprintf("callers=%d/shape=%s", callers, shape), func(b *testing.B) {
+				client := srv.Client(b)
+				ctx := context.Background()
+				if err := client.FlushDB(ctx).Err(); err != nil {
+					b.Fatal(err)
 				}
+				var rt redistest.RoundTrips
+				client.AddHook(&rt)
+				l, err := redislimit.New(client, 1_000_000_000, time.Minute, redislimit.WithTimeout(5*time.Second))
+				if err != nil {
+					b.Fatal(err)
+				}
+				switch shape {
+				case "Pipeline":
+					redislimit.SendEachRequestAlone(l)
+				case "OneFlight":
+					defer redislimit.SetMaxFlights(redislimit.SetMaxFlights(1))
+				}
+				if _, err := l.TakeContext(ctx, "warm-up", 1); err != nil {
+					b.Fatal(err)
+				}
+				var next atomic.Int64
+				before, cpu := rt.Load(), serverCPU(b, client)
+				b.ResetTimer()
+				b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					keys := benchKeys[next.Add(1)%100*100:][:100]
+					for i := 0; pb.Next(); i++ {
+						if d, err := l.TakeContext(ctx, keys[i%len(keys)], 1); err != nil || !d.Allowed {
+							b.Errorf("%+v, %v", d, err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
+				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
-			b.StopTimer()
-			b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
-			b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		})
+		}
 	}
 }
 

@@ -116,3 +116,11 @@ func ReceiptRecorded(r keyrate.Receipt) int64 { return r.At().UnixMicro() + int6
 // many: the other way of sharing a round trip, which the benchmarks
 // compare.
 func SendEachRequestAlone(l *Limiter) { l.perRequest = true }
+
+// SetMaxFlights sets how many round trips each batcher has in flight at
+// once, for the benchmarks that compare them; it returns the previous.
+func SetMaxFlights(n int) int {
+	prev := maxFlights
+	maxFlights = n
+	return prev
+}
