@@ -23,8 +23,8 @@ import (
 )
 
 // peerEnv names the envoyproxy/ratelimit binary TestRedisPeerTable
-// measures keyrate-rls against, built from that project's repository
-// outside this one (go build ./src/service_cmd there).
+// measures keyrate-rls against, built from that project's repository,
+// outside this one.
 const peerEnv = "KEYRATE_RLS_PEER"
 
 // peerConfig is the rules both services run: three descriptor keys, each
