@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,8 +21,11 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 )
 
 // The tests in this file build the command and drive the binary over
@@ -99,6 +103,7 @@ var peerVariable = regexp.MustCompile(`^(HOST|PORT|GRPC_.*|DEBUG_.*|LOG_.*|USE_.
 type server struct {
 	cmd      *exec.Cmd
 	config   string // the configuration file's path
+	grpcAddr string
 	httpBase string
 	client   rlspb.RateLimitServiceClient
 	conn     *grpc.ClientConn
@@ -123,8 +128,20 @@ func startServer(t *testing.T, config string, args ...string) *server {
 // and args, and waits for the line that gives its addresses.
 func startBinary(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
+	return startBinaryUnder(t, nil, env, args...)
+}
+
+// startBinaryUnder is startBinary with the binary run by the command
+// under (a shell that sets its limits, say), which gets the binary's path
+// and args after its own.
+func startBinaryUnder(t *testing.T, under, env []string, args ...string) *server {
+	t.Helper()
 	s := &server{log: &lines{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(builtBinary(t), args...)
+	if len(under) > 0 {
+		s.cmd = exec.Command(under[0], append(append(under[1:], builtBinary(t)), args...)...)
+	} else {
+		s.cmd = exec.Command(builtBinary(t), args...)
+	}
 	s.cmd.Env = append(cleanEnv(), env...)
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -157,7 +174,7 @@ func startBinary(t *testing.T, env []string, args ...string) *server {
 		s.cmd.Process.Kill()
 		<-s.exited
 	})
-	s.httpBase = "http://" + m[2]
+	s.grpcAddr, s.httpBase = m[1], "http://"+m[2]
 	if s.conn, err = grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
@@ -565,5 +582,58 @@ func TestBinaryDrain(t *testing.T) {
 	}
 	if s.exitErr != nil {
 		t.Errorf("exit: %v\n%s", s.exitErr, s.log)
+	}
+}
+
+// gRPC server reflection lists the services, as grpcurl list shows them,
+// and /metrics serves envoyproxy/ratelimit's service-level series beside
+// the per-rule ones.
+func TestBinaryReflectionAndServiceMetrics(t *testing.T) {
+	s := startServer(t, binaryConfig(t))
+	stream, err := reflectionpb.NewServerReflectionClient(s.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, svc := range resp.GetListServicesResponse().GetService() {
+		services = append(services, svc.GetName())
+	}
+	stream.CloseSend()
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+		if !slices.Contains(services, want) {
+			t.Errorf("reflection lists %q, want %s among them", services, want)
+		}
+	}
+
+	s.ask(t, request("d", desc("a", "metrics")))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.client.ShouldRateLimit(ctx, request("")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a request with no domain: %v", err)
+	}
+	hr, err := http.Get(s.httpBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(hr.Body)
+	hr.Body.Close()
+	for _, want := range []string{
+		`ratelimit_service_config_load_success 1`,
+		`ratelimit_service_config_load_error 0`,
+		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`,
+		`ratelimit_service_should_rate_limit_error{err_type="service_error"} 1`,
+		`ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("GET /metrics lacks %s", want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -303,4 +304,24 @@ func (s *server) metric(t *testing.T, name string) int {
 	require.NotNil(t, m, "%s in /metrics", name)
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
+}
+
+// A setting of envoyproxy/ratelimit that keyrate-rls does not honour is
+// named at start, in a WARN line; one it cannot go on without stops it.
+func TestPeerSettingsNotHonoured(t *testing.T) {
+	env, _ := runtimeTree(t, peerRules)
+	s := startBinary(t, append(env, "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0",
+		"USE_STATSD=true", "REDIS_PIPELINE_WINDOW=150us"))
+	s.log.waitFor(t, "serving", 1)
+	for _, name := range []string{"USE_STATSD", "REDIS_PIPELINE_WINDOW"} {
+		assert.Regexp(t, `level=WARN msg="setting not honoured: `+name+` `, s.log.String())
+	}
+
+	cmd := exec.Command(builtBinary(t))
+	cmd.Env = append(cleanEnv(), append(env, "BACKEND_TYPE=memcache", "GRPC_PORT=0", "PORT=0")...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode())
+	assert.Contains(t, string(out), "BACKEND_TYPE is memcache")
 }
