@@ -17,7 +17,6 @@ require (
 	github.com/ulule/limiter/v3 v3.11.2
 	github.com/yuin/goldmark v1.8.7
 	golang.org/x/mod v0.43.0
-	golang.org/x/net v0.61.0
 	golang.org/x/time v0.16.0
 )
 

@@ -39,11 +39,12 @@
 // replicas), logged and counted as the fallback's (see redislimit's
 // WithLocalFallback).
 //
-// The server holds at most -max-conns connections at once (more wait until
-// one closes) and at most -max-conns-per-addr from one client address
-// (more are closed at once), so that no one address can take every
-// connection or the process's file descriptors; and at most 4 of the
-// page's event streams per client.
+// The server holds at most -max-conns connections at once (past it, one
+// from a new address takes the place of the least recently used of the
+// address holding the most) and at most -max-conns-per-addr from one client
+// address (more are closed at once), so that no addresses can take every
+// connection or the process's file descriptors; and at most 4 of the page's
+// event streams per client, each for 10 minutes at most.
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -74,7 +75,7 @@ func main() {
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
 	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
 	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
-	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
+	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; past it, one from a new address takes the place of the least recently used of the address holding the most")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
 	flag.Parse()
 	if *maxConns < 1 || *maxPerAddr < 1 {

@@ -145,7 +145,8 @@ func (h *Hub) serveKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveEvents streams decisions as Server-Sent Events until the client goes
-// away, a write to it fails or times out, or the Hub is closed.
+// away, a write to it fails or times out, the Hub is closed, the stream is
+// MaxStreamAge old, or another client's stream takes its place.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	lastID, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
 	s, past, err := h.subscribe(lastID, h.cfg.ClientOf(r))
@@ -188,12 +189,18 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 	tick := time.NewTicker(h.cfg.KeepAlive)
 	defer tick.Stop()
+	age := time.NewTimer(h.cfg.MaxStreamAge)
+	defer age.Stop()
 	batch := make([][]byte, 0, 64)
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-h.done:
+			return
+		case <-s.ended: // another client's stream took its place
+			return
+		case <-age.C: // the browser opens another, resuming where this one ends
 			return
 		case <-tick.C:
 			if err := write(h.notices(s, "tick")...); err != nil {

@@ -80,8 +80,10 @@ type Config struct {
 	// a page opened after some traffic still shows it. Default: 1000; a
 	// negative value keeps none. Each costs one encoded event of memory.
 	History int
-	// MaxSubscribers bounds the number of open event streams; further
-	// requests get 503. Default: 32.
+	// MaxSubscribers bounds the number of open event streams. Once it is
+	// reached, a request from a client holding fewer streams than the
+	// client that holds the most ends that client's oldest stream and
+	// takes its place; any other gets 503. Default: 32.
 	MaxSubscribers int
 	// MaxSubscribersPerClient bounds the open event streams of one client,
 	// as ClientOf names it, so that one client cannot take every stream;
@@ -101,6 +103,11 @@ type Config struct {
 	// WriteTimeout bounds each write to a subscriber; a browser that stops
 	// reading for longer is disconnected. Default: 10s.
 	WriteTimeout time.Duration
+	// MaxStreamAge ends a stream that has been open that long; the browser
+	// opens a new one within seconds (the stream's retry), resuming after
+	// the last event it saw, so that no client holds a place for good.
+	// Default: 10 minutes.
+	MaxStreamAge time.Duration
 }
 
 // Hub collects decisions and streams them to the page. Create one with New,
@@ -117,6 +124,7 @@ type Hub struct {
 	head    int
 	subs    map[*subscriber]struct{}
 	clients map[string]int // open streams per client, for clients with any
+	opened  uint64         // streams opened, which orders them by age
 	closed  bool
 	done    chan struct{}
 }
@@ -181,6 +189,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxStreamAge <= 0 {
+		cfg.MaxStreamAge = 10 * time.Minute
 	}
 	return &Hub{
 		cfg:     cfg,
@@ -364,8 +375,11 @@ func (h *Hub) Close() {
 // subscriber is one open event stream.
 type subscriber struct {
 	client  string // as Config.ClientOf names it
+	n       uint64 // the order it was opened in
 	frames  chan []byte
 	dropped atomic.Uint64
+	// ended is closed when another client's stream takes its place.
+	ended chan struct{}
 }
 
 // sent is a decision frame kept for subscribers that connect later.
@@ -385,13 +399,14 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	if h.closed {
 		return nil, nil, errClosed
 	}
-	if len(h.subs) >= h.cfg.MaxSubscribers {
-		return nil, nil, errBusy
-	}
 	if h.clients[client] >= h.cfg.MaxSubscribersPerClient {
 		return nil, nil, errClientBusy
 	}
-	s := &subscriber{client: client, frames: make(chan []byte, h.cfg.Buffer)}
+	if len(h.subs) >= h.cfg.MaxSubscribers && !h.makeRoom(client) {
+		return nil, nil, errBusy
+	}
+	h.opened++
+	s := &subscriber{client: client, n: h.opened, frames: make(chan []byte, h.cfg.Buffer), ended: make(chan struct{})}
 	h.subs[s] = struct{}{}
 	h.clients[client]++
 	if lastID > h.seq {
@@ -408,9 +423,41 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	return s, past, nil
 }
 
+// makeRoom ends the oldest stream of the client holding the most, when it
+// holds more than client would after this one, and reports whether it
+// did. Called with mu held.
+func (h *Hub) makeRoom(client string) bool {
+	most, n := "", 0
+	for c, k := range h.clients {
+		if k > n {
+			most, n = c, k
+		}
+	}
+	if n <= h.clients[client]+1 {
+		return false
+	}
+	var oldest *subscriber
+	for s := range h.subs {
+		if s.client == most && (oldest == nil || s.n < oldest.n) {
+			oldest = s
+		}
+	}
+	h.remove(oldest)
+	close(oldest.ended)
+	return true
+}
+
 func (h *Hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.remove(s)
+}
+
+// remove takes s out of the subscribers once; called with mu held.
+func (h *Hub) remove(s *subscriber) {
+	if _, ok := h.subs[s]; !ok {
+		return
+	}
 	delete(h.subs, s)
 	if h.clients[s.client]--; h.clients[s.client] == 0 {
 		delete(h.clients, s.client)
