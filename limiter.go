@@ -18,8 +18,9 @@ import (
 // been closed, including to calls that were waiting when Close was called.
 var ErrClosed = errors.New("keyrate: limiter closed")
 
-// ErrExceedsLimit is returned by WaitN for a weight that can never be
-// admitted: negative, or greater than a policy's limit.
+// ErrExceedsLimit is wrapped by WaitN's error for a weight that can never
+// be admitted (negative, or greater than a policy's limit), and by
+// RefundN's for more than a decision has left to give back.
 var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 
 // Limiter is an exact sliding-window rate limiter over string keys. It is
@@ -40,7 +41,7 @@ type Limiter struct {
 	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
 
 	coarseResolution time.Duration // WithCoarseClock's; 0: off
-	resolution       time.Duration // WithResolution's; 0: off
+	scale            scale         // every log's ticks, for the limiter's life
 	algorithm        Algorithm     // WithAlgorithm's
 
 	closed     atomic.Bool
@@ -96,10 +97,10 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
 		done:   make(chan struct{}),
 
-		resolution: cfg.resolution,
-		algorithm:  cfg.algorithm,
-		base:       cfg.base,
-		baseUnix:   cfg.base.UnixNano(),
+		scale:     cfg.scale,
+		algorithm: cfg.algorithm,
+		base:      cfg.base,
+		baseUnix:  cfg.base.UnixNano(),
 	}
 	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
@@ -206,33 +207,52 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 }
 
 // receipt returns the Receipt of n events g recorded at its last instant.
-// Called with g.mu held.
+// It holds g itself, so that no later log can take g's place in memory and
+// be mistaken for it. Called with g.mu held.
 func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g)))}
+	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
 }
 
-// ErrNothingToRefund is wrapped by Refund's error when it gives nothing
-// back: the decision recorded nothing (a refusal, a weight of 0, Peek), was
-// refunded already, or is another key's, or the key's log no longer holds
-// its events (they left the window, or the key was evicted or Reset).
+// ErrNothingToRefund is wrapped by Refund's and RefundN's error when they
+// give nothing back: the decision recorded nothing (a refusal, a weight of
+// 0, Peek), was given back already, or is another key's, or the key's log
+// no longer holds its events (they left the window, or the key was evicted
+// or Reset since).
 var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
-// Refund gives back exactly the events the admitted decision *d recorded
-// for key, as if its request had never been made: the instants it
-// recorded leave the log (not the newest events, which would let a later
-// window hold more than the limit), from every policy at once. Under
-// FixedWindow the events leave their window's count while it lasts; under
-// GCRA the bucket gets their tokens back.
-//
-// It consumes d's Receipt, so that refunding *d again returns an error
-// wrapping ErrNothingToRefund and changes nothing. Refund each Decision
-// once: a copy of it still holds the Receipt, and when other requests of
-// the key recorded events at the same instant, refunding the copy too
-// would give back theirs. Any other failure (see ErrNothingToRefund)
-// changes nothing either.
+// Refund gives back all the weight the admitted decision *d recorded for
+// key and has not yet given back: RefundN of what its Receipt has left.
 func (l *Limiter) Refund(key string, d *Decision) error {
-	if d == nil || d.Receipt.n <= 0 {
-		return fmt.Errorf("%w: the decision recorded nothing, or was refunded already", ErrNothingToRefund)
+	if d == nil {
+		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
+	}
+	return l.RefundN(key, d, d.Receipt.n)
+}
+
+// RefundN gives back n of the weight the admitted decision *d recorded for
+// key, as if that much of its request had never been made: a request that
+// reserved an estimate (a model call's maximum tokens, an upload's declared
+// size) settles its real cost this way once it knows it. The events leave
+// the log from the decision's own instant, never the newest events (which
+// would let a later window hold more than the limit), and from every policy
+// at once. Under FixedWindow they leave their window's count while it
+// lasts; under GCRA the bucket gets back the part of the decision's tokens
+// it has not yet refilled.
+//
+// It lowers d's Receipt by n, so that d can be refunded again, in part or
+// whole, until nothing is left. n must be 1 to what is left; more, or
+// less, returns an error wrapping ErrExceedsLimit. With nothing left, or
+// when the log no longer holds the decision (see ErrNothingToRefund), it
+// returns an error wrapping ErrNothingToRefund. Every error changes
+// nothing. Refund each Decision through one pointer: a copy still holds the
+// Receipt, and when other requests of the key recorded events at the same
+// instant, refunding the copy too would give back theirs.
+func (l *Limiter) RefundN(key string, d *Decision, n int) error {
+	switch {
+	case d == nil || d.Receipt.n <= 0:
+		return fmt.Errorf("%w: the decision recorded nothing, or was given back already", ErrNothingToRefund)
+	case n < 1 || n > d.Receipt.n:
+		return fmt.Errorf("%w: a refund of %d, the decision has %d to give back", ErrExceedsLimit, n, d.Receipt.n)
 	}
 	now := l.now()
 	g := l.lock(key, false)
@@ -240,13 +260,16 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 		return fmt.Errorf("%w: the key holds no events", ErrNothingToRefund)
 	}
 	defer g.mu.Unlock()
-	if uint64(uintptr(unsafe.Pointer(g))) != d.Receipt.id {
-		return fmt.Errorf("%w: the decision is another key's, or the key was evicted since", ErrNothingToRefund)
+	if g != d.Receipt.log {
+		return fmt.Errorf("%w: the decision is another key's, or the key was evicted or Reset since", ErrNothingToRefund)
 	}
-	if !g.refund(now, d.Receipt.at-l.baseUnix, d.Receipt.n, l.retention(g)) {
+	if !g.refund(now, d.Receipt.at-l.baseUnix, n, d, l.retention(g)) {
 		return fmt.Errorf("%w: the key no longer holds the decision's events", ErrNothingToRefund)
 	}
-	d.Receipt = Receipt{}
+	d.Receipt.n -= n
+	if d.Receipt.n == 0 {
+		d.Receipt = Receipt{}
+	}
 	return nil
 }
 

@@ -322,7 +322,7 @@ func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
 func TestSetTierUnderTraffic(t *testing.T) {
 	a := []Policy{{"a", 5, time.Minute}}
 	b := []Policy{{"b1", 3, time.Minute}, {"b2", 4, time.Hour}}
-	l, _ := newPolicies(t, a)
+	l, _ := newPolicies(t, a, WithMaxWindow(time.Hour))
 	keys := []string{"k0", "k1", "k2", "k3"}
 	var admitted [4]atomic.Int64
 	stop := make(chan struct{})
@@ -427,6 +427,10 @@ func TestPoliciesConfigErrors(t *testing.T) {
 		err = coarse.SetTier("", []Policy{{"a", 1, time.Millisecond}})
 		require.ErrorIs(t, err, ErrConfig)
 		assert.Contains(t, err.Error(), "coarse clock")
+
+		err = plain.SetTier("", []Policy{{"a", 1, 3 * s}})
+		require.ErrorIs(t, err, ErrConfig, "a 1ns tick counts at most 2.1s")
+		assert.Contains(t, err.Error(), "WithMaxWindow(3s)")
 	})
 }
 

@@ -213,7 +213,7 @@ func (k *keyMap) makeRoom() bool {
 	h.reset(max(int(k.maxKeys/roomShare), 1))
 	k.m.Range(func(key string, g *eventLog) bool {
 		g.mu.Lock()
-		last, gone := g.last, g.state != 0 // dead, or pinned by TakeAll
+		last, gone := g.last, g.state&(dead|pinned) != 0
 		g.mu.Unlock()
 		if !gone {
 			h.offer(candidate{last, key, g})

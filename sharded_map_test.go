@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -146,13 +147,13 @@ func TestKeyMapRemoveIf(t *testing.T) {
 func TestEvictIdle(t *testing.T) {
 	tenNanos, err := newTier("", []Policy{{Limit: 5, Window: 10}})
 	require.NoError(t, err)
-	require.NoError(t, tenNanos.setup(0, SlidingLog, 0))
+	require.NoError(t, tenNanos.setup(newScale(10, 0), SlidingLog, 0))
 	window := func(*eventLog) *tier { return tenNanos }
 	m := newKeyMap(0, false)
 	busy, quiet, late := insert(m, "busy"), insert(m, "quiet"), insert(m, "late")
 	busy.last, quiet.last = 15, 3 // decided at 15 and 3, each admitting one event
-	busy.push(15, 1, 5, &tenNanos.scale)
-	quiet.push(3, 1, 5, &tenNanos.scale)
+	busy.push(15, 1, 5, false)
+	quiet.push(3, 1, 5, false)
 	late.last = 40 // decided at 40, a clock that has since stepped back
 	assert.Equal(t, 2, m.evictIdle(20, window))
 	assert.False(t, busy.is(dead))
@@ -257,6 +258,31 @@ func TestMemoryPerFullKey(t *testing.T) {
 		})
 		t.Logf("%.0f bytes per key", bytes)
 		assert.LessOrEqual(t, bytes, 16_000.0)
+	})
+	t.Run("1000000 tokens per minute", func(t *testing.T) {
+		c := NewManualClock(t0)
+		l, err := New(1_000_000, time.Minute, WithClock(c), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		// 1,000 requests of 850 to 949 tokens, one every 50ms: each is one
+		// entry of 8 bytes, whatever its weight.
+		bytes := perKey(1000, func(key string) {
+			c.Set(t0)
+			for i := range 1000 {
+				c.Advance(50 * time.Millisecond)
+				require.True(t, l.AllowN(key, 850+i%100))
+			}
+		})
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 16384.0)
+	})
+	t.Run("one request of 2^31-1", func(t *testing.T) {
+		l, err := New(math.MaxInt32, time.Minute, WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		bytes := perKey(10_000, func(key string) { require.True(t, l.AllowN(key, math.MaxInt32)) })
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 128.0+8, "a key's overhead and one entry")
 	})
 }
 

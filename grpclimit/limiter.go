@@ -62,6 +62,8 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
+	case !c.revision.Known():
+		return nil, fmt.Errorf("%w: grpclimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	case c.budgetSet && allBounded(b, c.methods):
 		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
@@ -159,8 +161,11 @@ func (l *Limiter) routeFor(method string) *route {
 }
 
 // decide asks the backend about a call of method and returns the header
-// metadata to send and, when the call must not be served, its error.
-func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, func(error), error) {
+// metadata to send and, when the call must not be served, its error; for
+// a call whose events may be given back, the context to serve it under
+// (with its reservation, see ReportCost) and the function that settles it
+// once served.
+func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, context.Context, func(error), error) {
 	r := l.routeFor(method)
 	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
@@ -180,7 +185,7 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if err != nil {
 		ev.Err = err
 		md, err := l.failed(ctx, r, ev)
-		return md, nil, err
+		return md, ctx, nil, err
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
@@ -189,23 +194,42 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 		report(l.onLimited, ev)
 	}
 	l.observe(ev)
-	md := r.fields(&d)
-	if d.Allowed && l.refund != nil && d.Receipt.N() > 0 {
-		return md, func(served error) { l.settle(ctx, r, ev, served) }, nil
+	md := r.fields(&d, l.revision, ev.Cost)
+	reserve := l.cost != nil && r.caller.CanRefundPart()
+	if d.Allowed && (l.refund != nil || reserve) && d.Receipt.N() > 0 {
+		var res *middleware.Reservation
+		if reserve {
+			ctx, res = middleware.Reserve(ctx, ev.Cost)
+		}
+		return md, ctx, func(served error) { l.settle(ctx, r, ev, res, served) }, nil
 	}
 	if d.Allowed || l.shadow {
-		return md, nil, nil
+		return md, ctx, nil, nil
 	}
-	return md, nil, refusal(method, d)
+	return md, ctx, nil, refusal(method, d)
 }
 
-// settle gives back the events of a call served with the outcome served,
-// when WithRefund's function says its code should not count.
-func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, served error) {
-	if !l.refund(status.Code(served)) {
+// settle gives back the events of a call served with the outcome served:
+// all of them when WithRefund's function says its code should not count,
+// else the part of its weight the handler reported it did not use
+// (ReportCost). The header metadata went out with what was reserved.
+func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *middleware.Reservation, served error) {
+	n := -1 // nothing
+	switch {
+	case l.refund != nil && l.refund(status.Code(served)):
+		n = 0 // all
+	case res != nil:
+		if unused, ok := res.Unused(); ok && unused > 0 {
+			n = unused
+			if unused == ev.Decision.Receipt.N() {
+				n = 0
+			}
+		}
+	}
+	if n < 0 {
 		return
 	}
-	if err := r.caller.Refund(ctx, ev.Key, &ev.Decision); err != nil {
+	if err := r.caller.RefundN(ctx, ev.Key, &ev.Decision, n); err != nil {
 		ev.Err = err
 		report(l.onError, ev)
 		l.observe(ev)

@@ -20,7 +20,7 @@ import (
 func newHarnessOpts(t *testing.T, config string, opts serviceOptions) *harness {
 	t.Helper()
 	clock := keyrate.NewManualClock(t0)
-	st, err := newLimiterStore(0, clock)
+	st, err := newLimiterStore(0, clock, minMaxWindow)
 	require.NoError(t, err)
 	opts.clock = clock
 	h := newHarnessWith(t, st, config, opts)

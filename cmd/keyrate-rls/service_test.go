@@ -424,7 +424,7 @@ func TestLimitOverridesCannotBeExhausted(t *testing.T) {
 func TestLimitOverrideSlotKeepsEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := keyrate.NewManualClock(t0)
-		st, err := newLimiterStore(0, clock)
+		st, err := newLimiterStore(0, clock, minMaxWindow)
 		if err != nil {
 			t.Fatal(err)
 		}
