@@ -1,43 +1,57 @@
 // Command keyrate-rls is a rate limit service for Envoy (and Istio, Envoy
 // Gateway, anything that speaks envoy.service.ratelimit.v3): it answers
-// ShouldRateLimit with keyrate's exact sliding windows, reading
-// envoyproxy/ratelimit's YAML configuration.
+// ShouldRateLimit with keyrate's exact sliding windows, a drop-in for
+// envoyproxy/ratelimit. It starts as that service starts, from its
+// environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...; see
+// settings.go) and its runtime directory of rules, one domain or more a
+// file, watched for changes; or from one file and flags, which win over
+// the environment:
 //
-//	keyrate-rls -config rules.yaml [-grpc :8081] [-http :8080] [-reload-interval 5s]
-//	            [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
-//	            [-log-level info] [-log-format text]
+//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8080] [-debug ADDR]
+//	            [-reload-interval 5s] [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
+//	            [-log-level info] [-log-format text] [-ratelimit-fields]
+//	            [-max-overrides-per-domain 64] [-max-conns 4096] [-max-conns-per-addr 256]
+//	            [-max-streams-per-conn 128] [-max-in-flight 4096]
 //	            [-redis host:port | -redis-cluster host:port,...] [-redis-prefix keyrate-rls:]
-//	            [-redis-timeout 250ms] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
+//	            [-redis-timeout 10s] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
 //	            [-redis-fallback 0] [-redis-resolution 0] [-redis-hash-tag-secret-file FILE]
 //
-// Every descriptor of a request is decided together, all or nothing: a
-// request one descriptor refuses counts against none of the others. A
+// A setting of envoyproxy/ratelimit that keyrate-rls does not honour is
+// named at start, in a WARN line; one it would be unsafe to run without
+// (TLS, Memcached, xDS) stops it.
+//
+// Every descriptor of a request is decided together, each at its own
+// hits_addend, all or nothing: a request one descriptor refuses counts
+// against none of the others, and a refused request counts nowhere. A
 // descriptor may be under several limits at once, and a limit's window
 // may be any duration (window: 3s), besides envoyproxy/ratelimit's units.
-// See README.md for the configuration, how to point Envoy at it, and how
-// it differs from envoyproxy/ratelimit.
+// See README.md for the configuration, how to point Envoy at it, the
+// bounds it keeps against its clients, and how it differs from
+// envoyproxy/ratelimit.
 //
-// The gRPC address serves envoy.service.ratelimit.v3.RateLimitService and
-// grpc.health.v1.Health; the HTTP address serves GET /healthcheck (200
-// when ready, 503 once a shutdown begins), POST /json (a RateLimitRequest in
-// protojson, answered in protojson, with status 429 when over the limit)
-// and GET /metrics (Prometheus).
+// The gRPC address serves envoy.service.ratelimit.v3.RateLimitService,
+// grpc.health.v1.Health and server reflection; the HTTP address serves GET
+// /healthcheck (200 when ready, 503 once a shutdown begins), POST /json (a
+// RateLimitRequest in protojson, answered in protojson, with status 429
+// when over the limit) and GET /metrics (Prometheus). Connections on all
+// ports are bounded together, per client address and in total, so that
+// no clients can lock others out.
 //
-// Budgets live in this process, right for one replica; with -redis (or
-// -redis-cluster) they live in Redis, one budget across every replica
-// using it, each request still decided all or nothing in one script run
-// (on a Cluster, a request's budgets share the slot of its domain). While
-// Redis cannot answer, requests fail with UNAVAILABLE at once after the
-// first (a circuit breaker), or, with -redis-fallback SHARE, are decided
-// in the process at that share of each limit. The first line of
-// standard output gives the addresses it listens on ("keyrate-rls serving
-// gRPC on ADDR and HTTP on ADDR"), so that port 0 picks free ports a script
-// can read back; logs go to standard error. The configuration file is read
-// again every -reload-interval and on SIGHUP, and loaded when it changed:
-// counts carry over, and an invalid file is logged and changes nothing.
-// SIGINT or SIGTERM shut the service down gracefully: it answers 503 to
-// health checks for -drain-delay, then waits up to -shutdown-timeout for
-// the calls in flight.
+// Budgets live in this process, right for one replica; with Redis
+// (REDIS_URL, -redis, -redis-cluster) they live in Redis, one budget
+// across every replica using it, each request still decided all or
+// nothing in one script run (on a Cluster, a request's budgets share the
+// slot of its domain). While Redis cannot answer, requests fail with
+// UNAVAILABLE at once after the first (a circuit breaker), or, with
+// -redis-fallback SHARE, are decided in the process at that share of each
+// limit. The first line of standard output gives the addresses it listens
+// on ("keyrate-rls serving gRPC on ADDR and HTTP on ADDR"), so that port 0
+// picks free ports a script can read back; logs go to standard error. The
+// rules are read again on every change seen, every -reload-interval and on
+// SIGHUP, and loaded when they changed: counts carry over, and invalid
+// rules are logged and change nothing. SIGINT or SIGTERM shut the service
+// down gracefully: it answers 503 to health checks for -drain-delay, then
+// waits up to -shutdown-timeout for the calls in flight.
 package main
 
 import (

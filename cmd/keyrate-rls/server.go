@@ -122,6 +122,10 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		log.Warn("-max-conns lowered to what the limit of open files allows", "max_conns", total, "open_files", limit)
 	}
 	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr), healthyWithConfig: o.healthyWithConfig}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_connections",
+		Help: "Connections open on all ports, at most -max-conns.",
+	}, func() float64 { return float64(s.pool.Open()) }))
 	ok := false
 	defer func() {
 		if !ok {
