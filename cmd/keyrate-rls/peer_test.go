@@ -17,6 +17,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -324,4 +326,38 @@ func TestPeerSettingsNotHonoured(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 2, exit.ExitCode())
 	assert.Contains(t, string(out), "BACKEND_TYPE is memcache")
+}
+
+// GRPC_UDS serves gRPC on a Unix socket; DEBUG_PORT the debug server, its
+// /rlconfig listing the rules; USE_PROMETHEUS the metrics on
+// PROMETHEUS_ADDR and PROMETHEUS_PATH.
+func TestPeerSocketDebugPrometheus(t *testing.T) {
+	env, _ := runtimeTree(t, peerRules)
+	sock := filepath.Join(t.TempDir(), "rls.sock")
+	debug, prom := freePort(t), freePort(t)
+	s := startBinary(t, append(env, "GRPC_UDS="+sock, "HOST=127.0.0.1", "PORT=0",
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debug),
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:"+strconv.Itoa(prom), "PROMETHEUS_PATH=/stats/prometheus"))
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, peerRequest("basic", "key1", "uds"))
+	require.NoError(t, err)
+	assert.Equal(t, "OK | OK 49/50 SECOND", timeless(summary(resp)))
+
+	get := func(url string) string {
+		t.Helper()
+		hr, err := http.Get(url)
+		require.NoError(t, err)
+		defer hr.Body.Close()
+		require.Equal(t, http.StatusOK, hr.StatusCode, url)
+		body, err := io.ReadAll(hr.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	assert.Contains(t, get(fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debug)), "basic.key1: requests_per_unit=50 window=1s, shadow_mode: false, quota_mode: false\n")
+	assert.Contains(t, get(fmt.Sprintf("http://127.0.0.1:%d/stats/prometheus", prom)), `ratelimit_service_rate_limit_total_hits{domain="basic",rule="key1"} 1`)
+	assert.Contains(t, get(s.httpBase+"/healthcheck"), "OK")
 }
