@@ -26,6 +26,10 @@ type config struct {
 	onError    func(middleware.Event)
 	observer   middleware.Observer
 	refund     func(codes.Code) bool
+
+	inFlight     middleware.InFlight // WithInFlight's
+	inFlightWait time.Duration
+	inFlightSet  bool
 }
 
 // WithMetadataKey identifies a client by the first value of the named
