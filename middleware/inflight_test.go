@@ -13,6 +13,8 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
+var _ InFlight = (*keyrate.Concurrency)(nil)
+
 func TestNewSlots(t *testing.T) {
 	c, err := keyrate.NewConcurrency(1)
 	require.NoError(t, err)
