@@ -142,12 +142,15 @@ func (c *Concurrency) acquireAt(ctx context.Context, key string, limit int, wait
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	var w *waiter
-	if wait {
-		w = &waiter{ready: make(chan struct{})}
+	release, _ := c.acquire(key, limit, nil)
+	if release != nil || !wait {
+		return release, nil
 	}
+	// Full: queue up. The key may have room again by now, and then the
+	// waiter takes it at once.
+	w := &waiter{ready: make(chan struct{})}
 	release, g := c.acquire(key, limit, w)
-	if release != nil || w == nil {
+	if release != nil {
 		return release, nil
 	}
 	return c.await(ctx, g, w)
