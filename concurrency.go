@@ -115,7 +115,7 @@ func (c *Concurrency) TryAcquire(key string) (release func(), ok bool) {
 // slot. The tier function (WithTiers) sees the identity ctx carries
 // (ContextWithIdentity), when it carries one, and key otherwise.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), err error) {
-	return c.acquireContext(ctx, key, true)
+	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), true)
 }
 
 // AcquireSlot is the call middleware makes (middleware.InFlight): with
@@ -127,10 +127,6 @@ func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (r
 	limit = c.limitFor(c.tierKey(ctx, key))
 	release, err = c.acquireAt(ctx, key, limit, wait)
 	return release, limit, err
-}
-
-func (c *Concurrency) acquireContext(ctx context.Context, key string, wait bool) (func(), error) {
-	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), wait)
 }
 
 // acquireAt takes one of key's slots under limit for a caller holding
@@ -157,23 +153,22 @@ func (c *Concurrency) acquireAt(ctx context.Context, key string, limit int, wait
 }
 
 // await waits for a slot of g to be granted to w, until ctx is done or
-// Close. A slot granted as ctx ends is still the caller's.
+// Close. A slot granted just as ctx ends or Close is called goes on to the
+// next waiter: the caller gets the error, and holds nothing.
 func (c *Concurrency) await(ctx context.Context, g *slots, w *waiter) (func(), error) {
+	var err error
 	select {
 	case <-w.ready:
 		return c.releaser(g), nil
 	case <-ctx.Done():
-		err := ctx.Err()
-		if c.abandon(g, w) {
-			return c.releaser(g), nil // granted meanwhile: the slot is the caller's
-		}
-		return nil, err
+		err = ctx.Err()
 	case <-c.done:
-		if c.abandon(g, w) {
-			return c.releaser(g), nil
-		}
-		return nil, ErrClosed
+		err = ErrClosed
 	}
+	if c.abandon(g, w) {
+		c.releaser(g)() // granted meanwhile
+	}
+	return nil, err
 }
 
 // acquire takes a slot of key under limit, or else queues w for one when
