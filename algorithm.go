@@ -12,7 +12,8 @@ type Algorithm uint8
 const (
 	// SlidingLog is the exact sliding window, the default: at most limit
 	// events in any span of time as long as the window, kept as a log of
-	// the events' instants (4 bytes an event, or WithResolution's entries).
+	// the events' instants (4 bytes an event of weight 1, 8 bytes a
+	// decision of any weight, or WithResolution's entries).
 	SlidingLog Algorithm = iota
 	// FixedWindow counts events per calendar window: windows start at whole
 	// multiples of their length since the Unix epoch (a minute's at every
@@ -54,29 +55,37 @@ func WithAlgorithm(a Algorithm) Option {
 
 // counters returns a key's state under FixedWindow or GCRA, a uint32 per
 // policy of t: in the log's inline slots for up to two policies, else in a
-// heap array the ring pointer holds (an O(1) log has no ring).
+// heap array the ring pointer holds (an O(1) log has no ring). A policy
+// keeps its counter, by its place among the tier's policies, when the tier
+// changes (SetTier, or the key moving to another tier); one that a smaller
+// tier had no place for starts at 0.
 func (g *eventLog) counters(t *tier) []uint32 {
 	k := uint32(len(t.policies))
-	if k <= uint32(len(g.inline)) {
-		return g.inline[:k]
-	}
-	if g.size < k {
+	heap := g.ring != nil && g.ring != &g.inline[0]
+	switch {
+	case k <= uint32(len(g.inline)) && heap:
+		// Fewer policies than before: the first keep their counters inline.
+		copy(g.inline[:], unsafe.Slice(g.ring, len(g.inline)))
+		g.ring, g.size = nil, 0
+	case k > uint32(len(g.inline)) && !heap:
 		c := make([]uint32, MaxPolicies)
+		copy(c, g.inline[:])
+		g.inline = [2]uint32{}
 		g.ring, g.size = &c[0], MaxPolicies
+	case k > uint32(len(g.inline)):
+		clear(unsafe.Slice(g.ring, MaxPolicies)[k:]) // a later growth starts them at 0
+	}
+	if k <= uint32(len(g.inline)) {
+		clear(g.inline[k:])
+		return g.inline[:k]
 	}
 	return unsafe.Slice(g.ring, k)
 }
 
 // retier is called when a tier other than the one that last decided g
-// decides it. A log keeps its events across tiers; the counters of an O(1)
-// algorithm belong to the old tier's policies, and start afresh.
+// decides it. The log keeps its events (or its counters, see counters)
+// across tiers: moving a key to another plan never gives it a fresh budget.
 func (g *eventLog) retier(t *tier) {
-	if t.algorithm != SlidingLog {
-		clear(g.inline[:])
-		if g.ring != nil && g.ring != &g.inline[0] {
-			clear(unsafe.Slice(g.ring, g.size))
-		}
-	}
 	g.tier = t.id
 }
 
@@ -105,6 +114,10 @@ func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record 
 		} else {
 			t.gcraDone(part, i, &c[i], now, n, admitted, record)
 		}
+		// A bucket of limit refills of window/limit, rounded up to ticks,
+		// can take a little longer than the window to fill: say the window.
+		part.ResetAfter = min(part.ResetAfter, part.Window)
+		part.RefillAfter = min(part.RefillAfter, part.Window)
 	}
 	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
 }
@@ -182,7 +195,7 @@ func (t *tier) fixedDone(part *PolicyDecision, i int, count *uint32, now int64, 
 }
 
 // A GCRA policy keeps its theoretical arrival time (TAT), the instant its
-// bucket is full again, in whole ticks of the tier's scale: v ticks after
+// bucket is full again, in whole ticks of the limiter's scale: v ticks after
 // the tick of the instant the log was last decided at, or at most that
 // instant when v is 0. Its arithmetic is in ticks too, a decision counting
 // from the end of now's tick as the log counts its events: exact, with no
@@ -203,7 +216,7 @@ func (t *tier) rebase(v uint32, prev, now int64) uint32 {
 // is at most limit*T past now.
 func (t *tier) gcraPart(part *PolicyDecision, i int, tat uint32, now int64, n int) {
 	limit, every, full := int64(part.Limit), t.refill[i], int64(tat)
-	part.Remaining = int(limit - ceilDiv(full, every))
+	part.Remaining = int(max(limit-ceilDiv(full, every), 0)) // a tier of a lower limit may find it past full
 	switch {
 	case n == 0:
 		part.Allowed = true
@@ -262,21 +275,39 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// refundCounted is refund under FixedWindow or GCRA: n events decided at
-// instant at leave each policy's count while its window lasts, or give
-// the bucket back n tokens. It reports whether any policy had something to
-// give back. Called with mu held.
-func (g *eventLog) refundCounted(now, at int64, n int, t *tier) bool {
+// refundCounted is refund under FixedWindow or GCRA: of the decision d,
+// made at instant at, n events leave each policy's count while that
+// window lasts, or give the bucket back the part of their tokens it has
+// not yet refilled. It reports whether any policy had something to give
+// back. A policy that changed since d (SetTier, a tier move) gives back
+// nothing: its counter may not hold d's events. Called with mu held.
+//
+// Under GCRA, d's request took the span [E-n*T, E] of a policy's timeline
+// of refills, T its ticks between refills and E the theoretical arrival
+// time it left, which d's ResetAfter tells: at + ResetAfter. By now the
+// part of that span before now has been refilled; the rest, min(n*T, E -
+// now), is what the request still holds, and what it gives back. A later
+// request that found the bucket full began a span of its own, and keeps it.
+func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) bool {
 	now, c := g.advance(now, t)
+	parts := d.Policies()
 	gave := false
 	for i := range c {
-		switch {
-		case c[i] == 0:
-		case t.algorithm != FixedWindow:
-			c[i] = uint32(max(int64(c[i])-int64(n)*t.refill[i], 0))
-			gave = true
-		case t.windowOf(i, at) == t.windowOf(i, now):
-			c[i] -= min(uint32(n), c[i])
+		if i >= len(parts) || parts[i].Policy != t.policies[i] || c[i] == 0 {
+			continue
+		}
+		if t.algorithm == FixedWindow {
+			if t.windowOf(i, at) == t.windowOf(i, now) {
+				c[i] -= min(uint32(n), c[i])
+				gave = true
+			}
+			continue
+		}
+		// In ticks from now's, as the TAT is kept.
+		end := t.scale.floor(at + int64(parts[i].ResetAfter))
+		left := min(int64(n)*t.refill[i], end-t.scale.ceil(now), int64(c[i]))
+		if left > 0 {
+			c[i] -= uint32(left)
 			gave = true
 		}
 	}

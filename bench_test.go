@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -266,6 +267,33 @@ func BenchmarkTakeFourPolicies(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
+		})
+	}
+}
+
+// BenchmarkTakeHeavy is Take of the largest weight a limiter admits, 2^31-1
+// under a limit of 2^31-1, on one key whose window has passed before each
+// call, so that every call is admitted: a weight costs one entry, in the
+// time and memory of any other decision (the goal: under 1µs and 64 bytes).
+// weight=1 is the same loop at a weight of 1.
+func BenchmarkTakeHeavy(b *testing.B) {
+	for _, n := range []int{1, math.MaxInt32} {
+		b.Run(fmt.Sprintf("weight=%d", n), func(b *testing.B) {
+			c := &steppingClock{step: int64(time.Minute)}
+			l, err := New(math.MaxInt32, time.Minute, WithClock(c), WithJanitorInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var admitted int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if l.Take("k", n).Allowed {
+					admitted++
+				}
+			}
+			reportAdmits(b, admitted, true)
 		})
 	}
 }

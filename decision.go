@@ -41,14 +41,18 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the binding policy's window holds no
 	// events for the key, so that its whole limit is available again. 0 when
-	// it holds none.
+	// it holds none; never more than the policy's window.
 	ResetAfter time.Duration
 	// RefillAfter is how long until the oldest event in the binding policy's
 	// window leaves it, after this decision: the soonest any of its quota
 	// comes back. It is what the IETF RateLimit field's t parameter means
 	// ("seconds until additional quota is made available"). 0 when the window
-	// holds no events. RefillAfter <= ResetAfter, and a refused request of
-	// weight 1 under a single policy has RetryAfter == RefillAfter.
+	// holds no events. RefillAfter <= ResetAfter <= Window. A refused
+	// request of weight 1 under a single policy has RetryAfter ==
+	// RefillAfter, or up to a tick more when the oldest event is of this
+	// very tick: an event counts from the end of its tick (see the package doc),
+	// which RetryAfter waits for and RefillAfter, bounded by the window,
+	// leaves out.
 	RefillAfter time.Duration
 	// Overflow reports a refusal because the limiter already tracks as many
 	// keys as WithMaxKeys allows, this key is not one of them, and
@@ -83,20 +87,24 @@ type Decision struct {
 // that holds them, in terms only the backend that made it reads. Backends
 // other than *Limiter make theirs with NewReceipt.
 type Receipt struct {
-	at int64 // nanoseconds since the Unix epoch: 8 bytes, where a time.Time takes 24
-	n  int
-	id uint64
+	at  int64 // nanoseconds since the Unix epoch: 8 bytes, where a time.Time takes 24
+	n   int
+	id  uint64
+	log *eventLog // *Limiter's: the log that holds the events
 }
 
 // NewReceipt returns the Receipt of n events recorded at instant at, in
 // the store a backend calls id.
-func NewReceipt(at time.Time, n int, id uint64) Receipt { return Receipt{at.UnixNano(), n, id} }
+func NewReceipt(at time.Time, n int, id uint64) Receipt {
+	return Receipt{at: at.UnixNano(), n: n, id: id}
+}
 
 // At returns the instant the events were decided at, on the backend's
 // clock (the Redis server's for the Redis backend).
 func (r Receipt) At() time.Time { return time.Unix(0, r.at) }
 
-// N returns how many events were recorded: 0 for the zero Receipt.
+// N returns how many of the events recorded are left to give back: 0 for
+// the zero Receipt.
 func (r Receipt) N() int { return r.n }
 
 // ID returns what the backend calls the store that holds them.

@@ -11,14 +11,18 @@
 // request is admitted only when every limit has room for it, and is then
 // recorded against all of them, atomically.
 //
-// Per key, a ring buffer holds the instants of the admitted events, 4 bytes
-// each, in ticks fine enough for 2^31 of them to span the key's longest
-// window (5ns for a 10s window, 2µs for an hour, 50µs for a day), rounded
-// up: an event may count as up to a tick later than it happened, never
-// earlier, so no window ever holds more than its limit. WithResolution
-// bounds a key's memory by its windows instead of its limits, and
-// WithAlgorithm trades exactness for O(1) memory (FixedWindow, GCRA). A
-// janitor evicts idle keys, and WithMaxKeys bounds how many are tracked.
+// Per key, a ring buffer holds the instants of the admitted events: 4 bytes
+// an event of weight 1, 8 bytes a decision of any weight (a request of a
+// million tokens is one entry). Instants are kept in ticks fine enough for
+// 2^31 of them to span the limiter's longest window (5ns for a 10s window,
+// 2µs for an hour, 50µs for a day), one tick for the limiter's life
+// (WithMaxWindow), rounded up: an event may count as up to a tick later
+// than it happened, never earlier, so no window ever holds more than its
+// limit, whatever changes of policies, refunds and evictions come between.
+// WithResolution bounds a key's memory by its windows instead of its
+// limits, and WithAlgorithm trades exactness for O(1) memory (FixedWindow,
+// GCRA). A janitor evicts idle keys, and WithMaxKeys bounds how many are
+// tracked.
 //
 // Most callers use Allow, or Take for the numbers behind the answer (for
 // RateLimit and Retry-After headers). Wait blocks until a request fits, for

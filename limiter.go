@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,8 +18,9 @@ import (
 // been closed, including to calls that were waiting when Close was called.
 var ErrClosed = errors.New("keyrate: limiter closed")
 
-// ErrExceedsLimit is returned by WaitN for a weight that can never be
-// admitted: negative, or greater than a policy's limit.
+// ErrExceedsLimit is wrapped by WaitN's error for a weight that can never
+// be admitted (negative, or greater than a policy's limit), and by
+// RefundN's for more than a decision has left to give back.
 var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 
 // Limiter is an exact sliding-window rate limiter over string keys. It is
@@ -39,7 +41,7 @@ type Limiter struct {
 	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
 
 	coarseResolution time.Duration // WithCoarseClock's; 0: off
-	resolution       time.Duration // WithResolution's; 0: off
+	scale            scale         // every log's ticks, for the limiter's life
 	algorithm        Algorithm     // WithAlgorithm's
 
 	closed     atomic.Bool
@@ -95,10 +97,10 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
 		done:   make(chan struct{}),
 
-		resolution: cfg.resolution,
-		algorithm:  cfg.algorithm,
-		base:       cfg.base,
-		baseUnix:   cfg.base.UnixNano(),
+		scale:     cfg.scale,
+		algorithm: cfg.algorithm,
+		base:      cfg.base,
+		baseUnix:  cfg.base.UnixNano(),
 	}
 	l.publish(tab)
 	_, l.system = cfg.clock.(systemClock)
@@ -205,33 +207,52 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 }
 
 // receipt returns the Receipt of n events g recorded at its last instant.
-// Called with g.mu held.
+// It holds g itself, so that no later log can take g's place in memory and
+// be mistaken for it. Called with g.mu held.
 func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g)))}
+	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
 }
 
-// ErrNothingToRefund is wrapped by Refund's error when it gives nothing
-// back: the decision recorded nothing (a refusal, a weight of 0, Peek), was
-// refunded already, or is another key's, or the key's log no longer holds
-// its events (they left the window, or the key was evicted or Reset).
+// ErrNothingToRefund is wrapped by Refund's and RefundN's error when they
+// give nothing back: the decision recorded nothing (a refusal, a weight of
+// 0, Peek), was given back already, or is another key's, or the key's log
+// no longer holds its events (they left the window, or the key was evicted
+// or Reset since).
 var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
-// Refund gives back exactly the events the admitted decision *d recorded
-// for key, as if its request had never been made: the instants it
-// recorded leave the log (not the newest events, which would let a later
-// window hold more than the limit), from every policy at once. Under
-// FixedWindow the events leave their window's count while it lasts; under
-// GCRA the bucket gets their tokens back.
-//
-// It consumes d's Receipt, so that refunding *d again returns an error
-// wrapping ErrNothingToRefund and changes nothing. Refund each Decision
-// once: a copy of it still holds the Receipt, and when other requests of
-// the key recorded events at the same instant, refunding the copy too
-// would give back theirs. Any other failure (see ErrNothingToRefund)
-// changes nothing either.
+// Refund gives back all the weight the admitted decision *d recorded for
+// key and has not yet given back: RefundN of what its Receipt has left.
 func (l *Limiter) Refund(key string, d *Decision) error {
-	if d == nil || d.Receipt.n <= 0 {
-		return fmt.Errorf("%w: the decision recorded nothing, or was refunded already", ErrNothingToRefund)
+	if d == nil {
+		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
+	}
+	return l.RefundN(key, d, d.Receipt.n)
+}
+
+// RefundN gives back n of the weight the admitted decision *d recorded for
+// key, as if that much of its request had never been made: a request that
+// reserved an estimate (a model call's maximum tokens, an upload's declared
+// size) settles its real cost this way once it knows it. The events leave
+// the log from the decision's own instant, never the newest events (which
+// would let a later window hold more than the limit), and from every policy
+// at once. Under FixedWindow they leave their window's count while it
+// lasts; under GCRA the bucket gets back the part of the decision's tokens
+// it has not yet refilled.
+//
+// It lowers d's Receipt by n, so that d can be refunded again, in part or
+// whole, until nothing is left. n must be 1 to what is left; more, or
+// less, returns an error wrapping ErrExceedsLimit. With nothing left, or
+// when the log no longer holds the decision (see ErrNothingToRefund), it
+// returns an error wrapping ErrNothingToRefund. Every error changes
+// nothing. Refund each Decision through one pointer: a copy still holds the
+// Receipt, and when other requests of the key recorded events at the same
+// instant, refunding the copy too would give back theirs.
+func (l *Limiter) RefundN(key string, d *Decision, n int) error {
+	switch {
+	case d == nil || d.Receipt.n <= 0:
+		return fmt.Errorf("%w: the decision recorded nothing, or was given back already", ErrNothingToRefund)
+	case n < 1 || n > d.Receipt.n:
+		return fmt.Errorf("%w: a refund of %d, the decision has %d to give back", ErrExceedsLimit, n, d.Receipt.n)
 	}
 	now := l.now()
 	g := l.lock(key, false)
@@ -239,65 +260,87 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 		return fmt.Errorf("%w: the key holds no events", ErrNothingToRefund)
 	}
 	defer g.mu.Unlock()
-	if uint64(uintptr(unsafe.Pointer(g))) != d.Receipt.id {
-		return fmt.Errorf("%w: the decision is another key's, or the key was evicted since", ErrNothingToRefund)
+	if g != d.Receipt.log {
+		return fmt.Errorf("%w: the decision is another key's, or the key was evicted or Reset since", ErrNothingToRefund)
 	}
-	if !g.refund(now, d.Receipt.at-l.baseUnix, d.Receipt.n, l.retention(g)) {
+	if !g.refund(now, d.Receipt.at-l.baseUnix, n, d, l.retention(g)) {
 		return fmt.Errorf("%w: the key no longer holds the decision's events", ErrNothingToRefund)
 	}
-	d.Receipt = Receipt{}
+	d.Receipt.n -= n
+	if d.Receipt.n == 0 {
+		d.Receipt = Receipt{}
+	}
 	return nil
 }
 
-// TakeAll decides a request of weight n that counts against every one of
-// keys (a client's key and its organisation's, say, or the descriptors of
-// an Envoy rate limit request): it is admitted only when every key has room
-// for it, and then recorded against every key, atomically. A refusal by one
-// key records nothing against the others. It returns each key's Decision,
-// in the order of keys, and reports whether the request was admitted.
+// Hit is one key of a TakeAll request and the weight the request counts
+// against it.
+type Hit struct {
+	Key string
+	N   int
+}
+
+// TakeAll decides a request that counts against several keys at once (a
+// client's key and its organisation's, say, or the descriptors of an Envoy
+// rate limit request), each hit at its own weight: it is admitted only when
+// every key has room for its weight, and then recorded against every key,
+// atomically. A refusal by one key records nothing against the others. It
+// returns each hit's Decision, in the order of hits, and reports whether
+// the request was admitted.
 //
-// When the request is refused, a key that had room is described as it
-// stands, the request not recorded, as Take(key, 0) would describe it. A
-// key given twice counts the request twice (its weight is 2n), and both
-// places get its one Decision: refund it once (see Refund). Each key is under its own tier (WithTiers).
-// No keys at all admit the request.
+// Each weight follows Take's rules: 0 always fits and records nothing; a
+// negative weight, or one above a policy's limit, never fits, and refuses
+// the whole request. When the request is refused, a key that had room is
+// described as it stands, the request not recorded, as Take(key, 0) would
+// describe it. A key given twice counts the sum of its weights, and both
+// places get its one Decision: refund it once (see Refund). Each key is
+// under its own tier (WithTiers). No hits at all admit the request.
 //
 // The keys' logs are locked together, in the order of the keys, so that
 // concurrent calls over overlapping keys never wait on each other in a
 // cycle; each key is decided at the later of the clock and its own newest
-// instant, as Take decides it.
-func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
-	ds := make([]Decision, len(keys))
-	if len(keys) == 0 {
+// instant, as Take decides it. A log TakeAll creates for a new key is
+// pinned until it is decided, so that making room for the call's next new
+// key (WithMaxKeys) cannot evict it; when a full limiter has no key left
+// that it may evict, the new key is refused with Overflow set.
+func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
+	ds := make([]Decision, len(hits))
+	if len(hits) == 0 {
 		return ds, true
 	}
-	order := make([]int, len(keys)) // indices of keys, sorted by key
+	order := make([]int, len(hits)) // indices of hits, sorted by key
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hits[a].Key, hits[b].Key) })
 	type place struct {
 		key    string
-		weight int
+		weight int // the sum of the key's weights; -1 if one is negative
 		t      *tier
 		g      *eventLog // nil: not tracked
+		pin    *eventLog // the log this call created and pinned, if any
 		d      *Decision // in ds, at the key's first place
 	}
-	places := make([]place, 0, len(keys))
+	places := make([]place, 0, len(hits))
 	for _, i := range order {
-		if k := len(places) - 1; k >= 0 && places[k].key == keys[i] {
-			places[k].weight += n
+		h := hits[i]
+		if k := len(places) - 1; k >= 0 && places[k].key == h.Key {
+			if p := &places[k]; p.weight >= 0 {
+				p.weight = addWeights(p.weight, h.N)
+			}
 			continue
 		}
-		places = append(places, place{key: keys[i], weight: n, t: l.tierFor(keys[i]), d: &ds[i]})
+		places = append(places, place{key: h.Key, weight: addWeights(0, h.N), t: l.tierFor(h.Key), d: &ds[i]})
 	}
-	admissible := func(p *place) bool { return n >= 1 && p.weight <= p.t.minLimit }
+	admissible := func(p *place) bool { return p.weight >= 1 && p.weight <= p.t.minLimit }
 	now := l.now()
 	for {
 		// Look every log up (or create it) holding no lock, since creating
 		// one may make room by evicting others under their locks; then lock
-		// them all in the order of the keys. A new log counts as decided
-		// now, so that making room for the next evicts older keys first.
+		// them all in the order of the keys. A log created here is pinned,
+		// so that creating the next cannot evict it, and counts as decided
+		// now. A log that was already there may be evicted meanwhile; the
+		// next round then creates it, pinned, so the rounds end.
 		for i := range places {
 			p := &places[i]
 			p.g = l.keys.load(p.key)
@@ -305,23 +348,25 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 				if g, fresh := l.keys.create(p.key); g != nil {
 					if fresh {
 						g.last = max(g.last, now)
+						g.state |= pinned
+						p.pin = g
 						g.mu.Unlock()
 					}
 					p.g = g
 				}
 			}
 		}
-		dead := false
+		gone := false
 		for i := range places {
 			if g := places[i].g; g != nil {
 				g.mu.Lock()
-				dead = dead || g.dead
+				gone = gone || g.is(dead)
 			}
 		}
-		if !dead {
+		if !gone {
 			break
 		}
-		for i := range places { // one was evicted meanwhile: look again
+		for i := range places { // one was evicted or Reset meanwhile: look again
 			if g := places[i].g; g != nil {
 				g.mu.Unlock()
 			}
@@ -338,7 +383,7 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 			}
 			p.g.decide(p.d, now, p.weight, p.t, false)
 		case admissible(p):
-			p.t.overflow(p.d) // WithRefuseNewKeys, at the bound
+			p.t.overflow(p.d) // at the bound, with no room to be made
 		default:
 			p.t.untracked(p.d, now, p.weight)
 		}
@@ -346,6 +391,9 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 	}
 	for i := range places {
 		p := &places[i]
+		if p.pin != nil && p.pin == p.g {
+			p.pin.state &^= pinned // else Reset took it out of the map: it is dead
+		}
 		if p.g == nil {
 			continue
 		}
@@ -365,11 +413,20 @@ func (l *Limiter) TakeAll(keys []string, n int) ([]Decision, bool) {
 		p.g.mu.Unlock()
 	}
 	for i, j := range order[1:] {
-		if keys[j] == keys[order[i]] {
+		if hits[j].Key == hits[order[i]].Key {
 			ds[j] = ds[order[i]]
 		}
 	}
 	return ds, allowed
+}
+
+// addWeights returns the weight of a key given twice, a+b, or -1 (never
+// admissible) when b is negative or the sum passes any limit.
+func addWeights(a, b int) int {
+	if b < 0 || b > math.MaxInt32 || a+b > math.MaxInt32 {
+		return -1
+	}
+	return a + b
 }
 
 // Peek returns the Decision that Take(key, 1) would return now, recording
@@ -416,7 +473,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 			}
 		}
 		g.mu.Lock()
-		if !g.dead {
+		if !g.is(dead) {
 			return g
 		}
 		g.mu.Unlock() // evicted between lookup and lock: look again

@@ -22,9 +22,11 @@ type config struct {
 	janitorSet      bool
 	maxKeys         int
 	refuseNewKeys   bool
+	maxWindow       time.Duration
 	tierSet         bool // WithTiers was given
 	tierOf          func(key string) string
 	tiers           map[string][]Policy
+	scale           scale // built by newConfig: every log's ticks
 }
 
 // WithClock sets the clock the limiter reads. Default: the system clock,
@@ -59,7 +61,8 @@ func WithCoarseClock(resolution time.Duration) Option {
 // limits: events that fall in the same tick of d share one entry of the
 // key's log (an instant and a count, 8 bytes), so a key holds at most
 // longest window / d + 2 entries, whatever the limits. Without it, the log
-// holds 4 bytes per event in the window.
+// holds 4 bytes per event of weight 1 in the window, 8 per decision of a
+// larger weight.
 //
 // Every event counts from the end of its tick, never earlier than it
 // happened, so no window of the real instants ever holds more than the
@@ -85,6 +88,18 @@ func WithCoarseClock(resolution time.Duration) Option {
 // off, 4 bytes per event.
 func WithResolution(d time.Duration) Option {
 	return func(cfg *config) { cfg.resolution, cfg.resolutionSet = d, true }
+}
+
+// WithMaxWindow makes room for windows up to d in policies that SetTier
+// sets later, beyond the longest window the limiter was made with. A
+// limiter writes every event's instant in one tick for its whole life,
+// chosen from its longest window (5ns for 10s, 50ns for a minute, 2µs for
+// an hour, 50µs for a day), and SetTier refuses a window
+// longer than that tick can count; a longer d gives a coarser tick, which
+// moves refusals earlier by at most one tick. Default: the longest window
+// of the limiter's policies and tiers. d must not be negative.
+func WithMaxWindow(d time.Duration) Option {
+	return func(cfg *config) { cfg.maxWindow = d }
 }
 
 // WithJanitorInterval sets how often a background goroutine sweeps the map
@@ -160,6 +175,8 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		return config{}, nil, fmt.Errorf("%w: coarse clock resolution is %v, want > 0", ErrConfig, cfg.coarse)
 	case cfg.janitorInterval < 0:
 		return config{}, nil, fmt.Errorf("%w: janitor interval is %v, want >= 0", ErrConfig, cfg.janitorInterval)
+	case cfg.maxWindow < 0:
+		return config{}, nil, fmt.Errorf("%w: max window is %v, want >= 0", ErrConfig, cfg.maxWindow)
 	case cfg.maxKeys < 0:
 		return config{}, nil, fmt.Errorf("%w: max keys is %d, want >= 0", ErrConfig, cfg.maxKeys)
 	case cfg.refuseNewKeys && cfg.maxKeys == 0:
@@ -186,11 +203,12 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 			return config{}, nil, err
 		}
 	}
+	cfg.scale = newScale(max(tab.longest, int64(cfg.maxWindow)), int64(cfg.resolution))
 	for _, t := range tab.byID {
 		if err := checkCoarse(cfg.coarse, t); err != nil {
 			return config{}, nil, err
 		}
-		if err := t.setup(cfg.resolution, cfg.algorithm, cfg.base.UnixNano()); err != nil {
+		if err := t.setup(cfg.scale, cfg.algorithm, cfg.base.UnixNano()); err != nil {
 			return config{}, nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package keyrate
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // newPolicies returns a limiter of policies on a manual clock at t0, with no
@@ -320,7 +322,7 @@ func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
 func TestSetTierUnderTraffic(t *testing.T) {
 	a := []Policy{{"a", 5, time.Minute}}
 	b := []Policy{{"b1", 3, time.Minute}, {"b2", 4, time.Hour}}
-	l, _ := newPolicies(t, a)
+	l, _ := newPolicies(t, a, WithMaxWindow(time.Hour))
 	keys := []string{"k0", "k1", "k2", "k3"}
 	var admitted [4]atomic.Int64
 	stop := make(chan struct{})
@@ -425,6 +427,10 @@ func TestPoliciesConfigErrors(t *testing.T) {
 		err = coarse.SetTier("", []Policy{{"a", 1, time.Millisecond}})
 		require.ErrorIs(t, err, ErrConfig)
 		assert.Contains(t, err.Error(), "coarse clock")
+
+		err = plain.SetTier("", []Policy{{"a", 1, 3 * s}})
+		require.ErrorIs(t, err, ErrConfig, "a 1ns tick counts at most 2.1s")
+		assert.Contains(t, err.Error(), "WithMaxWindow(3s)")
 	})
 }
 
@@ -496,12 +502,12 @@ func TestTakeAll(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 
-	ds, ok := l.TakeAll([]string{"user:a", "org:x"}, 2)
+	ds, ok := l.TakeAll([]Hit{{"user:a", 2}, {"org:x", 2}})
 	require.True(t, ok)
 	assert.Equal(t, []int{1, 2}, []int{ds[0].Remaining, ds[1].Remaining}, "each key under its own tier")
 
 	c.Advance(time.Second)
-	ds, ok = l.TakeAll([]string{"org:x", "user:b"}, 3)
+	ds, ok = l.TakeAll([]Hit{{"org:x", 3}, {"user:b", 3}})
 	require.False(t, ok, "the org has 2 left")
 	assert.False(t, ds[0].Allowed)
 	assert.Equal(t, 9*time.Second, ds[0].RetryAfter)
@@ -510,19 +516,19 @@ func TestTakeAll(t *testing.T) {
 	assert.Equal(t, 3, l.Peek("user:b").Remaining+1, "b holds nothing")
 	assert.Equal(t, 2, l.Peek("org:x").Remaining+1, "nor does the org hold more")
 
-	ds, ok = l.TakeAll([]string{"user:b", "org:x", "user:b"}, 1)
+	ds, ok = l.TakeAll([]Hit{{"user:b", 1}, {"org:x", 1}, {"user:b", 1}})
 	require.True(t, ok, "b counts twice: 2 of 3; the org once: 3 of 4")
 	assert.Equal(t, ds[0], ds[2], "one Decision for both places of b")
 	assert.Equal(t, 1, ds[0].Remaining)
 	assert.Equal(t, 1, ds[1].Remaining)
 
-	ds, ok = l.TakeAll([]string{"user:c", "org:x"}, 4)
+	ds, ok = l.TakeAll([]Hit{{"user:c", 4}, {"org:x", 4}})
 	require.False(t, ok)
 	assert.Zero(t, ds[0].RetryAfter, "4 can never fit user:c's limit of 3")
 	assert.False(t, ds[0].Allowed)
 	assert.Zero(t, l.Len()-3, "user:c was never tracked")
 
-	ds, ok = l.TakeAll(nil, 1)
+	ds, ok = l.TakeAll(nil)
 	assert.True(t, ok, "no key: nothing refuses")
 	assert.Empty(t, ds)
 }
@@ -544,7 +550,7 @@ func TestTakeAllConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				a, b := keys[(w+i)%len(keys)], keys[(w*3+i*7)%len(keys)]
-				if _, ok := l.TakeAll([]string{a, b}, 1); ok {
+				if _, ok := l.TakeAll([]Hit{{a, 1}, {b, 1}}); ok {
 					mu.Lock()
 					admitted[a]++
 					admitted[b]++
@@ -559,9 +565,112 @@ func TestTakeAllConcurrent(t *testing.T) {
 	wg.Wait()
 	for _, k := range keys {
 		assert.LessOrEqual(t, admitted[k], 40, "key %s", k)
-		d, _ := l.TakeAll([]string{k}, 0)
+		d, _ := l.TakeAll([]Hit{{k, 0}})
 		assert.Equal(t, admitted[k], 40-d[0].Remaining, "key %s holds what was admitted", k)
 	}
+}
+
+// TestTakeAllWeights decides each key at its own weight: a request is
+// admitted only when every key has room for its own, and a refusal records
+// nothing anywhere.
+func TestTakeAllWeights(t *testing.T) {
+	c := NewManualClock(t0)
+	l, err := New(10, time.Minute, WithClock(c), WithJanitorInterval(0))
+	require.NoError(t, err)
+	defer l.Close()
+
+	ds, ok := l.TakeAll([]Hit{{"a", 3}, {"b", 7}})
+	require.True(t, ok)
+	assert.Equal(t, []int{7, 3}, []int{ds[0].Remaining, ds[1].Remaining})
+
+	ds, ok = l.TakeAll([]Hit{{"a", 7}, {"b", 4}})
+	require.False(t, ok, "b has 3 left, not 4")
+	assert.True(t, ds[0].Allowed, "a had room for 7")
+	assert.Equal(t, 7, ds[0].Remaining, "and is described as it stands")
+	assert.False(t, ds[1].Allowed)
+	assert.Equal(t, 6, l.Peek("a").Remaining, "a holds 3: nothing recorded by the refusal")
+
+	ds, ok = l.TakeAll([]Hit{{"b", 1}, {"a", 0}, {"b", 2}})
+	require.True(t, ok, "b's weights add up to its 3 left; a's 0 fits")
+	assert.Zero(t, ds[0].Remaining)
+	assert.Equal(t, ds[0], ds[2])
+	assert.Equal(t, 7, ds[1].Remaining)
+
+	for _, hits := range [][]Hit{{{"c", 1}, {"d", -1}}, {{"c", 11}}, {{"c", 6}, {"c", 6}}, {{"c", math.MaxInt32}, {"c", math.MaxInt32}}} {
+		ds, ok = l.TakeAll(hits)
+		assert.False(t, ok, "%v can never fit", hits)
+		assert.Zero(t, ds[len(ds)-1].RetryAfter, "%v: waiting cannot help", hits)
+	}
+	assert.Equal(t, 10, l.Peek("c").Remaining+1, "the refusals recorded nothing")
+}
+
+// TestTakeAllBesideAFullMap makes new keys, two per call, beside goroutines
+// that keep deciding many more keys than a tiny bound holds, so that every
+// other key is newer than the instant a call read before its own keys were
+// created: each call's new logs stay pinned until it decides them, instead
+// of evicting each other for ever, and every call returns.
+func TestTakeAllBesideAFullMap(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	l, err := New(1000, time.Minute, WithJanitorInterval(0), WithMaxKeys(6))
+	require.NoError(t, err)
+	defer l.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					l.Allow(fmt.Sprint("busy", (w*9+i)%36))
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2_000 {
+			ds, _ := l.TakeAll([]Hit{{fmt.Sprint("new", i, "a"), 1}, {fmt.Sprint("new", i, "b"), 1}})
+			if !assert.Len(t, ds, 2) {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a watchdog: the calls take about a second
+		close(stop)
+		t.Fatal("TakeAll beside a full map did not return")
+	}
+	close(stop)
+	wg.Wait()
+	assert.LessOrEqual(t, l.Len(), 6)
+}
+
+// TestTakeAllPastTheBound asks for more new keys at once than the bound
+// holds: no room can be made for the last of them while the call holds the
+// others, so the request is refused with Overflow, and nothing is recorded.
+func TestTakeAllPastTheBound(t *testing.T) {
+	l, err := New(5, time.Minute, WithJanitorInterval(0), WithMaxKeys(2))
+	require.NoError(t, err)
+	defer l.Close()
+	ds, ok := l.TakeAll([]Hit{{"a", 1}, {"b", 1}, {"c", 1}})
+	require.False(t, ok)
+	overflows := 0
+	for _, d := range ds {
+		if d.Overflow {
+			overflows++
+		}
+	}
+	assert.Equal(t, 1, overflows, "one key had no room: %+v", ds)
+	assert.Equal(t, 2, l.Len())
+	for _, k := range []string{"a", "b", "c"} {
+		assert.Equal(t, 5, l.Peek(k).Remaining+1, "%s holds nothing", k)
+	}
+	ds, ok = l.TakeAll([]Hit{{"a", 1}, {"b", 1}})
+	assert.True(t, ok, "two keys fit: %+v", ds)
 }
 
 // TestTakeAllWhileMakingRoom runs requests over two keys each, from more
@@ -576,7 +685,7 @@ func TestTakeAllWhileMakingRoom(t *testing.T) {
 	for w := range 6 {
 		wg.Go(func() {
 			for i := range 300 {
-				ds, _ := l.TakeAll([]string{fmt.Sprint("k", (w+i)%9), fmt.Sprint("k", (w*5+i)%9)}, 1)
+				ds, _ := l.TakeAll([]Hit{{fmt.Sprint("k", (w+i)%9), 1}, {fmt.Sprint("k", (w*5+i)%9), 1}})
 				assert.Len(t, ds, 2)
 				assert.LessOrEqual(t, l.Len(), 6)
 			}

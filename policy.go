@@ -38,10 +38,10 @@ type tier struct {
 	// id is the tier's index in tierTable.byID. A log keeps the id of the
 	// tier that last decided it, for the janitor.
 	id uint16
-	// scale is how the tier's logs write instants (see scale); entries
-	// bounds their rings, and spans[i] the entries policy i's window holds:
-	// its limit, or under WithResolution what its window's ticks number if
-	// that is less.
+	// scale is how the limiter's logs write instants (see scale), the same
+	// in every tier; entries bounds their rings, and spans[i] the entries
+	// policy i's window holds: its limit, or under WithResolution what its
+	// window's ticks number if that is less.
 	scale   scale
 	entries int
 	spans   [MaxPolicies]uint32
@@ -49,6 +49,9 @@ type tier struct {
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
 	cursors [MaxPolicies]int8
+	// cacheable reports that no cursor takes inline slot 0, where a narrow
+	// log keeps its oldest entry's tick (eventLog.cache).
+	cacheable bool
 	// algorithm is the limiter's (WithAlgorithm). Under FixedWindow, wall
 	// aligns the windows: the limiter's instant 0 is wall nanoseconds after
 	// the Unix epoch. Under GCRA, refill[i] is policy i's ticks between
@@ -110,31 +113,34 @@ func (t *tier) shortest() time.Duration {
 	return s
 }
 
-// setup readies the tier for a limiter that counts with algorithm, with
-// WithResolution's d (0: off), whose instant 0 is wall nanoseconds after
-// the Unix epoch, or returns why d does not suit the tier's windows.
-func (t *tier) setup(d time.Duration, algorithm Algorithm, wall int64) error {
-	t.algorithm, t.wall = algorithm, wall
+// setup readies the tier for a limiter whose logs count in s's ticks
+// (WithResolution's when s.res), with algorithm, whose instant 0 is wall
+// nanoseconds after the Unix epoch, or returns why the tier's windows do
+// not suit s: a resolution longer than a window, or a window longer than
+// the ticks can hold.
+func (t *tier) setup(s scale, algorithm Algorithm, wall int64) error {
+	t.algorithm, t.wall, t.scale = algorithm, wall, s
+	switch {
+	case s.res && s.unit > int64(t.shortest()):
+		return fmt.Errorf("%w: resolution is %v, want at most the shortest window, %v", ErrConfig, time.Duration(s.unit), t.shortest())
+	case s.res && !s.holds(t.longest):
+		return fmt.Errorf("%w: resolution is %v, want at least %v for the window %v",
+			ErrConfig, time.Duration(s.unit), time.Duration(t.longest/maxTicks+1), time.Duration(t.longest))
+	case !s.holds(t.longest):
+		return fmt.Errorf("%w: window is %v, longer than this limiter holds (%v, from the longest window it was made with); make it with WithMaxWindow(%v)",
+			ErrConfig, time.Duration(t.longest), s.span(), time.Duration(t.longest))
+	}
 	for i, p := range t.policies {
 		t.refill[i] = 0
 		if algorithm == GCRA {
-			t.refill[i] = ceilDiv(ceilDiv(int64(p.Window), int64(p.Limit)), newScale(t.longest, 0).unit)
+			t.refill[i] = ceilDiv(ceilDiv(int64(p.Window), int64(p.Limit)), s.unit)
 		}
 	}
-	res := int64(d)
-	switch {
-	case res > int64(t.shortest()):
-		return fmt.Errorf("%w: resolution is %v, want at most the shortest window, %v", ErrConfig, d, t.shortest())
-	case res > 0 && t.longest/res >= maxTicks:
-		return fmt.Errorf("%w: resolution is %v, want at least %v for the window %v",
-			ErrConfig, d, time.Duration(t.longest/maxTicks+1), time.Duration(t.longest))
-	}
-	t.scale = newScale(t.longest, res)
 	t.entries = t.capacity
 	for i, p := range t.policies {
 		t.spans[i] = uint32(p.Limit)
-		if res > 0 {
-			ticks := int64(p.Window)/res + 2
+		if s.res {
+			ticks := int64(p.Window)/s.unit + 2
 			t.spans[i] = uint32(min(int64(p.Limit), ticks))
 			if int64(p.Window) == t.longest {
 				t.entries = int(min(int64(t.entries), ticks))
@@ -145,15 +151,12 @@ func (t *tier) setup(d time.Duration, algorithm Algorithm, wall int64) error {
 	return nil
 }
 
-// placeCursors gives the free inline slots of a heap log (two, or one under
-// WithResolution) to the policies whose windows are shorter than the
-// longest, widest span first: a cursor saves the most where a search would
-// cover the most entries.
+// placeCursors gives the free inline slots of a heap log (two in a narrow
+// log, slot 1 alone in a wide one) to the policies whose windows are
+// shorter than the longest, widest span first, in slot 1: a cursor saves
+// the most where a search would cover the most entries.
 func (t *tier) placeCursors() {
-	free := []int8{0, 1}
-	if t.scale.wide() {
-		free = free[1:]
-	}
+	free := []int8{1, 0}
 	order := make([]int, 0, len(t.policies))
 	for i, p := range t.policies {
 		t.cursors[i] = -1
@@ -165,4 +168,5 @@ func (t *tier) placeCursors() {
 	for k, i := range order[:min(len(order), len(free))] {
 		t.cursors[i] = free[k]
 	}
+	t.cacheable = len(order) < 2
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"pgregory.net/rapid"
 )
 
 // TestRefundRemovesItsOwnInstants refunds an older decision while a newer
@@ -94,7 +93,7 @@ func TestRefundUnderPolicies(t *testing.T) {
 // TestRefundTakeAll refunds each key of an admitted request.
 func TestRefundTakeAll(t *testing.T) {
 	l, _ := newManual(t, 3, time.Minute)
-	ds, ok := l.TakeAll([]string{"user", "org"}, 2)
+	ds, ok := l.TakeAll([]Hit{{"user", 2}, {"org", 2}})
 	require.True(t, ok)
 	require.NoError(t, l.Refund("user", &ds[0]))
 	require.NoError(t, l.Refund("org", &ds[1]))
@@ -154,126 +153,4 @@ func TestRefundConcurrent(t *testing.T) {
 	for key, n := range kept {
 		assert.Equal(t, 1000-n, noReceipt(l.Take(key, 0)).Remaining, "key %s", key)
 	}
-}
-
-// TestRefundModel drives a limiter of 1 to 3 policies and the naive model
-// with random takes, refunds (of admitted, refused, refunded and other keys'
-// decisions), resets and clock moves, some backwards. Every decision equals
-// the model's, in which a refunded decision's events were never recorded,
-// and no window of any policy ever holds more than its limit of the events
-// that were not refunded.
-func TestRefundModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		policies := drawPolicies(t, "policies")
-		var opts []Option
-		if rapid.Bool().Draw(t, "resolution") {
-			shortest := policies[0].Window
-			for _, p := range policies {
-				shortest = min(shortest, p.Window)
-			}
-			opts = append(opts, WithResolution(shortest/2))
-		}
-		c := NewManualClock(t0)
-		l, err := NewPolicies(policies, append(opts, WithClock(c), WithJanitorInterval(0))...)
-		require.NoError(t, err)
-		defer l.Close()
-		exact := len(opts) == 0
-		m := newModel(policies)
-		type taken struct {
-			key      string
-			d        Decision
-			at       int64
-			n        int
-			refunded bool
-			gen      int // the key's log it was recorded in
-		}
-		var decisions []*taken
-		gen := map[string]int{}
-		keys := []string{"a", "b"}
-		for i := range rapid.IntRange(1, 200).Draw(t, "steps") {
-			if rapid.IntRange(0, 2).Draw(t, "move") > 0 {
-				c.Advance(time.Duration(rapid.IntRange(-2, 8).Draw(t, "step")) * time.Second / 2)
-			}
-			now := int64(c.Now().Sub(t0))
-			key := rapid.SampledFrom(keys).Draw(t, "key")
-			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
-			case op < 6:
-				n := rapid.IntRange(0, 3).Draw(t, "n")
-				want := m.decide(key, n, now, true)
-				got := l.Take(key, n)
-				if exact {
-					require.Equal(t, want, noReceipt(got), "step %d: Take(%q, %d)", i, key, n)
-				}
-				require.Equal(t, got.Allowed && n > 0, got.Receipt.N() > 0, "step %d: a receipt for what was recorded", i)
-				if !exact && got.Allowed != want.Allowed {
-					// Under a resolution the limiter may refuse up to a tick
-					// early: keep the model where the limiter is.
-					require.False(t, got.Allowed, "step %d: admitted what the exact model refuses", i)
-					k := m.keys[key]
-					k.events = k.events[:len(k.events)-n]
-					m.history[key] = m.history[key][:len(m.history[key])-n]
-				}
-				at := now
-				if k, ok := m.keys[key]; ok {
-					at = k.last
-				}
-				decisions = append(decisions, &taken{key: key, d: got, at: at, n: n, gen: gen[key]})
-			case op < 9 && len(decisions) > 0:
-				tk := rapid.SampledFrom(decisions).Draw(t, "decision")
-				on := key // sometimes another key's
-				hadReceipt := tk.d.Receipt.N() > 0
-				err := l.Refund(on, &tk.d)
-				k, tracked := m.keys[on]
-				held := 0
-				if tracked && hadReceipt && on == tk.key && gen[on] == tk.gen { // the limiter settles the log it finds
-					k.last = max(k.last, now)
-					k.events = inWindow(k.events, k.last, m.longest())
-				}
-				if tracked {
-					for _, e := range k.events {
-						if e == tk.at {
-							held++
-						}
-					}
-				}
-				mine := on == tk.key && !tk.refunded && tk.n > 0 && tk.d.Allowed && gen[on] == tk.gen
-				ok := mine && held >= tk.n
-				if !exact && mine && !ok {
-					// Under a resolution events live up to a tick past their
-					// window: whether they are still held is the limiter's
-					// to say, and the model no longer counts them.
-					if err == nil {
-						tk.refunded = true
-					}
-					continue
-				}
-				if !ok {
-					require.ErrorIs(t, err, ErrNothingToRefund, "step %d: refund of %+v on %q", i, tk, on)
-					continue
-				}
-				require.NoError(t, err, "step %d: refund of %+v on %q", i, tk, on)
-				tk.refunded = true
-				for range tk.n {
-					k.events = removeOne(k.events, tk.at)
-					m.history[on] = removeOne(m.history[on], tk.at)
-				}
-			default:
-				l.Reset(key)
-				delete(m.keys, key)
-				m.history[key] = nil
-				gen[key]++
-			}
-		}
-		m.checkExact(t)
-	})
-}
-
-// removeOne returns events without one event at instant at.
-func removeOne(events []int64, at int64) []int64 {
-	for i, e := range events {
-		if e == at {
-			return append(events[:i:i], events[i+1:]...)
-		}
-	}
-	return events
 }

@@ -1,8 +1,10 @@
 package keyrate
 
 import (
+	"math"
 	"math/bits"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -10,29 +12,44 @@ import (
 // a ring buffer that grows by doubling up to what the longest window can
 // hold and shrinks back as it empties.
 //
-// An entry is a 32-bit tick: the event's instant (nanoseconds since the
-// limiter's base, from the monotonic clock) divided by the tier's tick and
-// rounded up, kept modulo 2^32 (see scale). An exact log holds one entry per
-// event, 4 bytes each. Under WithResolution an entry is a pair, its tick
-// and the running total of weight before it, and every event of one tick
-// shares it; the running total after the newest entry is then kept in
-// inline[0], and the ring is always on the heap.
+// An entry is a 32-bit tick: the instant it was decided at (nanoseconds
+// since the limiter's base, from the monotonic clock) divided by the
+// limiter's tick and rounded up, kept modulo 2^32 (see scale). The tick is
+// fixed for the limiter's life, so an entry is written once and never
+// rewritten: a change of policies (SetTier, a key moving to another tier)
+// reads the same entries in other windows.
+//
+// A log's entries take one of two forms, chosen when it is empty. A narrow
+// log holds one entry per event, 4 bytes each: the form for traffic of
+// weight 1. A wide log holds pairs, a tick and the running total of weight
+// before it, and every event of one tick shares its pair, so that a
+// decision of any weight is one entry: memory and time per decision do not
+// depend on the weight. The running total after the newest entry is then
+// kept in inline[0], and the ring is always on the heap. A narrow log
+// becomes wide when a weight above 1 arrives (widen), and a log under
+// WithResolution is wide from its first event.
 //
 // Under several policies the log keeps the events of the longest window,
 // which serve every shorter one: the events in a policy's window are the
 // newest of them.
 //
-// The struct fills one 48-byte allocation, and an exact log keeps its first
-// two events inline: such a key costs that allocation, its map entry and its
-// key string, under 128 bytes in all (TestMemoryPerKey). The ring is held as
-// a pointer to its first slot and a capacity rather than a slice, whose
-// header would take 16 bytes more and push the struct into the next size
-// class (measured: 110.9 B per key as it is, 126.9 B with a slice).
+// The struct fills one 48-byte allocation, and a narrow log keeps its first
+// two events inline: such a key costs that allocation, its map entry and
+// its key string, under 128 bytes in all (TestMemoryPerKey). The ring is
+// held as a pointer to its first slot and a capacity rather than a slice,
+// whose header would take 16 bytes more and push the struct into the next
+// size class (measured: 110.9 B per key as it is, 126.9 B with a slice).
 //
-// Every field is guarded by mu. dead marks a log that has left the map
-// (evicted or Reset): a caller that finds it so retries with a fresh lookup.
-// tier is the id of the tier that last decided the key, whose longest window
-// the janitor evicts it by; step names the tick its entries were written in.
+// Every field is guarded by mu. state holds three flags. dead marks a log
+// that has left the map (evicted or Reset): a caller that finds it so
+// retries with a fresh lookup. pinned marks a log that TakeAll created and
+// has yet to decide: making room and the janitor leave it be (see TakeAll).
+// cached marks a narrow log on the heap whose inline[0] holds the tick of
+// its oldest entry, so that a decision that drops nothing and refuses (or
+// only appends) reads no entry of the ring: one dependent cache miss less
+// for a key the cache does not already hold. tier is the id of the tier
+// that last decided the key, whose longest window the janitor evicts it
+// by.
 type eventLog struct {
 	mu     sync.Mutex
 	last   int64   // newest instant this key was decided at; time never runs back past it
@@ -41,50 +58,87 @@ type eventLog struct {
 	n      uint32  // number of entries held
 	size   uint32  // the ring's capacity, in entries
 	tier   uint16
-	step   uint8
-	dead   bool
+	wide   bool  // entries are pairs: a tick and the running total before it
+	state  uint8 // dead, pinned, cached
 	inline [2]uint32
 }
+
+// The flags of eventLog.state.
+const (
+	dead   = 1 << iota // the log has left the map
+	pinned             // TakeAll holds the log it created until it decides it
+	cached             // inline[0] is the oldest entry's tick
+)
+
+// is reports whether g has every flag of f. Called with mu held.
+func (g *eventLog) is(f uint8) bool { return g.state&f == f }
 
 func newEventLog(floor int64) *eventLog {
 	return &eventLog{last: floor}
 }
 
-// width is the number of slots an entry takes: 2 under WithResolution.
-func width(s *scale) uint32 {
-	if s.wide() {
+// width is the number of slots an entry takes: 2 in a wide log.
+func (g *eventLog) width() uint32 {
+	if g.wide {
 		return 2
 	}
 	return 1
 }
 
-// slot returns the slot of entry i (from the oldest) at word w of its width.
-func (g *eventLog) slot(i, wd, w uint32) *uint32 {
+// slot returns word w of entry i (from the oldest).
+func (g *eventLog) slot(i, w uint32) *uint32 {
 	j := g.head + i
 	if j >= g.size {
 		j -= g.size
 	}
-	return (*uint32)(unsafe.Add(unsafe.Pointer(g.ring), 4*(j*wd+w)))
+	return (*uint32)(unsafe.Add(unsafe.Pointer(g.ring), 4*(j*g.width()+w)))
 }
 
-// tick returns the tick of entry i, 0 <= i < n.
-func (g *eventLog) tick(i uint32, s *scale) uint32 { return *g.slot(i, width(s), 0) }
+// tick returns the tick of entry i, 0 <= i < n: the oldest's from the
+// cache when it holds it.
+func (g *eventLog) tick(i uint32) uint32 {
+	if i == 0 && g.state&cached != 0 {
+		return g.inline[0]
+	}
+	return *g.slot(i, 0)
+}
+
+// cache keeps the oldest entry's tick in inline[0], when the log is narrow
+// and on the heap and its tier leaves that slot free of cursors (free), or
+// forgets it when it cannot. Called whenever the oldest entry may have
+// changed, after settling; an entry just read costs no miss to copy.
+func (g *eventLog) cache(free bool) {
+	if g.n == 0 || g.wide || g.ring == &g.inline[0] || !free {
+		g.state &^= cached
+		return
+	}
+	g.inline[0] = *g.slot(0, 0)
+	g.state |= cached
+}
+
+// recache keeps the cache true after the oldest entry changed, when it is
+// kept at all.
+func (g *eventLog) recache() {
+	if g.state&cached != 0 {
+		g.cache(true)
+	}
+}
 
 // age returns how many ticks entry i is older than reference tick r.
 // Every held entry is at most r and less than 2^32 ticks older.
-func (g *eventLog) age(i uint32, r int64, s *scale) uint32 { return uint32(r) - g.tick(i, s) }
+func (g *eventLog) age(i uint32, r int64) uint32 { return uint32(r) - g.tick(i) }
 
 // instant returns the instant entry i stands for, given reference tick r.
 func (g *eventLog) instant(i uint32, r int64, s *scale) int64 {
-	return s.instant(r - int64(g.age(i, r, s)))
+	return s.instant(r - int64(g.age(i, r)))
 }
 
-// before returns the running total of weight before entry i (resolution).
-func (g *eventLog) before(i uint32) uint32 { return *g.slot(i, 2, 1) }
+// before returns the running total of weight before entry i (wide logs).
+func (g *eventLog) before(i uint32) uint32 { return *g.slot(i, 1) }
 
 // count returns the weight held from entry `from` to the newest.
-func (g *eventLog) count(from uint32, s *scale) int {
-	if !s.wide() {
+func (g *eventLog) count(from uint32) int {
+	if !g.wide {
 		return int(g.n - from)
 	}
 	if from == g.n {
@@ -93,11 +147,14 @@ func (g *eventLog) count(from uint32, s *scale) int {
 	return int(g.inline[0] - g.before(from))
 }
 
+// weight returns the weight entry i holds.
+func (g *eventLog) weight(i uint32) int { return g.count(i) - g.count(i+1) }
+
 // nth returns the entry that holds the k-th oldest event counted from entry
-// `from`, 1 <= k <= count(from). An exact log holds one event per entry;
-// under WithResolution it is a binary search on the running totals.
-func (g *eventLog) nth(from uint32, k int, s *scale) uint32 {
-	if !s.wide() {
+// `from`, 1 <= k <= count(from). A narrow log holds one event per entry; a
+// wide one is searched on its running totals.
+func (g *eventLog) nth(from uint32, k int) uint32 {
+	if !g.wide {
 		return from + uint32(k) - 1
 	}
 	base := g.before(from)
@@ -118,10 +175,10 @@ func (g *eventLog) nth(from uint32, k int, s *scale) uint32 {
 // binary search; it looks first among the newest span entries, where a
 // window holding at most span entries (its policy's limit, or what the
 // resolution lets its window hold) starts.
-func (g *eventLog) firstIn(lim uint32, r int64, span uint32, s *scale) uint32 {
+func (g *eventLog) firstIn(lim uint32, r int64, span uint32) uint32 {
 	lo, hi := uint32(0), g.n
 	if span < g.n {
-		if g.age(g.n-span-1, r, s) >= lim {
+		if g.age(g.n-span-1, r) >= lim {
 			lo = g.n - span
 		} else {
 			hi = g.n - span - 1 // the window holds more than span (SetTier lowered a limit)
@@ -129,7 +186,7 @@ func (g *eventLog) firstIn(lim uint32, r int64, span uint32, s *scale) uint32 {
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		if g.age(mid, r, s) >= lim {
+		if g.age(mid, r) >= lim {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -148,17 +205,17 @@ const cursorSteps = 8
 // entry is no longer held, or the one before it is inside the window, as
 // when a tier's window grew) is ignored: cursors are hints, and any value
 // gives the right answer.
-func (g *eventLog) firstFrom(c *uint32, lim uint32, r int64, span uint32, s *scale) uint32 {
+func (g *eventLog) firstFrom(c *uint32, lim uint32, r int64, span uint32) uint32 {
 	i := *c - g.head // the cursor's index from the oldest entry
 	if *c < g.head {
 		i += g.size
 	}
-	if i > g.n || i > 0 && g.age(i-1, r, s) < lim {
-		i = g.firstIn(lim, r, span, s)
+	if i > g.n || i > 0 && g.age(i-1, r) < lim {
+		i = g.firstIn(lim, r, span)
 	} else {
-		for steps := 0; i < g.n && g.age(i, r, s) >= lim; steps++ {
+		for steps := 0; i < g.n && g.age(i, r) >= lim; steps++ {
 			if steps == cursorSteps {
-				i += g.firstInFrom(i, lim, r, s)
+				i += g.firstInFrom(i, lim, r)
 				break
 			}
 			i++
@@ -174,22 +231,22 @@ func (g *eventLog) firstFrom(c *uint32, lim uint32, r int64, span uint32, s *sca
 // leaving returns how many of the oldest entries are older than lim ticks
 // before r. Usually the entries leave the window about as fast as new ones
 // join, one or none at a time: it steps over a few before searching.
-func (g *eventLog) leaving(lim uint32, r int64, s *scale) uint32 {
+func (g *eventLog) leaving(lim uint32, r int64) uint32 {
 	for i := range uint32(cursorSteps) {
-		if i == g.n || g.age(i, r, s) < lim {
+		if i == g.n || g.age(i, r) < lim {
 			return i
 		}
 	}
-	return cursorSteps + g.firstInFrom(cursorSteps, lim, r, s)
+	return cursorSteps + g.firstInFrom(cursorSteps, lim, r)
 }
 
 // firstInFrom is firstIn among the entries from index from on, whose first
 // is outside the window: it returns how many more are.
-func (g *eventLog) firstInFrom(from, lim uint32, r int64, s *scale) uint32 {
+func (g *eventLog) firstInFrom(from, lim uint32, r int64) uint32 {
 	lo, hi := from, g.n
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		if g.age(mid, r, s) >= lim {
+		if g.age(mid, r) >= lim {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -199,13 +256,17 @@ func (g *eventLog) firstInFrom(from, lim uint32, r int64, s *scale) uint32 {
 }
 
 // cursor returns where policy i of t keeps its cursor in g, or nil. A log
-// whose ring is on the heap has its inline slots free (but the first under
-// WithResolution, the running total): they hold the cursors of the policies
-// with the widest spans after the longest window's (tier.cursors).
+// whose ring is on the heap has its inline slots free but, in a wide log,
+// the first, the running total: they hold the cursors of the policies with
+// the widest spans after the longest window's (tier.cursors), the widest in
+// slot 1, free in either form.
 func (g *eventLog) cursor(t *tier, i int) *uint32 {
 	slot := t.cursors[i]
-	if slot < 0 || g.ring == &g.inline[0] {
+	if slot < 0 || g.ring == &g.inline[0] || slot == 0 && g.wide {
 		return nil
+	}
+	if slot == 0 {
+		g.state &^= cached // the cursor takes the cache's slot
 	}
 	return &g.inline[slot]
 }
@@ -214,14 +275,14 @@ func (g *eventLog) cursor(t *tier, i int) *uint32 {
 // entries are newer than lim ticks before r: from its cursor, when it has one.
 func (g *eventLog) first(t *tier, i int, lim uint32, r int64) uint32 {
 	if c := g.cursor(t, i); c != nil {
-		return g.firstFrom(c, lim, r, t.spans[i], &t.scale)
+		return g.firstFrom(c, lim, r, t.spans[i])
 	}
-	return g.firstIn(lim, r, t.spans[i], &t.scale)
+	return g.firstIn(lim, r, t.spans[i])
 }
 
 // drop forgets the oldest k entries and gives memory back once the ring is
 // mostly empty.
-func (g *eventLog) drop(k uint32, s *scale) {
+func (g *eventLog) drop(k uint32) {
 	if k == g.n {
 		g.head, g.n = 0, 0
 	} else {
@@ -232,61 +293,119 @@ func (g *eventLog) drop(k uint32, s *scale) {
 		g.n -= k
 	}
 	if g.size > 2 && g.n <= g.size/4 {
-		g.resize(2*g.n, s) // room to double before the next shrink
+		g.resize(2 * g.n) // room to double before the next shrink
+	}
+	if k > 0 {
+		g.recache()
 	}
 }
 
-// push records weight k at tick r, that of the instant decided at: k
-// entries in an exact log, growing the ring (up to bound entries, or what
-// the events need if that is more); under WithResolution one entry, or none
-// when the newest has tick r.
-func (g *eventLog) push(r int64, k uint32, bound int, s *scale) {
+// push records weight k at tick r, that of the instant decided at: one
+// entry, growing the ring (up to bound entries, or what the entries need if
+// that is more), or none when a wide log's newest entry has tick r. An
+// empty log takes its form here: wide under WithResolution (res) or for a
+// weight above 1, else narrow; a narrow log that gets such a weight is
+// widened first.
+func (g *eventLog) push(r int64, k uint32, bound int, res bool) {
 	t := uint32(r)
-	if s.wide() {
-		g.pushCounted(t, k, bound, s)
-		return
+	switch {
+	case g.n == 0:
+		g.reform(res || k > 1)
+	case k > 1 && !g.wide:
+		g.widen(bound)
 	}
-	if need := g.n + k; need > g.size {
-		g.resize(min(max(2*g.size, need), max(uint32(bound), need)), s)
-	}
-	for i := range k {
-		*g.slot(g.n+i, 1, 0) = t
-	}
-	g.n += k
-}
-
-// pushCounted is push under WithResolution: weight k joins the newest entry
-// when it has tick t, else a new entry that starts at the running total.
-func (g *eventLog) pushCounted(t, k uint32, bound int, s *scale) {
-	total := g.inline[0]
-	g.inline[0] += k
-	if g.n > 0 && g.tick(g.n-1, s) == t {
+	if g.wide {
+		g.pushCounted(t, k, bound)
 		return
 	}
 	if g.n == g.size {
-		g.resize(min(max(2*g.size, 1), max(uint32(bound), g.n+1)), s)
+		g.resize(min(max(2*g.size, 1), max(uint32(bound), g.n+1)))
 	}
-	*g.slot(g.n, 2, 0) = t
-	*g.slot(g.n, 2, 1) = total
+	*g.slot(g.n, 0) = t
+	g.n++
+	if g.n == 1 {
+		g.recache()
+	}
+}
+
+// pushCounted is push into a wide log: weight k joins the newest entry
+// when it has tick t, else a new entry that starts at the running total.
+func (g *eventLog) pushCounted(t, k uint32, bound int) {
+	total := g.inline[0]
+	g.inline[0] += k
+	if g.n > 0 && g.tick(g.n-1) == t {
+		return
+	}
+	if g.n == g.size {
+		g.resize(min(max(2*g.size, 1), max(uint32(bound), g.n+1)))
+	}
+	*g.slot(g.n, 0) = t
+	*g.slot(g.n, 1) = total
 	g.n++
 }
 
+// reform gives an empty log the form wide or narrow, keeping its heap ring's
+// memory for entries of the new width.
+func (g *eventLog) reform(wide bool) {
+	if g.wide == wide {
+		return
+	}
+	old := g.width()
+	g.wide, g.head, g.inline = wide, 0, [2]uint32{}
+	g.state &^= cached
+	if g.ring == &g.inline[0] || g.size*old < g.width() {
+		g.ring, g.size = nil, 0 // the inline slots hold no pairs
+		return
+	}
+	g.size = g.size * old / g.width()
+}
+
+// widen turns a narrow log into a wide one holding the same events: each
+// run of entries of one tick becomes one pair. It costs O(n), once per
+// narrow log that meets a weight above 1.
+func (g *eventLog) widen(bound int) {
+	runs := uint32(1)
+	for i := uint32(1); i < g.n; i++ {
+		if g.tick(i) != g.tick(i-1) {
+			runs++
+		}
+	}
+	ring := grown(min(max(2*runs, runs+1), max(uint32(bound), runs+1)), 2)
+	m := uint32(0)
+	for i := range g.n {
+		if t := g.tick(i); i == 0 || t != ring[2*(m-1)] {
+			ring[2*m], ring[2*m+1] = t, i
+			m++
+		}
+	}
+	g.inline = [2]uint32{g.n, 0}
+	g.ring, g.size, g.head, g.n, g.wide = &ring[0], uint32(len(ring))/2, 0, m, true
+	g.state &^= cached
+}
+
+// grown returns a zeroed heap ring of at least c entries of wd slots, taking
+// the whole size class it is allocated in.
+func grown(c, wd uint32) []uint32 {
+	ring := append([]uint32(nil), make([]uint32, c*wd)...)
+	return ring[:cap(ring)/int(wd)*int(wd)]
+}
+
 // resize moves the entries to a ring of at least c entries, or to the inline
-// slots when c fits there (exact logs only). The heap ring takes the whole
+// slots when c fits there (narrow logs only). The heap ring takes the whole
 // size class it is allocated in. Only a heap ring ever moves to the inline
 // slots, so source and destination never overlap.
-func (g *eventLog) resize(c uint32, s *scale) {
-	wd := width(s)
+func (g *eventLog) resize(c uint32) {
+	wd := g.width()
 	var ring []uint32
 	switch {
 	case wd == 1 && c <= uint32(len(g.inline)):
 		ring = g.inline[:]
 	case c == 0:
 		g.ring, g.size, g.head = nil, 0, 0
+		g.state &^= cached
 		return
 	default:
-		ring = append([]uint32(nil), make([]uint32, c*wd)...)
-		ring = ring[:cap(ring)/int(wd)*int(wd)]
+		ring = grown(c, wd)
 	}
 	if g.n > 0 {
 		// Two copies: from the head to the ring's end, then the wrapped part.
@@ -296,16 +415,19 @@ func (g *eventLog) resize(c uint32, s *scale) {
 		copy(ring[m:], old[:(g.n-tail)*wd])
 	}
 	g.ring, g.size, g.head = &ring[0], uint32(len(ring))/wd, 0
+	if g.ring == &g.inline[0] {
+		g.state &^= cached // the slot holds an entry now
+	}
 }
 
 // remove takes the k entries from index i out of the log, moving the
 // fewer of the entries before them and after them to close the gap.
-func (g *eventLog) remove(i, k uint32, s *scale) {
-	wd := width(s)
+func (g *eventLog) remove(i, k uint32) {
+	wd := g.width()
 	if i < g.n-i-k { // the older side is the shorter: move it towards the newest
 		for j := i; j > 0; j-- {
 			for w := range wd {
-				*g.slot(j-1+k, wd, w) = *g.slot(j-1, wd, w)
+				*g.slot(j-1+k, w) = *g.slot(j-1, w)
 			}
 		}
 		g.head += k
@@ -315,30 +437,33 @@ func (g *eventLog) remove(i, k uint32, s *scale) {
 	} else {
 		for j := i + k; j < g.n; j++ {
 			for w := range wd {
-				*g.slot(j-k, wd, w) = *g.slot(j, wd, w)
+				*g.slot(j-k, w) = *g.slot(j, w)
 			}
 		}
 	}
 	g.n -= k
-	g.drop(0, s)
+	g.drop(0)
+	if i == 0 {
+		g.recache()
+	}
 }
 
-// unpushCounted takes weight k from entry i under WithResolution: the
-// running totals of the entries after it fall by k, and the entry goes
-// when nothing is left of it.
-func (g *eventLog) unpushCounted(i, k uint32, s *scale) {
+// unpushCounted takes weight k from entry i of a wide log: the running
+// totals of the entries after it fall by k, and the entry goes when nothing
+// is left of it.
+func (g *eventLog) unpushCounted(i, k uint32) {
 	for j := i + 1; j < g.n; j++ {
-		*g.slot(j, 2, 1) -= k
+		*g.slot(j, 1) -= k
 	}
 	g.inline[0] -= k
-	if g.count(i, s) == g.count(i+1, s) {
-		g.remove(i, 1, s)
+	if g.weight(i) == 0 {
+		g.remove(i, 1)
 	}
 }
 
 // settle moves the log to instant now and drops the entries that have left
-// the window at s's ticks. It returns the instant to decide at: now, unless
-// now is before the newest instant already decided at for this key (a clock
+// the window. It returns the instant to decide at: now, unless now is
+// before the newest instant already decided at for this key (a clock
 // stepped back, or the caller read the clock before another caller took the
 // key's lock), in which case the log is decided at that instant, so that
 // each key's instants never run backwards.
@@ -347,53 +472,34 @@ func (g *eventLog) unpushCounted(i, k uint32, s *scale) {
 // last decided, and a binary search otherwise: never a walk over the events.
 func (g *eventLog) settle(now, window int64, s *scale) int64 {
 	now = max(now, g.last)
-	switch {
-	case g.n == 0:
-		g.step = s.step // an empty log takes the tier's ticks
-	case g.step != s.step:
-		g.rescale(now, window, s)
-	case now-g.last >= window+s.unit:
-		g.drop(g.n, s) // even the newest entry, rounded up, is out
+	if g.n > 0 && now-g.last >= window+s.unit {
+		g.drop(g.n) // even the newest entry, rounded up, is out
 	}
 	g.last = now
 	if g.n > 0 {
 		r := s.ceil(now)
 		lim := windowAge(now, window, r, s)
-		if g.age(0, r, s) >= lim {
-			g.drop(g.leaving(lim, r, s), s)
+		if g.age(0, r) >= lim {
+			g.drop(g.leaving(lim, r))
 		}
 	}
 	return now
 }
 
-// rescale rewrites the entries of a log written in other ticks (its tier's
-// longest window changed) in s's, keeping only those inside the window at
-// now. It costs O(n), once per change of tick.
-func (g *eventLog) rescale(now, window int64, s *scale) {
-	old := scaleOf(unitOf(g.step), g.step)
-	r := old.ceil(g.last)
-	kept := uint32(0)
-	for i := range g.n {
-		if t := g.instant(i, r, &old); t > now-window {
-			*g.slot(kept, 1, 0) = uint32(s.ceil(t))
-			kept++
-		}
-	}
-	g.n, g.step = kept, s.step
-	g.drop(0, s)
-}
-
-// scale is how a tier's logs write instants as 32-bit ticks. An exact log
-// counts in the finest tick of 1, 2 or 5 times a power of ten nanoseconds
-// in which the tier's longest window spans fewer than maxTicks: 5ns for a
-// 10s window, 50ns for a minute, 2µs for an hour, 50µs for a day. Every
-// whole millisecond is then a whole tick. Under WithResolution a tick is
-// the resolution.
+// scale is how a limiter's logs write instants as 32-bit ticks, the same
+// for every tier and fixed for the limiter's life. An exact log counts in
+// the finest tick of 1, 2 or 5 times a power of ten nanoseconds in which
+// the longest window the limiter may hold spans fewer than maxTicks: 5ns
+// for a 10s window, 50ns for a minute, 2µs for an hour, 50µs for a day.
+// Every whole millisecond is then a whole tick. Under WithResolution a tick
+// is the resolution.
 //
 // A log drops all its entries once the newest has left the longest window,
 // so every entry it holds is less than two longest windows older than the
-// instant it is read at: under 2^32 ticks. Ticks are therefore kept modulo
-// 2^32 and read back by their age against the tick of that instant.
+// instant it is read at: under 2^32 ticks, also when a key moves between
+// tiers, as no tier's window may span more ticks than that. Ticks are
+// therefore kept modulo 2^32 and read back by their age against the tick of
+// that instant.
 //
 // An instant becomes the tick that contains it rounded up, the end of its
 // tick: an event may count as up to one tick later than it happened, never
@@ -402,33 +508,37 @@ type scale struct {
 	unit  int64 // nanoseconds per tick
 	magic uint64
 	shift uint8 // see quo
-	// step names the tick in a log (eventLog.step): its place in the
-	// series unitOf counts, or resolutionStep.
-	step uint8
+	res   bool  // the tick is WithResolution's: every log is wide
 }
 
-// wide reports whether an entry is a pair, a tick and a running total:
-// under WithResolution.
-func (s *scale) wide() bool { return s.step == resolutionStep }
-
-// maxTicks bounds the ticks a tier's longest window may span (see scale).
+// maxTicks bounds the ticks a window may span (see scale).
 const maxTicks = 1<<31 - 2
 
-// newScale returns the scale of a tier whose longest window is longest
+// newScale returns the scale of a limiter whose longest window is longest
 // nanoseconds, for WithResolution's res (0: off).
 func newScale(longest, res int64) scale {
 	if res > 0 {
-		return scaleOf(res, resolutionStep)
+		s := scaleOf(res)
+		s.res = true
+		return s
 	}
 	step := uint8(0)
 	for longest/unitOf(step) >= maxTicks {
 		step++
 	}
-	return scaleOf(unitOf(step), step)
+	return scaleOf(unitOf(step))
 }
 
-// resolutionStep is the step of a scale set by WithResolution.
-const resolutionStep = 255
+// holds reports whether a window of w nanoseconds spans few enough ticks.
+func (s *scale) holds(w int64) bool { return w/s.unit < maxTicks }
+
+// span returns the longest window the scale holds.
+func (s *scale) span() time.Duration {
+	if s.unit > math.MaxInt64/maxTicks {
+		return math.MaxInt64
+	}
+	return time.Duration(maxTicks*s.unit - 1)
+}
 
 // unitOf returns the tick of a step of the series 1, 2, 5, 10, 20, 50, ...
 // nanoseconds.
@@ -440,8 +550,8 @@ func unitOf(step uint8) int64 {
 	return unit
 }
 
-func scaleOf(unit int64, step uint8) scale {
-	s := scale{unit: unit, step: step}
+func scaleOf(unit int64) scale {
+	s := scale{unit: unit}
 	if unit&(unit-1) == 0 {
 		s.shift = uint8(bits.TrailingZeros64(uint64(unit)))
 		return s

@@ -29,9 +29,16 @@ func TestScaleTicks(t *testing.T) {
 		s := newScale(int64(c.window), 0)
 		assert.Equal(t, c.tick, s.unit, "window %v", c.window)
 		assert.Less(t, int64(c.window)/s.unit, int64(maxTicks), "window %v fits its ticks", c.window)
-		if s.step > 0 {
-			assert.GreaterOrEqual(t, int64(c.window)/unitOf(s.step-1), int64(maxTicks), "window %v: a finer tick would not fit", c.window)
+		step := uint8(0)
+		for unitOf(step) != s.unit {
+			step++
 		}
+		if step > 0 {
+			assert.GreaterOrEqual(t, int64(c.window)/unitOf(step-1), int64(maxTicks), "window %v: a finer tick would not fit", c.window)
+		}
+		assert.True(t, s.holds(int64(c.window)))
+		assert.True(t, s.holds(int64(s.span())), "window %v: the span %v holds", c.window, s.span())
+		assert.False(t, s.holds(int64(s.span())+1), "window %v: nothing past the span %v", c.window, s.span())
 		assert.Zero(t, int64(time.Millisecond)%s.unit, "a millisecond is whole ticks")
 	}
 }
@@ -62,7 +69,7 @@ func TestScaleDivision(t *testing.T) {
 	}
 	for step := range uint8(29) { // windows up to 2^63ns
 		s := newScale(int64(maxTicks)*unitOf(step)-1, 0)
-		require.Equal(t, step, s.step)
+		require.Equal(t, unitOf(step), s.unit)
 		for _, n := range edges(s.unit) {
 			check(t, s, n)
 		}
@@ -97,11 +104,16 @@ func TestRoundingUp(t *testing.T) {
 // back, and a log of which half expired keeps exactly the other half.
 func TestWholeExpiryDropsInOneStep(t *testing.T) {
 	l, c := newManual(t, 1_000_000, time.Minute)
-	require.True(t, l.AllowN("k", 500_000))
+	for range 500_000 {
+		l.Allow("k")
+	}
 	c.Advance(30 * time.Second)
-	require.True(t, l.AllowN("k", 500_000))
+	for range 500_000 {
+		l.Allow("k")
+	}
 	g := l.keys.load("k")
 	require.Equal(t, uint32(1_000_000), g.n)
+	require.False(t, g.wide)
 
 	c.Advance(30 * time.Second)
 	d := l.Take("k", 1)
@@ -114,26 +126,25 @@ func TestWholeExpiryDropsInOneStep(t *testing.T) {
 	assert.Same(t, &g.inline[0], g.ring, "the ring went back inside the log")
 }
 
-// TestTickChangesWithTier moves a key between tiers whose longest windows
-// take different ticks (5ns, then 50µs, then 5ns again): its events are
-// rewritten in the new tick, and keep counting exactly.
-func TestTickChangesWithTier(t *testing.T) {
+// TestTickFixedForLife moves a key between tiers whose longest windows
+// are 10s and a day, and changes the default tier's policies: every event
+// keeps the one tick the limiter chose for its longest window, 50µs, and
+// keeps counting exactly. A window longer than that tick can count is
+// refused, unless WithMaxWindow made room for it.
+func TestTickFixedForLife(t *testing.T) {
 	c := NewManualClock(t0)
 	plan := func(key string) string { return key[:1] }
 	l, err := NewPolicies([]Policy{{"ten", 3, 10 * time.Second}}, WithClock(c), WithJanitorInterval(0),
 		WithTiers(plan, map[string][]Policy{"d": {{"day", 5, 24 * time.Hour}}}))
 	require.NoError(t, err)
 	defer l.Close()
+	require.Equal(t, int64(50_000), l.scale.unit, "the day's tick, for every tier")
 
-	require.True(t, l.AllowN("x", 2)) // tier "", 10s: ticks of 5ns
-	g := l.keys.load("x")
-	require.Equal(t, int64(5), unitOf(g.step))
-
+	require.True(t, l.AllowN("x", 2))
 	c.Advance(3 * time.Second)
 	require.NoError(t, l.SetTier("", []Policy{{"day", 4, 24 * time.Hour}}))
 	d := l.Take("x", 1)
 	require.True(t, d.Allowed)
-	assert.Equal(t, int64(50_000), unitOf(g.step), "rewritten in the day's ticks")
 	assert.Equal(t, 1, d.Remaining, "both events of 0s still count, with this one")
 	assert.Equal(t, 24*time.Hour-3*time.Second, d.RefillAfter, "the oldest, from 0s, leaves at 24h")
 
@@ -141,9 +152,21 @@ func TestTickChangesWithTier(t *testing.T) {
 	require.NoError(t, l.SetTier("", []Policy{{"ten", 5, 10 * time.Second}}))
 	d = l.Take("x", 1)
 	require.True(t, d.Allowed)
-	assert.Equal(t, int64(5), unitOf(g.step), "and back")
 	assert.Equal(t, 1, d.Remaining, "0s, 0s, 3s and 4s are all in the last 10s")
 	assert.Equal(t, 6*time.Second, d.RefillAfter)
+
+	err = l.SetTier("", []Policy{{"long", 5, 31 * time.Hour}})
+	require.ErrorIs(t, err, ErrConfig, "a 50µs tick counts at most 29.8h")
+	assert.Contains(t, err.Error(), "WithMaxWindow")
+	assert.Equal(t, "ten", l.Policies()[0].Name, "a refused SetTier changes nothing")
+
+	w, err := New(3, 10*time.Second, WithClock(c), WithJanitorInterval(0), WithMaxWindow(31*time.Hour))
+	require.NoError(t, err)
+	defer w.Close()
+	assert.Equal(t, int64(100_000), w.scale.unit)
+	require.NoError(t, w.SetTier("", []Policy{{"long", 5, 31 * time.Hour}}))
+	_, err = New(3, time.Second, WithMaxWindow(-1))
+	require.ErrorIs(t, err, ErrConfig)
 }
 
 // TestResolutionMergesEntries checks WithResolution's entries: events of

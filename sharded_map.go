@@ -64,7 +64,8 @@ func (k *keyMap) load(key string) *eventLog {
 // decided of all.
 //
 // When the key is absent and the map already holds maxKeys keys, create
-// makes room and tries again, or, under WithRefuseNewKeys, returns nil.
+// makes room and tries again, or, under WithRefuseNewKeys or when no key
+// may be evicted (makeRoom), returns nil.
 func (k *keyMap) create(key string) (g *eventLog, fresh bool) {
 	if testHookCreate != nil {
 		testHookCreate()
@@ -78,10 +79,10 @@ func (k *keyMap) create(key string) (g *eventLog, fresh bool) {
 			g.mu.Lock()
 			return g, false
 		})
-		if g != nil || k.refuse {
+		if g != nil || k.refuse || !k.makeRoom() {
 			return g, g != nil && !loaded
 		}
-		k.makeRoom() // then race the other inserts for the room made
+		// Then race the other inserts for the room made.
 	}
 }
 
@@ -128,10 +129,10 @@ func (k *keyMap) evictIdle(now int64, retention func(*eventLog) *tier) int {
 	evicted := 0
 	k.m.Range(func(key string, g *eventLog) bool {
 		g.mu.Lock()
-		idle := !g.dead && g.idle(now, retention(g))
+		idle := !g.is(dead) && !g.is(pinned) && g.idle(now, retention(g))
 		g.mu.Unlock()
 		if idle && k.removeIf(key, g, func(g *eventLog) bool {
-			if !g.idle(now, retention(g)) {
+			if g.is(pinned) || !g.idle(now, retention(g)) {
 				return false // an event arrived since the look above
 			}
 			k.raiseFloor(g.last) // idle moved last to at least now
@@ -155,7 +156,9 @@ func (k *keyMap) removeIf(key string, g *eventLog, drop func(*eventLog) bool) bo
 		}
 		old.mu.Lock()
 		removed = drop(old)
-		old.dead = removed
+		if removed {
+			old.state |= dead
+		}
 		old.mu.Unlock()
 		return old, removed
 	})
@@ -180,7 +183,9 @@ func (k *keyMap) raiseFloor(t int64) {
 const roomShare = 16
 
 // makeRoom evicts the least recently decided keys, maxKeys/roomShare of
-// them (at least one), whatever events they hold. Every key it evicts was
+// them (at least one), whatever events they hold. It reports false when
+// the map is at its bound with no key it may evict: every log is pinned by
+// a TakeAll that created it (see TakeAll), so that no room can be made. Every key it evicts was
 // last decided no later than every key it keeps, so only the keys idle the
 // longest ever lose events to the bound.
 //
@@ -198,30 +203,30 @@ const roomShare = 16
 // 2.5 µs and 5 to 10 µs, amortised (BenchmarkFullMapInsert). New keys wait
 // while a batch runs; a tracked key waits at most for the walk's look at
 // its log.
-func (k *keyMap) makeRoom() {
+func (k *keyMap) makeRoom() bool {
 	k.room.Lock()
 	defer k.room.Unlock()
 	if !k.atBound() {
-		return // made while this call waited
+		return true // made while this call waited
 	}
 	h := &k.oldest
 	h.reset(max(int(k.maxKeys/roomShare), 1))
 	k.m.Range(func(key string, g *eventLog) bool {
 		g.mu.Lock()
-		last, dead := g.last, g.dead
+		last, gone := g.last, g.state&(dead|pinned) != 0
 		g.mu.Unlock()
-		if !dead {
+		if !gone {
 			h.offer(candidate{last, key, g})
 		}
 		return true
 	})
 	if len(h.keys) == 0 {
-		return
+		return false
 	}
 	cutoff := h.keys[0].last
 	for i, c := range h.keys {
 		k.removeIf(c.key, c.g, func(g *eventLog) bool {
-			if g.last > cutoff {
+			if g.last > cutoff || g.is(pinned) {
 				return false // decided since the walk
 			}
 			k.raiseFloor(g.last)
@@ -229,6 +234,7 @@ func (k *keyMap) makeRoom() {
 		})
 		h.keys[i] = candidate{} // the scratch holds no key past its batch
 	}
+	return true
 }
 
 // candidate is a key makeRoom may evict, and when it was last decided.

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -130,9 +131,9 @@ func TestKeyMapRemoveIf(t *testing.T) {
 	assert.False(t, m.removeIf("a", g, func(*eventLog) bool { return false }), "a key drop refuses stays")
 	assert.False(t, m.removeIf("b", nil, always), "an absent key")
 	assert.Same(t, g, m.load("a"))
-	assert.False(t, g.dead)
+	assert.False(t, g.is(dead))
 	assert.True(t, m.removeIf("a", g, always))
-	assert.True(t, g.dead, "a removed log is marked dead")
+	assert.True(t, g.is(dead), "a removed log is marked dead")
 	assert.Nil(t, m.load("a"))
 	assert.Equal(t, 0, m.len())
 	assert.Equal(t, 0, tracked(m))
@@ -146,18 +147,18 @@ func TestKeyMapRemoveIf(t *testing.T) {
 func TestEvictIdle(t *testing.T) {
 	tenNanos, err := newTier("", []Policy{{Limit: 5, Window: 10}})
 	require.NoError(t, err)
-	require.NoError(t, tenNanos.setup(0, SlidingLog, 0))
+	require.NoError(t, tenNanos.setup(newScale(10, 0), SlidingLog, 0))
 	window := func(*eventLog) *tier { return tenNanos }
 	m := newKeyMap(0, false)
 	busy, quiet, late := insert(m, "busy"), insert(m, "quiet"), insert(m, "late")
 	busy.last, quiet.last = 15, 3 // decided at 15 and 3, each admitting one event
-	busy.push(15, 1, 5, &tenNanos.scale)
-	quiet.push(3, 1, 5, &tenNanos.scale)
+	busy.push(15, 1, 5, false)
+	quiet.push(3, 1, 5, false)
 	late.last = 40 // decided at 40, a clock that has since stepped back
 	assert.Equal(t, 2, m.evictIdle(20, window))
-	assert.False(t, busy.dead)
-	assert.True(t, quiet.dead)
-	assert.True(t, late.dead)
+	assert.False(t, busy.is(dead))
+	assert.True(t, quiet.is(dead))
+	assert.True(t, late.is(dead))
 	assert.Equal(t, int64(40), m.floor.Load(), "the floor keeps the newest instant")
 	assert.Same(t, busy, m.load("busy"))
 	assert.Equal(t, 1, m.len())
@@ -176,12 +177,12 @@ func TestLockRetriesEvictedLog(t *testing.T) {
 	old := l.keys.load("k")
 	c.Advance(10 * time.Second)
 	require.Equal(t, 1, l.sweep(l.now()))
-	require.True(t, old.dead)
+	require.True(t, old.is(dead))
 	g := l.lock("k", true)
 	require.NotNil(t, g)
 	g.mu.Unlock()
 	assert.NotSame(t, old, g)
-	assert.False(t, g.dead)
+	assert.False(t, g.is(dead))
 	assert.Equal(t, int64(10*time.Second), g.last, "the new log starts at the eviction's instant")
 }
 
@@ -257,6 +258,31 @@ func TestMemoryPerFullKey(t *testing.T) {
 		})
 		t.Logf("%.0f bytes per key", bytes)
 		assert.LessOrEqual(t, bytes, 16_000.0)
+	})
+	t.Run("1000000 tokens per minute", func(t *testing.T) {
+		c := NewManualClock(t0)
+		l, err := New(1_000_000, time.Minute, WithClock(c), WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		// 1,000 requests of 850 to 949 tokens, one every 50ms: each is one
+		// entry of 8 bytes, whatever its weight.
+		bytes := perKey(1000, func(key string) {
+			c.Set(t0)
+			for i := range 1000 {
+				c.Advance(50 * time.Millisecond)
+				require.True(t, l.AllowN(key, 850+i%100))
+			}
+		})
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 16384.0)
+	})
+	t.Run("one request of 2^31-1", func(t *testing.T) {
+		l, err := New(math.MaxInt32, time.Minute, WithJanitorInterval(0))
+		require.NoError(t, err)
+		defer l.Close()
+		bytes := perKey(10_000, func(key string) { require.True(t, l.AllowN(key, math.MaxInt32)) })
+		t.Logf("%.0f bytes per key", bytes)
+		assert.LessOrEqual(t, bytes, 128.0+8, "a key's overhead and one entry")
 	})
 }
 

@@ -25,8 +25,10 @@ import (
 //
 // A key's log keeps the events of the longest window of the tier that last
 // decided it; moved to a tier with a longer window, it counts those that
-// remain. A nil tier function, an invalid policy or a tier named "" is an
-// error wrapping ErrConfig. Default: no tiers.
+// remain (see SetTier). The limiter's tick comes from the longest window of
+// all its tiers; SetTier may add longer ones up to WithMaxWindow. A nil
+// tier function, an invalid policy or a tier named "" is an error wrapping
+// ErrConfig. Default: no tiers.
 func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
 	return func(cfg *config) {
 		cfg.tierSet = true
@@ -80,12 +82,16 @@ func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
 // Keys keep their recorded events, and the new policies count them from
 // each key's next decision on. Events that had already left the longest
 // window of a key's old tier are gone, and do not count against a new,
-// longer window.
+// longer window. Under FixedWindow and GCRA each policy keeps its count or
+// bucket by its place among the tier's policies; a place the old policies
+// did not have starts empty. The same holds for a key the tier function
+// moves to another tier.
 //
 // It returns an error wrapping ErrConfig, and changes nothing, for policies
 // New or NewPolicies would refuse, a window not longer than WithCoarseClock's
-// resolution, or a name other than "" on a limiter made without WithTiers
-// (no key could ever be in that tier).
+// resolution, a window longer than the limiter holds (WithMaxWindow), or a
+// name other than "" on a limiter made without WithTiers (no key could
+// ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []Policy) error {
 	if name != "" && l.tierOf == nil {
 		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
@@ -101,7 +107,7 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	if err := checkCoarse(l.coarseResolution, t); err != nil {
 		return err
 	}
-	if err := t.setup(l.resolution, l.algorithm, l.base.UnixNano()); err != nil {
+	if err := t.setup(l.scale, l.algorithm, l.base.UnixNano()); err != nil {
 		return err
 	}
 	l.setTier.Lock()

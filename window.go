@@ -16,11 +16,15 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 		g.decideCounted(&d, now, n, t, true)
 		return d.Allowed
 	}
-	now = g.settle(now, t.longest, &t.scale)
-	if g.count(0, &t.scale)+n > t.minLimit {
+	s := &t.scale
+	now = g.settle(now, t.longest, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
+	if g.count(0)+n > t.minLimit {
 		return false
 	}
-	g.push(t.scale.ceil(now), uint32(n), t.entries, &t.scale)
+	g.push(s.ceil(now), uint32(n), t.entries, s.res)
 	return true
 }
 
@@ -29,16 +33,19 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 // with mu held.
 //
 // Settling at the longest window leaves the events any policy counts; a
-// policy's own window holds the newest of them. In an exact log it has room
+// policy's own window holds the newest of them. In a narrow log it has room
 // for n when the (limit-n+1)-th newest event has left that window: one
-// comparison. Under WithResolution it counts its window's events.
+// comparison. A wide log counts its window's weight.
 func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 	if t.algorithm != SlidingLog {
 		return g.allow(now, n, t)
 	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
-	held := g.count(0, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
+	held := g.count(0)
 	r := s.ceil(now)
 	for i := range t.policies {
 		p := &t.policies[i]
@@ -46,15 +53,15 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 			continue
 		}
 		lim := windowAge(now, int64(p.Window), r, s)
-		if !s.wide() {
-			if g.age(g.n+uint32(n-p.Limit)-1, r, s) < lim {
+		if !g.wide {
+			if g.age(g.n+uint32(n-p.Limit)-1, r) < lim {
 				return false
 			}
-		} else if g.count(g.first(t, i, lim, r), s)+n > p.Limit {
+		} else if g.count(g.first(t, i, lim, r))+n > p.Limit {
 			return false
 		}
 	}
-	g.push(r, uint32(n), t.entries, s)
+	g.push(r, uint32(n), t.entries, s.res)
 	return true
 }
 
@@ -69,6 +76,11 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 // newest of them, found by a binary search among the newest entries. Each
 // policy's part is worked out in place in *d, and Combine's binding rule
 // picks the policy the Decision describes.
+//
+// An event counts from the end of its tick, up to a tick after it was
+// decided: RetryAfter waits for that, but RefillAfter and ResetAfter, which
+// say when quota comes back rather than when a request fits, leave it out
+// and are never longer than the policy's window.
 func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	if t.algorithm != SlidingLog {
 		g.decideCounted(d, now, n, t, record)
@@ -76,6 +88,9 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	}
 	s := &t.scale
 	now = g.settle(now, t.longest, s)
+	if g.state&cached == 0 && t.cacheable {
+		g.cache(true)
+	}
 	r := s.ceil(now)
 	d.nparts = len(t.policies)
 	allowed := true
@@ -88,7 +103,7 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		if w < t.longest && g.n > 0 {
 			first = g.first(t, i, windowAge(now, w, r, s), r)
 		}
-		held := g.count(first, s)
+		held := g.count(first)
 		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
 		if held > 0 {
 			part.RefillAfter = time.Duration(g.instant(first, r, s) + w - now)
@@ -100,29 +115,28 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 			// Never admissible; RetryAfter stays 0 to say that waiting cannot help.
 		case held+n <= p.Limit:
 			part.Allowed = true
-		case held+n-p.Limit == 1:
-			part.RetryAfter = part.RefillAfter // the oldest event's leaving makes room
+		case held+n-p.Limit <= g.weight(first):
+			part.RetryAfter = part.RefillAfter // the oldest entry's leaving makes room
 		default:
 			// The request fits once the (held+n-limit)-th oldest event leaves.
-			blocking := g.instant(g.nth(first, held+n-p.Limit, s), r, s)
+			blocking := g.instant(g.nth(first, held+n-p.Limit), r, s)
 			part.RetryAfter = time.Duration(blocking + w - now)
 		}
 		allowed = allowed && part.Allowed
 	}
 	if allowed && n > 0 {
 		// Admitted: each window also holds the request's own events, the
-		// newest, at now rounded up to the tick.
-		own := time.Duration(s.instant(r) - now)
+		// newest.
 		for i := range d.nparts {
 			part := &d.parts[i]
 			part.Remaining -= n
-			part.ResetAfter = own + part.Window
+			part.ResetAfter = part.Window
 			if part.RefillAfter == 0 {
 				part.RefillAfter = part.ResetAfter
 			}
 		}
 		if record {
-			g.push(r, uint32(n), t.entries, s)
+			g.push(r, uint32(n), t.entries, s.res)
 		}
 	} else if g.n > 0 {
 		// Every window that holds events ends with the newest of them.
@@ -132,6 +146,11 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 				part.ResetAfter = newest + part.Window
 			}
 		}
+	}
+	for i := range d.nparts {
+		part := &d.parts[i]
+		part.RefillAfter = min(part.RefillAfter, part.Window)
+		part.ResetAfter = min(part.ResetAfter, part.Window)
 	}
 	if d.nparts == 1 {
 		d.fill(&d.parts[0], allowed)
@@ -160,25 +179,28 @@ func (t *tier) untracked(d *Decision, now int64, n int) {
 }
 
 // overflow is the refusal of an untracked key while WithMaxKeys is full
-// and WithRefuseNewKeys keeps new keys out.
-// Every policy's wait is the tier's longest window, an estimate of when the
-// janitor will have evicted keys gone idle.
+// and no room can be made for it (WithRefuseNewKeys, or every tracked key
+// pinned by a TakeAll). Every policy's wait is the tier's longest window, an
+// estimate of when the janitor will have evicted keys gone idle.
 func (t *tier) overflow(d *Decision) {
 	w := time.Duration(t.longest)
 	for i, p := range t.policies {
-		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: w, ResetAfter: w}
+		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: min(w, p.Window), ResetAfter: min(w, p.Window)}
 	}
 	d.nparts = len(t.policies)
 	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
 	d.Overflow = true
 }
 
-// refund gives back n events decided at instant at, held by g under tier t,
-// and reports whether it could. It first settles the log at now, so that
-// events that have left the window count as gone. Called with mu held.
-func (g *eventLog) refund(now, at int64, n int, t *tier) bool {
+// refund gives back n of the weight the decision d recorded at instant at,
+// held by g under tier t, and reports whether it could: the decision's own
+// entry gives up n, never another's. It first settles the log at now, so
+// that events that have left the window count as gone; an entry holding
+// less than n (the rest was given back) gives back nothing. Called with mu
+// held.
+func (g *eventLog) refund(now, at int64, n int, d *Decision, t *tier) bool {
 	if t.algorithm != SlidingLog {
-		return g.refundCounted(now, at, n, t)
+		return g.refundCounted(now, at, n, d, t)
 	}
 	s := &t.scale
 	g.settle(now, t.longest, s)
@@ -190,19 +212,20 @@ func (g *eventLog) refund(now, at int64, n int, t *tier) bool {
 	if age >= int64(windowAge(g.last, t.longest, r, s)) {
 		return false // it has left the window
 	}
-	// The entries of at's tick: a run, as ages fall towards the newest.
-	from := g.firstInFrom(0, uint32(age)+1, r, s)
-	to := g.firstInFrom(0, uint32(age), r, s)
-	if s.wide() {
-		if to-from != 1 || g.count(from, s)-g.count(to, s) < n {
+	// The entries of at's tick: one in a wide log, a run in a narrow one,
+	// as ages fall towards the newest.
+	from := g.firstInFrom(0, uint32(age)+1, r)
+	to := g.firstInFrom(0, uint32(age), r)
+	switch {
+	case g.wide:
+		if to-from != 1 || g.weight(from) < n {
 			return false
 		}
-		g.unpushCounted(from, uint32(n), s)
-		return true
-	}
-	if int(to-from) < n {
+		g.unpushCounted(from, uint32(n))
+	case int(to-from) < n:
 		return false
+	default:
+		g.remove(to-uint32(n), uint32(n))
 	}
-	g.remove(to-uint32(n), uint32(n), s)
 	return true
 }

@@ -627,8 +627,11 @@ func TestRingGrowsLazilyAndShrinks(t *testing.T) {
 		l.Allow("k")
 	}
 	assert.Equal(t, uint32(128), g.size)
-	l.AllowN("k", 900)
+	for range 900 {
+		l.Allow("k")
+	}
 	assert.Equal(t, uint32(1024), g.size, "capped at the limit, rounded up to the ring's size class: 4,096 bytes")
+	assert.False(t, g.wide, "weight 1 keeps 4 bytes an event")
 	c.Advance(10 * time.Second)
 	l.Allow("k")
 	assert.Same(t, &g.inline[0], g.ring, "the ring gives memory back as it empties")

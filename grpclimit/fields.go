@@ -27,13 +27,15 @@ const (
 // whole seconds until the call would fit it, rounded up (for the binding
 // policy, the RetryInfo delay, rounded); otherwise the whole seconds until
 // the oldest event in its window leaves it, the soonest its quota comes
-// back; left out when the window holds none.
-func (r *route) fields(d *keyrate.Decision) metadata.MD {
+// back; left out when the window holds none. Those are Draft10's
+// parameters; rev chooses another Revision's (see WithFieldRevision), for
+// a call of weight cost.
+func (r *route) fields(d *keyrate.Decision, rev ratelimitfield.Revision, cost int) metadata.MD {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = r.window // a Decision filled in by hand, without its window
 	}
 	var buf [128]byte
-	md := metadata.MD{mdRateLimit: {string(ratelimitfield.AppendRateLimit(buf[:0], d, r.method))}}
+	md := metadata.MD{mdRateLimit: {string(rev.AppendRateLimit(buf[:0], d, r.method, cost))}}
 	if p := r.policyFor(d); p != "" {
 		md[mdPolicy] = []string{p}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 var (
@@ -64,7 +65,7 @@ func TestFields(t *testing.T) {
 			`"pro";q=100;w=60`, `"pro";r=99;t=60`},
 	} {
 		for _, kept := range []bool{true, false} {
-			md := newRoute(m, tc.b, kept).fields(&tc.d)
+			md := newRoute(m, tc.b, kept).fields(&tc.d, ratelimitfield.Draft10, 1)
 			if got := md.Get(mdPolicy); tc.policy == "" && len(got) != 0 || tc.policy != "" && (len(got) != 1 || got[0] != tc.policy) {
 				t.Errorf("%s (kept %v): ratelimit-policy %q, want %q", tc.name, kept, got, tc.policy)
 			}
@@ -84,7 +85,7 @@ func TestMethodNameInFields(t *testing.T) {
 		"/a\x00b/\xffM": `"/a?b/?M";r=0`,
 	} {
 		d := keyrate.Decision{Allowed: true}
-		if got := newRoute(in, &backend{}, false).fields(&d).Get(mdRateLimit); len(got) != 1 || got[0] != want {
+		if got := newRoute(in, &backend{}, false).fields(&d, ratelimitfield.Draft10, 1).Get(mdRateLimit); len(got) != 1 || got[0] != want {
 			t.Errorf("method %q: ratelimit %q, want %s", in, got, want)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 // refused call never reaches the handler.
 func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, after, release, err := l.decide(ctx, info.FullMethod, req)
+		md, served, after, release, err := l.decide(ctx, info.FullMethod, req)
 		defer release() // when the handler returns or panics
 		if md != nil {
 			// It fails only outside a server, where there is no one to tell.
@@ -20,7 +20,7 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := handler(ctx, req)
+		resp, err := handler(served, req)
 		if after != nil {
 			after(err)
 		}
@@ -33,13 +33,16 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 // then carries are not counted. A refused stream never reaches the handler.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, after, release, err := l.decide(ss.Context(), info.FullMethod, nil)
+		md, served, after, release, err := l.decide(ss.Context(), info.FullMethod, nil)
 		defer release() // when the stream ends
 		if md != nil {
 			_ = ss.SetHeader(md) // fails only once headers were sent, which no handler has done yet
 		}
 		if err != nil {
 			return err
+		}
+		if served != ss.Context() {
+			ss = &servedStream{ServerStream: ss, ctx: served}
 		}
 		err = handler(srv, ss)
 		if after != nil {
@@ -48,3 +51,12 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 		return err
 	}
 }
+
+// servedStream is a stream served under a context of its own: one that
+// carries the call's reservation (see ReportCost).
+type servedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *servedStream) Context() context.Context { return s.ctx }

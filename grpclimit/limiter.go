@@ -64,6 +64,8 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: grpclimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: grpclimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
+	case !c.revision.Known():
+		return nil, fmt.Errorf("%w: grpclimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	case c.budgetSet && allBounded(b, c.methods):
 		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
@@ -166,10 +168,12 @@ func (l *Limiter) routeFor(method string) *route {
 }
 
 // decide asks the backend about a call of method and returns the header
-// metadata to send and, when the call must not be served, its error. The
-// call's in-flight slot (WithInFlight) is taken first; release gives it
-// back, and is never nil.
-func (l *Limiter) decide(ctx context.Context, method string, req any) (md metadata.MD, after func(error), release func(), err error) {
+// metadata to send and, when the call must not be served, its error; for
+// a call whose events may be given back, the context to serve it under
+// (with its reservation, see ReportCost) and the function that settles it
+// once served. The call's in-flight slot (WithInFlight) is taken first;
+// release gives it back, and is never nil.
+func (l *Limiter) decide(ctx context.Context, method string, req any) (md metadata.MD, served context.Context, after func(error), release func(), err error) {
 	r := l.routeFor(method)
 	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
@@ -183,16 +187,16 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (md metada
 	if l.slots != nil {
 		var stop bool
 		if release, slot, stop, md, err = l.holdSlot(ctx, r, ev, sent); stop {
-			return md, nil, release, err
+			return md, ctx, nil, release, err
 		}
 	}
-	md, after, err = l.decideRate(ctx, r, ev, sent)
-	return withSlot(md, slot), after, release, err
+	md, served, after, err = l.decideRate(ctx, r, ev, sent)
+	return withSlot(md, slot), served, after, release, err
 }
 
 // decideRate asks r's backend about the call ev describes, made by the
-// client sent names.
-func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event, sent string) (metadata.MD, func(error), error) {
+// client sent names (see decide).
+func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event, sent string) (metadata.MD, context.Context, func(error), error) {
 	method := ev.Route
 	var began time.Time
 	if l.timed {
@@ -205,7 +209,7 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	if err != nil {
 		ev.Err = err
 		md, err := l.failed(ctx, r, ev)
-		return md, nil, err
+		return md, ctx, nil, err
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
@@ -214,23 +218,42 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 		report(l.onLimited, ev)
 	}
 	l.observe(ev)
-	md := r.fields(&d)
-	if d.Allowed && l.refund != nil && d.Receipt.N() > 0 {
-		return md, func(served error) { l.settle(ctx, r, ev, served) }, nil
+	md := r.fields(&d, l.revision, ev.Cost)
+	reserve := l.cost != nil && r.caller.CanRefundPart()
+	if d.Allowed && (l.refund != nil || reserve) && d.Receipt.N() > 0 {
+		var res *middleware.Reservation
+		if reserve {
+			ctx, res = middleware.Reserve(ctx, ev.Cost)
+		}
+		return md, ctx, func(served error) { l.settle(ctx, r, ev, res, served) }, nil
 	}
 	if d.Allowed || l.shadow {
-		return md, nil, nil
+		return md, ctx, nil, nil
 	}
-	return md, nil, refusal(method, d)
+	return md, ctx, nil, refusal(method, d)
 }
 
-// settle gives back the events of a call served with the outcome served,
-// when WithRefund's function says its code should not count.
-func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, served error) {
-	if !l.refund(status.Code(served)) {
+// settle gives back the events of a call served with the outcome served:
+// all of them when WithRefund's function says its code should not count,
+// else the part of its weight the handler reported it did not use
+// (ReportCost). The header metadata went out with what was reserved.
+func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *middleware.Reservation, served error) {
+	n := -1 // nothing
+	switch {
+	case l.refund != nil && l.refund(status.Code(served)):
+		n = 0 // all
+	case res != nil:
+		if unused, ok := res.Unused(); ok && unused > 0 {
+			n = unused
+			if unused == ev.Decision.Receipt.N() {
+				n = 0
+			}
+		}
+	}
+	if n < 0 {
 		return
 	}
-	if err := r.caller.Refund(ctx, ev.Key, &ev.Decision); err != nil {
+	if err := r.caller.RefundN(ctx, ev.Key, &ev.Decision, n); err != nil {
 		ev.Err = err
 		report(l.onError, ev)
 		l.observe(ev)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // Option configures a Limiter; pass options to New.
@@ -26,6 +27,7 @@ type config struct {
 	onError    func(middleware.Event)
 	observer   middleware.Observer
 	refund     func(codes.Code) bool
+	revision   ratelimitfield.Revision
 
 	inFlight     middleware.InFlight // WithInFlight's
 	inFlightWait time.Duration
@@ -151,4 +153,14 @@ func WithObserver(o middleware.Observer) Option { return func(c *config) { c.obs
 // decided call counts.
 func WithRefund(refund func(codes.Code) bool) Option {
 	return func(c *config) { c.refund = refund }
+}
+
+// WithFieldRevision chooses the parameters of the ratelimit metadata, as
+// httplimit.WithFieldRevision does for its field:
+// ratelimitfield.Draft10's r and t, the default, or
+// ratelimitfield.Proposal166's a, w and c, the call's weight when it was
+// admitted (0 for a refusal). ratelimit-policy is the same in both. An
+// unknown revision gives New an error wrapping keyrate.ErrConfig.
+func WithFieldRevision(v ratelimitfield.Revision) Option {
+	return func(c *config) { c.revision = v }
 }

@@ -30,6 +30,16 @@
 // when the draft has one for it. See DraftHeaders; older fields, which hold
 // the binding policy alone, are optional (LegacyHeaders, XHeaders).
 //
+// A weight may be an estimate, reserved before the work and settled after
+// it: a model call reserves its maximum tokens, and its handler reports
+// the tokens it used with ReportCost; the rest goes back to the client's
+// budget (keyrate.Limiter.RefundN). WithRefund gives a whole request back
+// by its status, the way a login counts only failed attempts. Either is
+// settled as the response's status is written, before its header goes
+// out, so that the RateLimit fields say what the request left; a cost
+// reported later, in a streamed body, is settled when the handler returns,
+// and the fields sent said what was reserved.
+//
 // A refusal is a 429 with Retry-After in whole seconds, rounded up and
 // never 0: when the request fits every policy, the refusing policy's t. Its
 // RFC 9457 application/problem+json body, of the draft's quota-exceeded
@@ -37,8 +47,9 @@
 //
 // When the store is unavailable (the backend fails, or outlives its time
 // budget), the middleware either serves the request (middleware.FailOpen,
-// the default) or answers 503 (middleware.FailClosed), and tells the
-// OnError hook and the Observer either way. Each call runs under one time
+// the default) or answers 503 (middleware.FailClosed) with the draft's
+// temporary-reduced-capacity problem, and tells the OnError hook and the
+// Observer either way. Each call runs under one time
 // budget, in one place: a keyrate.Bounded backend bounds its own calls
 // (the Redis one) or never waits (*keyrate.Limiter), and is called inline
 // under that budget alone; any other runs on its own goroutine under the

@@ -5,6 +5,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -129,4 +130,37 @@ func Example_routes() {
 	mux.ServeHTTP(rec, req)
 	fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"))
 	// Output: 404 "search";q=20;w=60
+}
+
+// A model API of 10,000 tokens a minute per client reserves what a request
+// asks for (max_tokens) and settles what it used: the handler reports its
+// cost, and the rest goes back to the client's budget before the response
+// is sent, so that the RateLimit field says what is left.
+func ExampleReportCost() {
+	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := keyrate.New(10_000, time.Minute, keyrate.WithClock(clock))
+	defer l.Close()
+	mw, _ := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithCost(func(r *http.Request) int {
+		n, err := strconv.Atoi(r.URL.Query().Get("max_tokens"))
+		if err != nil {
+			return -1 // never admitted: 413
+		}
+		return n
+	}))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		used := 1200 // what the model produced, at most max_tokens
+		if err := httplimit.ReportCost(r.Context(), used); err != nil {
+			log.Print(err)
+		}
+		fmt.Fprintln(w, "...")
+	}))
+
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/generate?max_tokens=4096", nil))
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 "generate";r=8800;t=60
+	// 200 "generate";r=7600;t=60
 }

@@ -88,7 +88,9 @@ func TestBackendFailure(t *testing.T) {
 						if rec.Code != 503 {
 							t.Errorf("fail-closed: %d, want 503", rec.Code)
 						}
-						decodeProblem(t, rec)
+						if p := decodeProblem(t, rec); p.Type != reducedCapacity || p.Violated != nil {
+							t.Errorf("fail-closed: problem %+v, want the draft's temporary-reduced-capacity, naming no policy", p)
+						}
 					}
 				})
 			})

@@ -91,8 +91,8 @@ func TestGoneClientNeverServed(t *testing.T) {
 						t.Errorf("gone request %d: %d %q, want 503", i, rec.Code, rec.Body)
 						continue
 					}
-					if p := decodeProblem(t, rec); p.Detail != goneDetail {
-						t.Errorf("gone request %d: detail %q, want %q", i, p.Detail, goneDetail)
+					if p := decodeProblem(t, rec); p.Detail != goneDetail || p.Type != "about:blank" {
+						t.Errorf("gone request %d: %q %q, want about:blank and %q: the store's capacity is not at issue", i, p.Type, p.Detail, goneDetail)
 					}
 					if rec.Header().Get("RateLimit") != "" || rec.Header().Get("RateLimit-Policy") != "" {
 						t.Errorf("gone request %d: fields %v on an undecided request", i, rec.Header())

@@ -23,9 +23,10 @@ var (
 	hRetryAfter = http.CanonicalHeaderKey("Retry-After")
 )
 
-// setHeaders writes the selected fields for d. Retry-After is left to the
-// refusal itself: a shadowed refusal is served, and gets none.
-func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
+// setHeaders writes the selected fields for d, a decision about a request
+// of weight cost. Retry-After is left to the refusal itself: a shadowed
+// refusal is served, and gets none.
+func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = m.fallback // a Decision filled in by hand, without its window
 	}
@@ -44,7 +45,7 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision) {
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, string(ratelimitfield.AppendRateLimit(scratch[:0], d, m.route)))
+		f.add(h, hRateLimit, string(m.revision.AppendRateLimit(scratch[:0], d, m.route, cost)))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return
@@ -101,5 +102,43 @@ func setRetryAfter(h http.Header, seconds int64) {
 func (m *Middleware) setPolicy(h http.Header) {
 	if m.headers&DraftHeaders != 0 && m.policy != "" {
 		h[hPolicy] = append(h[hPolicy], m.policy)
+	}
+}
+
+// resetHeaders rewrites the fields setHeaders wrote for d, a decision about
+// a request of weight cost, once given of its weight has been given back
+// before the response's status went out: the RateLimit member of this
+// middleware, and the single-policy remaining fields where they are this
+// middleware's, say what the request left. The time parameters stay the
+// decision's.
+func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, given int) {
+	if d.Window == 0 && len(d.Policies()) == 0 {
+		d.Window = m.fallback
+	}
+	after := *d
+	after.Remaining = min(after.Remaining+given, after.Limit)
+	for i := range after.Policies() {
+		p := &after.Policies()[i]
+		p.Remaining = min(p.Remaining+given, p.Limit)
+	}
+	var scratch [2][128]byte
+	if m.headers&DraftHeaders != 0 {
+		old := string(m.revision.AppendRateLimit(scratch[0][:0], d, m.route, cost))
+		replace(h, hRateLimit, old, string(m.revision.AppendRateLimit(scratch[1][:0], &after, m.route, cost-given)))
+	}
+	old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(after.Remaining, 0))
+	if m.headers&LegacyHeaders != 0 {
+		replace(h, hRemaining, old, now)
+	}
+	if m.headers&XHeaders != 0 {
+		replace(h, hXRemaining, old, now)
+	}
+}
+
+// replace puts new in the place of the first value old of field k.
+func replace(h http.Header, k, old, new string) {
+	vs := h[k]
+	if i := slices.Index(vs, old); i >= 0 {
+		vs[i] = new
 	}
 }

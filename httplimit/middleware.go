@@ -38,6 +38,7 @@ const maxRoute = 256
 type Middleware struct {
 	backend *middleware.Caller
 	timed   bool      // a hook or an Observer is set: measure Event.Duration
+	reserve bool      // WithCost, and a backend that gives weight back: requests may ReportCost
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
@@ -93,6 +94,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: route %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.route)
 	case !printable(c.unit):
 		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
+	case !c.revision.Known():
+		return nil, fmt.Errorf("%w: httplimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	}
 	var ip *ipConfig
 	if c.key == nil {
@@ -126,6 +129,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
 	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
+	m.reserve = c.cost != nil && caller.CanRefundPart()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
@@ -193,12 +197,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Decision = d
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, &d)
+	m.setHeaders(h, &d, ev.Cost)
 	report(m.onDecision, ev)
 	if d.Allowed {
 		m.observe(ev)
-		if m.refund != nil && d.Receipt.N() > 0 {
-			m.serveRefundable(w, r, next, ev)
+		if (m.refund != nil || m.reserve) && d.Receipt.N() > 0 {
+			m.serveSettled(w, r, next, ev)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -297,7 +301,7 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	case clientCaused:
 		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
 	default:
-		writeProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable; try again shortly.")
+		writeUnavailable(w)
 	}
 }
 
@@ -313,27 +317,78 @@ func (m *Middleware) observe(ev middleware.Event) {
 	}
 }
 
-// serveRefundable serves an admitted request and, when WithRefund's
-// function says its response's status should not count, gives its events
-// back. A refund that fails is reported to OnError and the Observer, with
-// an Err wrapping middleware.ErrRefundFailed: the request stays counted.
-func (m *Middleware) serveRefundable(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event) {
-	sw := &statusWriter{ResponseWriter: w}
+// serveSettled serves an admitted request whose events may be given back:
+// all of them when WithRefund's function says its response's status should
+// not count, or the part of its weight the handler reports it did not use
+// (ReportCost). It settles once, as the status is written, so that the
+// RateLimit fields sent with it say what the request left; a cost the
+// handler reports only after that is settled when it returns. A refund that
+// fails is reported to OnError and the Observer, with an Err wrapping
+// middleware.ErrRefundFailed: the request stays counted.
+func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event) {
+	sw := &statusWriter{ResponseWriter: w, m: m, ev: &ev}
+	if m.reserve {
+		ctx, res := middleware.Reserve(r.Context(), ev.Cost)
+		r, sw.res = r.WithContext(ctx), res
+	}
 	next.ServeHTTP(sw, r)
-	if !m.refund(sw.status()) {
-		return
-	}
-	if err := m.backend.Refund(r.Context(), ev.Key, &ev.Decision); err != nil {
-		ev.Err = err
-		report(m.onError, ev)
-		m.observe(ev)
-	}
+	// A handler that wrote nothing has its header sent after it returns:
+	// still in time to say what the request left.
+	sw.settle(sw.status(), sw.code == 0)
 }
 
-// statusWriter remembers the status of the response written through it.
+// statusWriter remembers the status of the response written through it,
+// and settles the request's reservation before the status goes out.
 type statusWriter struct {
 	http.ResponseWriter
 	code int // 0 until a final status is written
+
+	m       *Middleware
+	ev      *middleware.Event
+	res     *middleware.Reservation // nil: no cost to report
+	given   int                     // the weight given back so far
+	settled bool                    // the status was known: WithRefund has been asked
+}
+
+// settle gives back what the request does not keep, once it knows its
+// status: all of its weight when WithRefund says so, else what the handler
+// reports it left unused and has not been given back yet. Before the
+// status is sent (fresh), the RateLimit fields are rewritten to say what
+// the request left.
+func (s *statusWriter) settle(status int, fresh bool) {
+	m, ev := s.m, s.ev
+	left := ev.Decision.Receipt.N()
+	give := 0
+	switch {
+	case left == 0:
+		return
+	case !s.settled && m.refund != nil && m.refund(status):
+		give = left
+	case s.res != nil:
+		if unused, ok := s.res.Unused(); ok {
+			give = min(unused-s.given, left)
+		}
+	}
+	s.settled = true
+	if give <= 0 {
+		return
+	}
+	ctx := ev.Context
+	n := give
+	if give == left {
+		n = 0 // all: the backend's Refund
+	}
+	err := m.backend.RefundN(ctx, ev.Key, &ev.Decision, n)
+	if err != nil {
+		ev.Err = err
+		report(m.onError, *ev)
+		m.observe(*ev)
+		return
+	}
+	s.given += give
+	if fresh {
+		m.resetHeaders(s.Header(), &ev.Decision, ev.Cost, s.given)
+	}
 }
 
 // status returns the response's status: 200 when the handler wrote no
@@ -348,6 +403,7 @@ func (s *statusWriter) status() int {
 func (s *statusWriter) WriteHeader(code int) {
 	if s.code == 0 && code >= 200 { // 1xx are not the response's status
 		s.code = code
+		s.settle(code, true)
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
@@ -355,6 +411,7 @@ func (s *statusWriter) WriteHeader(code int) {
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.code == 0 {
 		s.code = http.StatusOK
+		s.settle(s.code, true)
 	}
 	return s.ResponseWriter.Write(b)
 }

@@ -62,7 +62,10 @@ type problem struct {
 	Violated []string `json:"violated-policies"`
 }
 
-const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+const (
+	quotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	reducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
 
 func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 	t.Helper()
@@ -75,7 +78,8 @@ func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 	}
 	blank := p.Type == "about:blank" && p.Title == http.StatusText(rec.Code) && p.Violated == nil
 	exceeded := p.Type == quotaExceeded && p.Title == "Quota Exceeded" && rec.Code == 429 && len(p.Violated) > 0
-	if !blank && !exceeded || p.Status != rec.Code || p.Detail == "" {
+	reduced := p.Type == reducedCapacity && p.Title == "Temporary Reduced Capacity" && rec.Code == 503 && p.Violated == nil
+	if !blank && !exceeded && !reduced || p.Status != rec.Code || p.Detail == "" {
 		t.Fatalf("problem body %+v does not describe status %d", p, rec.Code)
 	}
 	return p

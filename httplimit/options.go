@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // Option configures a Middleware; pass options to New.
@@ -20,6 +21,7 @@ type config struct {
 	budgetSet  bool // WithTimeBudget was given
 	failure    middleware.FailureMode
 	headers    HeaderSet
+	revision   ratelimitfield.Revision
 	onDecision func(middleware.Event)
 	onLimited  func(middleware.Event)
 	onError    func(middleware.Event)
@@ -40,9 +42,10 @@ type HeaderSet uint8
 
 const (
 	// DraftHeaders are the fields of the IETF draft
-	// draft-ietf-httpapi-ratelimit-headers (the default), as of its
-	// revisions -10 and -11, with a member for every policy of the
-	// Decision, in the backend's order:
+	// draft-ietf-httpapi-ratelimit-headers (the default), as its revision
+	// -10 defines them (and keyrate writes them for -11), with a member
+	// for every policy of the Decision, in the backend's order (see
+	// WithFieldRevision for other parameters):
 	//
 	//	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
 	//	RateLimit: "second";r=9;t=1, "day";r=990;t=51840

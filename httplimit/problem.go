@@ -9,12 +9,14 @@ import (
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
-// quotaExceeded is the draft's problem type for a request over one or more
-// quota policies (draft-ietf-httpapi-ratelimit-headers, section 5.1),
-// with the title it registers for it.
+// The draft's problem types (draft-ietf-httpapi-ratelimit-headers-10,
+// section 5), with the titles it registers for them: quota-exceeded for a
+// request over one or more quota policies (429), temporary-reduced-capacity
+// for one the server cannot serve for a temporary lack of capacity (503).
 const (
 	quotaExceeded      = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	quotaExceededTitle = "Quota Exceeded"
+	reducedCapacity    = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
 // DefaultLimitedHandler answers a refused request with an RFC 9457
@@ -81,6 +83,18 @@ func appendViolated(b []byte, route string, d *keyrate.Decision) []byte {
 		b = ratelimitfield.AppendName(b, d.Policy, route)
 	}
 	return b
+}
+
+// unavailableBody answers a request refused under FailClosed because the
+// store is unavailable: the server's capacity to decide is what is reduced,
+// for a while. It has no violated-policies member, which names the
+// policies whose quota was exceeded: no policy was evaluated, so none was.
+const unavailableBody = `{"type":"` + reducedCapacity + `","title":"Temporary Reduced Capacity","status":503,` +
+	`"detail":"The rate limiter is unavailable; try again shortly."}` + "\n"
+
+// writeUnavailable writes the 503 of unavailableBody.
+func writeUnavailable(w http.ResponseWriter) {
+	writeBody(w, http.StatusServiceUnavailable, []byte(unavailableBody))
 }
 
 // writeProblem writes an RFC 9457 problem body of type about:blank, whose

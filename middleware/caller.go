@@ -133,13 +133,20 @@ func (c *Caller) take(ctx context.Context, key string, n int) (keyrate.Decision,
 var ErrRefundFailed = errors.New("keyrate: refund failed")
 
 // refunder is a backend that gives back a decision's events: the Redis
-// backend's Refund, or, without a context, *keyrate.Limiter's.
+// backend's Refund, or, without a context, *keyrate.Limiter's; and
+// partRefunder one that gives back part of them, by RefundN.
 type (
 	refunder interface {
 		Refund(context.Context, string, *keyrate.Decision) error
 	}
 	inMemoryRefunds interface {
 		Refund(string, *keyrate.Decision) error
+	}
+	partRefunder interface {
+		RefundN(context.Context, string, *keyrate.Decision, int) error
+	}
+	inMemoryPartRefunds interface {
+		RefundN(string, *keyrate.Decision, int) error
 	}
 )
 
@@ -154,24 +161,71 @@ func (c *Caller) CanRefund() bool {
 	return false
 }
 
+// CanRefundPart reports whether the backend can give back part of a
+// decision's events: whether, beside Refund, it has RefundN(ctx, key,
+// *Decision, n) error or RefundN(key, *Decision, n) error, as the Redis
+// backend and *keyrate.Limiter have.
+func (c *Caller) CanRefundPart() bool {
+	switch c.backend.(type) {
+	case refunder:
+		_, ok := c.backend.(partRefunder)
+		return ok
+	case inMemoryRefunds:
+		_, ok := c.backend.(inMemoryPartRefunds)
+		return ok
+	}
+	return false
+}
+
 // Refund gives back the events the admitted decision *d recorded for key,
 // once its request has been served, and consumes d's Receipt. It runs even
 // when ctx is done (the client may hang up after its response), under the
 // budget when the backend does not bound its own calls. Its error wraps
 // ErrRefundFailed.
 func (c *Caller) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
+	return c.refund(ctx, key, d, 0)
+}
+
+// RefundN is Refund of n of the decision's events, the part of a
+// reservation its request did not use (see Reservation); of all of them
+// for an n of 0.
+func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
+	return c.refund(ctx, key, d, n)
+}
+
+// refund gives back n of d's events, or all when n is 0: by the backend's
+// Refund for all, by its RefundN for part.
+func (c *Caller) refund(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	ctx = context.WithoutCancel(ctx)
+	if !c.inline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
+		defer cancel()
+	}
 	var err error
 	switch b := c.backend.(type) {
 	case refunder:
-		if !c.inline {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
-			defer cancel()
+		if n == 0 {
+			err = b.Refund(ctx, key, d)
+			break
 		}
-		err = b.Refund(ctx, key, d)
+		p, ok := c.backend.(partRefunder)
+		if !ok {
+			err = errors.New("the backend gives back whole decisions only")
+			break
+		}
+		err = p.RefundN(ctx, key, d, n)
 	case inMemoryRefunds:
-		err = b.Refund(key, d)
+		if n == 0 {
+			err = b.Refund(key, d)
+			break
+		}
+		p, ok := c.backend.(inMemoryPartRefunds)
+		if !ok {
+			err = errors.New("the backend gives back whole decisions only")
+			break
+		}
+		err = p.RefundN(key, d, n)
 	default:
 		err = errors.New("the backend cannot refund")
 	}

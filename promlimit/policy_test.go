@@ -2,7 +2,9 @@ package promlimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -114,5 +116,23 @@ func TestObservePoliciesAllocations(t *testing.T) {
 	observeDecision(m, "r", d, false, time.Microsecond)
 	if allocs := testing.AllocsPerRun(1000, func() { observeDecision(m, "r", d, false, time.Microsecond) }); allocs != 0 {
 		t.Errorf("%.1f allocations per observed refusal, want 0", allocs)
+	}
+}
+
+// Counting a backend error allocates nothing either: the kind is found
+// without an allocation, a network error's included.
+func TestObserveErrorAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	m, _ := newMetrics(t)
+	for _, err := range []error{
+		fmt.Errorf("take: %w", keyrate.ErrUnavailable),
+		fmt.Errorf("take: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}),
+	} {
+		observeError(m, "r", err, time.Millisecond)
+		if allocs := testing.AllocsPerRun(1000, func() { observeError(m, "r", err, time.Millisecond) }); allocs != 0 {
+			t.Errorf("%v: %.1f allocations per observed error, want 0", err, allocs)
+		}
 	}
 }

@@ -110,8 +110,8 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 // connectionFailed reports whether err holds a network error that is
 // neither a timeout nor a cancellation: a connection refused, reset or
 // unroutable, as net.Dial and the clients built on it (go-redis) report
-// them.
+// them. errors.AsType, unlike errors.As, needs no target on the heap.
 func connectionFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && !op.Timeout() && !errors.Is(op, context.Canceled)
+	op, ok := errors.AsType[*net.OpError](err)
+	return ok && !op.Timeout() && !errors.Is(op, context.Canceled)
 }

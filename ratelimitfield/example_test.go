@@ -77,3 +77,19 @@ func ExampleAppendRateLimit() {
 	// Output:
 	// "burst";r=3;t=3
 }
+
+// The same decision in each Revision's parameters: the default, Draft10,
+// and the renaming pull request 166 proposes, with what the request
+// consumed.
+func ExampleRevision_AppendRateLimit() {
+	d := keyrate.Combine(keyrate.PolicyDecision{
+		Policy:  keyrate.Policy{Name: "burst", Limit: 5, Window: 10 * time.Second},
+		Allowed: true, Remaining: 3, RefillAfter: 2500 * time.Millisecond,
+	})
+	for _, v := range []ratelimitfield.Revision{ratelimitfield.Draft10, ratelimitfield.Proposal166} {
+		fmt.Printf("%s: %s\n", v, v.AppendRateLimit(nil, &d, "", 2))
+	}
+	// Output:
+	// draft-10: "burst";r=3;t=3
+	// proposal-166: "burst";a=3;w=3;c=2
+}

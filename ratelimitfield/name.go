@@ -1,6 +1,7 @@
 // Package ratelimitfield writes the values of the RateLimit-Policy and
 // RateLimit fields of the IETF draft draft-ietf-httpapi-ratelimit-headers
-// (revisions -10 and -11) for keyrate's decisions:
+// (as revision -10 defines them, the parameters keyrate writes for -10 and
+// -11) for keyrate's decisions:
 //
 //	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
 //	RateLimit: "second";r=9;t=1, "day";r=990;t=51840
@@ -11,7 +12,9 @@
 // remains r and the seconds t until more quota comes back. httplimit sends
 // them as HTTP fields and grpclimit as metadata, both written here, so
 // that one decision reads the same over either; a middleware of your own
-// can send them too.
+// can send them too. A Revision chooses RateLimit's parameters: Draft10's,
+// the default, or those that the working group's pull request 166
+// proposes (Proposal166: a, w and c), for clients that read them.
 //
 // A member is named by its policy's Name, or, for an unnamed policy (that
 // of keyrate.New), by the route passed in: a route name or a gRPC method.

@@ -1,7 +1,6 @@
 package ratelimitfield
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -10,22 +9,10 @@ import (
 // AppendRateLimit appends the RateLimit value for d: a member for each
 // policy d was decided under, in order, as AppendPolicy lists them, with
 // what remains of it r (never below 0) and, unless its window holds
-// nothing, the seconds t until more of its quota comes back (see T).
+// nothing, the seconds t until more of its quota comes back (see T). It is
+// Draft10's; Revision.AppendRateLimit writes another Revision's.
 func AppendRateLimit(b []byte, d *keyrate.Decision, route string) []byte {
-	var one [1]keyrate.PolicyDecision
-	for i, p := range parts(d, &one) {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = AppendName(b, p.Name, route)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, int64(max(p.Remaining, 0)), 10)
-		if t, ok := t(p.Allowed, p.RetryAfter, p.RefillAfter, p.ResetAfter); ok {
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, t, 10)
-		}
-	}
-	return b
+	return Draft10.AppendRateLimit(b, d, route, 0)
 }
 
 // T returns the t parameter of d's binding policy, the one d's own fields

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,13 +26,14 @@ func ExampleLimiter_TakeAll() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, keys := range [][]string{
-		{"acme/user:alice", "acme/route:/export"},
-		{"acme/user:bob", "acme/route:/export"},
-		{"acme/user:alice", "acme/route:/export"}, // the route is full: alice's budget is untouched
-		{"acme/user:alice"},
+	alice, bob, export := "acme/user:alice", "acme/user:bob", "acme/route:/export"
+	for _, hits := range [][]keyrate.Hit{
+		{{Key: alice, N: 1}, {Key: export, N: 1}},
+		{{Key: bob, N: 1}, {Key: export, N: 1}},
+		{{Key: alice, N: 1}, {Key: export, N: 1}}, // the route is full: alice's budget is untouched
+		{{Key: alice, N: 1}},
 	} {
-		ds, ok, err := limiter.TakeAll(ctx, keys, 1)
+		ds, ok, err := limiter.TakeAll(ctx, hits)
 		if err != nil {
 			log.Fatal(err)
 		}

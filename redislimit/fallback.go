@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/keyrate/keyrate"
 )
@@ -99,8 +100,10 @@ func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 		keys = cfg.fallbackKeys
 	}
 	// No janitor: a Limiter has no Close to stop one. The bound on keys
-	// bounds the memory instead.
-	opts := []keyrate.Option{keyrate.WithMaxKeys(keys), keyrate.WithJanitorInterval(0)}
+	// bounds the memory instead. SetTier may give Redis windows of any
+	// length, and the fallback must hold them too: its ticks span a year
+	// (20ms ticks; see keyrate.WithMaxWindow), or the longest window given.
+	opts := []keyrate.Option{keyrate.WithMaxKeys(keys), keyrate.WithJanitorInterval(0), keyrate.WithMaxWindow(fallbackMaxWindow)}
 	if cfg.clock != nil {
 		opts = append(opts, keyrate.WithClock(cfg.clock))
 	}
@@ -123,6 +126,10 @@ func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 	f.lim = lim
 	return f, nil
 }
+
+// fallbackMaxWindow is the longest window the local fallback holds in a
+// tier SetTier gives it later: a year.
+const fallbackMaxWindow = 365 * 24 * time.Hour
 
 // scale returns policies with each limit scaled by the share.
 func (f *fallback) scale(policies []keyrate.Policy) []keyrate.Policy {

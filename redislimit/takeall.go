@@ -11,20 +11,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TakeAll decides a request of weight n that counts against every one of
-// keys, each under its own tier (the tier function sees each key as given,
-// not the context's identity): it is admitted only when every key has room
-// for it, and then recorded against every key, in one script run, one
-// round trip, at one instant of the Redis server's clock. A refusal by one
-// key records nothing against the others. It returns each key's Decision,
-// in the order of keys, and whether the request was admitted. The
-// semantics are the in-process keyrate.Limiter.TakeAll's.
+// TakeAll decides a request that counts against several keys, each hit at
+// its own weight and each key under its own tier (the tier function sees
+// each key as given, not the context's identity): it is admitted only when
+// every key has room for its weight, and then recorded against every key,
+// in one script run, one round trip, at one instant of the Redis server's
+// clock. A refusal by one key records nothing against the others. It
+// returns each hit's Decision, in the order of hits, and whether the
+// request was admitted. The semantics are the in-process
+// keyrate.Limiter.TakeAll's.
 //
 // When the request is refused, a key that had room is described as it
 // stands, the request not recorded, as TakeContext(ctx, key, 0) would
-// describe it. A key given twice counts the request twice (its weight is
-// 2n), and both places get its one Decision. No keys at all admit the
-// request. The rules for n are TakeContext's. An admitted call's Decisions
+// describe it. A key given twice counts the sum of its weights, and both
+// places get its one Decision. No hits at all admit the request. The rules
+// for each weight are TakeContext's; a negative one refuses the request. An admitted call's Decisions
 // carry Receipts, so each key's events can be refunded (Refund): a key
 // given twice, once.
 //
@@ -47,17 +48,22 @@ import (
 //
 // The errors are TakeContext's, for the first key at fault; with an
 // error, every Decision has only its Limit set.
-func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.Decision, bool, error) {
-	ds := make([]keyrate.Decision, len(keys))
-	if len(keys) == 0 {
+func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
+	ds := make([]keyrate.Decision, len(hits))
+	if len(hits) == 0 {
 		return ds, true, nil
 	}
+	keys := make([]string, len(hits))
+	for i, h := range hits {
+		keys[i] = h.Key
+	}
 	// One place per distinct key, in the order they first appear; at[i] is
-	// the place of keys[i].
-	places := make([]takePlace, 0, len(keys))
-	at := make([]int, len(keys))
-	seen := make(map[string]int, len(keys))
-	for i, key := range keys {
+	// the place of hits[i].
+	places := make([]takePlace, 0, len(hits))
+	at := make([]int, len(hits))
+	seen := make(map[string]int, len(hits))
+	for i, h := range hits {
+		key, n := h.Key, h.N
 		if p, ok := seen[key]; ok {
 			at[i] = p
 			places[p].w = addWeight(places[p].w, n)
@@ -69,7 +75,7 @@ func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.
 		}
 		id := clientkey.Bound(key)
 		seen[key], at[i] = len(places), len(places)
-		places = append(places, takePlace{key: key, id: id, tag: l.tagOf(key, id), t: l.keyTier(key), w: n})
+		places = append(places, takePlace{key: key, id: id, tag: l.tagOf(key, id), t: l.keyTier(key), w: addWeight(0, n)})
 	}
 	fail := func(err error) ([]keyrate.Decision, bool, error) {
 		l.failAll(ds, keys)
@@ -120,7 +126,7 @@ func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.
 	if !l.breaker.closed() {
 		l.probeAll(&places[0], rkeys[:perKey], args[1])
 		if l.fallback != nil {
-			fds, ok := l.fallbackTakeAll(places, at, n)
+			fds, ok := l.fallbackTakeAll(places, at)
 			return fds, ok, nil
 		}
 		return fail(l.notAsked(places[0].tag))
@@ -141,7 +147,7 @@ func (l *Limiter) TakeAll(ctx context.Context, keys []string, n int) ([]keyrate.
 			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
 		}
 		if l.fallback != nil {
-			fds, ok := l.fallbackTakeAll(places, at, n)
+			fds, ok := l.fallbackTakeAll(places, at)
 			return fds, ok, nil
 		}
 		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
@@ -177,11 +183,14 @@ type takePlace struct {
 	d            keyrate.Decision
 }
 
-// addWeight returns w + n, held within what the scripts count in: past a
-// limit either way, a weight is refused whatever its size.
+// addWeight returns w + n, the weight of a key given again at n, held
+// within what the scripts count in: -1 once any of its weights is negative,
+// and at most one past the largest limit, refused whatever its size.
 func addWeight(w, n int) int {
-	const bound = math.MaxInt32 + 1
-	return min(max(w+n, -bound), bound)
+	if w < 0 || n < 0 {
+		return -1
+	}
+	return min(w+n, math.MaxInt32+1)
 }
 
 // keyTier returns the tier that decides key in a TakeAll: the tier
@@ -240,12 +249,18 @@ func (l *Limiter) probeAll(p *takePlace, keys []string, instant any) {
 
 // fallbackTakeAll decides a TakeAll in the fallback, whose TakeAll has the
 // same semantics: each key under the tier the Limiter names for it.
-func (l *Limiter) fallbackTakeAll(places []takePlace, at []int, n int) ([]keyrate.Decision, bool) {
-	fkeys := make([]string, len(at))
-	for i, p := range at {
-		fkeys[i] = l.fallbackKey(places[p].key, places[p].id)
+func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decision, bool) {
+	// One hit per place, at its summed weight, and each hit's Decision is
+	// its place's: the same request as the one given.
+	hits := make([]keyrate.Hit, len(places))
+	for i := range places {
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].key, places[i].id), N: places[i].w}
 	}
-	ds, ok := l.fallback.lim.TakeAll(fkeys, n)
+	pds, ok := l.fallback.lim.TakeAll(hits)
+	ds := make([]keyrate.Decision, len(at))
+	for i, p := range at {
+		ds[i] = pds[p]
+	}
 	for i := range ds {
 		ds[i].Fallback = true
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,15 @@ var (
 	allDefault = []keyrate.Policy{{Name: "second", Limit: 3, Window: time.Second}, {Name: "ten", Limit: 5, Window: 10 * time.Second}}
 	allPro     = []keyrate.Policy{{Name: "pro", Limit: 6, Window: 2 * time.Second}}
 )
+
+// hitsOf returns a TakeAll request of weight n on every one of keys.
+func hitsOf(n int, keys []string) []keyrate.Hit {
+	hits := make([]keyrate.Hit, len(keys))
+	for i, k := range keys {
+		hits[i] = keyrate.Hit{Key: k, N: n}
+	}
+	return hits
+}
 
 func allTier(key string) string {
 	if strings.HasPrefix(key, "pro-") {
@@ -77,31 +87,35 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 	rng := rand.New(rand.NewPCG(1, 2))
 	admitted := 0
 	for step := range 400 {
-		keys := make([]string, 1+rng.IntN(4))
-		for i := range keys {
-			keys[i] = pool[rng.IntN(len(pool))]
-		}
+		// Half the calls weigh every key alike, the others each key at its own.
+		hits := make([]keyrate.Hit, 1+rng.IntN(4))
 		n := weights[rng.IntN(len(weights))]
-		want, wantOK := model.TakeAll(keys, n)
-		got, ok, err := l.TakeAll(context.Background(), keys, n)
+		for i := range hits {
+			hits[i] = keyrate.Hit{Key: pool[rng.IntN(len(pool))], N: n}
+			if step%2 == 1 {
+				hits[i].N = weights[rng.IntN(len(weights))]
+			}
+		}
+		want, wantOK := model.TakeAll(hits)
+		got, ok, err := l.TakeAll(context.Background(), hits)
 		if err != nil {
-			t.Fatalf("step %d: TakeAll(%q, %d): %v", step, keys, n, err)
+			t.Fatalf("step %d: TakeAll(%v): %v", step, hits, err)
 		}
 		if ok != wantOK {
-			t.Fatalf("step %d: TakeAll(%q, %d) admitted %v, in process %v", step, keys, n, ok, wantOK)
+			t.Fatalf("step %d: TakeAll(%v) admitted %v, in process %v", step, hits, ok, wantOK)
+		}
+		if ok && slices.ContainsFunc(hits, func(h keyrate.Hit) bool { return h.N > 0 }) {
+			admitted++
 		}
 		for i := range want {
-			if ok && n > 0 && got[i].Receipt.N() == 0 {
-				t.Fatalf("step %d: TakeAll(%q, %d), key %d: admitted without a receipt", step, keys, n, i)
+			if ok && hits[i].N > 0 && got[i].Receipt.N() == 0 {
+				t.Fatalf("step %d: TakeAll(%v), hit %d: admitted without a receipt", step, hits, i)
 			}
 			// Each backend's receipt is its own.
 			want[i].Receipt, got[i].Receipt = keyrate.Receipt{}, keyrate.Receipt{}
 			if !sameDecision(got[i], want[i]) {
-				t.Fatalf("step %d: TakeAll(%q, %d), key %d:\n got %+v %+v\nwant %+v %+v", step, keys, n, i, got[i], got[i].Policies(), want[i], want[i].Policies())
+				t.Fatalf("step %d: TakeAll(%v), hit %d:\n got %+v %+v\nwant %+v %+v", step, hits, i, got[i], got[i].Policies(), want[i], want[i].Policies())
 			}
-		}
-		if ok && n > 0 {
-			admitted++
 		}
 		clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 	}
@@ -136,29 +150,29 @@ func TestTakeAllAllOrNothing(t *testing.T) {
 	for range 3 {
 		mustTake(t, l, "full", 1)
 	}
-	ds, ok, err := l.TakeAll(ctx, []string{"fresh", "full"}, 1)
+	ds, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"fresh", "full"}))
 	if err != nil || ok || !ds[0].Allowed || ds[1].Allowed || ds[0].Remaining != 3 || ds[1].RetryAfter != time.Second {
 		t.Fatalf("TakeAll(fresh, full): %+v, %v, %v; want refused by full, fresh described with its 3", ds, ok, err)
 	}
 	if n, err := redislimit.EventsStored(ctx, client, l.StoreKey("fresh")); err != nil || n != 0 {
 		t.Fatalf("the refused call left %d events on fresh (%v), want none", n, err)
 	}
-	ds, ok, err = l.TakeAll(ctx, []string{"fresh", "other", "fresh"}, 1)
+	ds, ok, err = l.TakeAll(ctx, hitsOf(1, []string{"fresh", "other", "fresh"}))
 	if err != nil || !ok || ds[0] != ds[2] || ds[0].Remaining != 1 || ds[1].Remaining != 2 {
 		t.Fatalf("TakeAll(fresh, other, fresh): %+v, %v, %v; want admitted, fresh counted twice", ds, ok, err)
 	}
 	if d := mustTake(t, l, "fresh", 1); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("TakeContext on fresh after TakeAll: %+v, want its last one", d)
 	}
-	if ds, ok, err := l.TakeAll(ctx, nil, 1); err != nil || !ok || len(ds) != 0 {
+	if ds, ok, err := l.TakeAll(ctx, hitsOf(1, nil)); err != nil || !ok || len(ds) != 0 {
 		t.Errorf("TakeAll of no keys: %v, %v, %v; want admitted", ds, ok, err)
 	}
-	if _, ok, err := l.TakeAll(ctx, []string{"a", ""}, 1); !errors.Is(err, redislimit.ErrInvalidKey) || ok {
+	if _, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"a", ""})); !errors.Is(err, redislimit.ErrInvalidKey) || ok {
 		t.Errorf("TakeAll with an empty key: %v, %v; want ErrInvalidKey", ok, err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, ok, err := l.TakeAll(cancelled, []string{"a"}, 1); !errors.Is(err, context.Canceled) || ok {
+	if _, ok, err := l.TakeAll(cancelled, hitsOf(1, []string{"a"})); !errors.Is(err, context.Canceled) || ok {
 		t.Errorf("TakeAll with a done context: %v, %v; want context.Canceled", ok, err)
 	}
 }
@@ -170,7 +184,7 @@ func TestTakeAllKeysOfAnyBytes(t *testing.T) {
 	l := newLimiter(t, client, 1, time.Hour)
 	raw := sha256.Sum256([]byte("api key"))
 	keys := []string{"a\x00b", "a\x00c", string(raw[:]), strings.Repeat("k", 129), strings.Repeat("k", 130), "{a}", "a}"}
-	ds, ok, err := l.TakeAll(context.Background(), keys, 1)
+	ds, ok, err := l.TakeAll(context.Background(), hitsOf(1, keys))
 	if err != nil || !ok {
 		t.Fatalf("TakeAll over %d distinct keys: %v, %v", len(keys), ok, err)
 	}
@@ -185,7 +199,7 @@ func TestTakeAllKeysOfAnyBytes(t *testing.T) {
 			t.Errorf("key %d of %d bytes stored as itself", i, len(key))
 		}
 	}
-	if _, ok, _ := l.TakeAll(context.Background(), keys[:1], 1); ok {
+	if _, ok, _ := l.TakeAll(context.Background(), hitsOf(1, keys[:1])); ok {
 		t.Error("a key at its limit was admitted again")
 	}
 }
@@ -217,7 +231,7 @@ func TestTakeAllConcurrent(t *testing.T) {
 	for i := range 20 * len(sets) {
 		l, set := limiters[i%len(limiters)], i%len(sets)
 		wg.Go(func() {
-			_, ok, err := l.TakeAll(context.Background(), sets[set], 1)
+			_, ok, err := l.TakeAll(context.Background(), hitsOf(1, sets[set]))
 			if err != nil {
 				failed.Add(1)
 				return
@@ -263,16 +277,16 @@ func TestTakeAllConcurrent(t *testing.T) {
 func TestTakeAllClusterGroups(t *testing.T) {
 	client := redistest.StartClusterT(t).Client(t)
 	ungrouped := newLimiter(t, client, 2, time.Hour)
-	if _, ok, err := ungrouped.TakeAll(context.Background(), []string{"a", "b"}, 1); !errors.Is(err, keyrate.ErrConfig) || ok {
+	if _, ok, err := ungrouped.TakeAll(context.Background(), hitsOf(1, []string{"a", "b"})); !errors.Is(err, keyrate.ErrConfig) || ok {
 		t.Fatalf("ungrouped keys on a Cluster: %v, %v; want an error wrapping ErrConfig", ok, err)
 	}
-	if _, ok, err := ungrouped.TakeAll(context.Background(), []string{"a", "a"}, 1); err != nil || !ok {
+	if _, ok, err := ungrouped.TakeAll(context.Background(), hitsOf(1, []string{"a", "a"})); err != nil || !ok {
 		t.Fatalf("one key, twice, on a Cluster: %v, %v", ok, err)
 	}
 	domain := func(key string) string { d, _, _ := strings.Cut(key, "/"); return d }
 	l := newLimiter(t, client, 2, time.Hour, redislimit.WithHashTagFunc(domain))
 	for i := range 3 {
-		_, ok, err := l.TakeAll(context.Background(), []string{"shop/user", "shop/path", "shop/user"}, 1)
+		_, ok, err := l.TakeAll(context.Background(), hitsOf(1, []string{"shop/user", "shop/path", "shop/user"}))
 		if err != nil || ok != (i == 0) {
 			t.Fatalf("call %d: %v, %v; want only the first admitted (user counts twice)", i, ok, err)
 		}
@@ -330,14 +344,14 @@ func TestTakeAllDenyCache(t *testing.T) {
 	for range 3 {
 		mustTake(t, l, "full", 1)
 	}
-	ds, ok, err := l.TakeAll(ctx, []string{"other", "full"}, 1)
+	ds, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"other", "full"}))
 	if err != nil || ok || ds[1].Allowed {
 		t.Fatalf("first refusal: %+v, %v, %v", ds, ok, err)
 	}
 	// full at a weight of 1 is in the cache: other, given twice, is not asked.
 	before := trips.Load()
 	clock.Advance(100 * time.Millisecond)
-	ds, ok, err = l.TakeAll(ctx, []string{"other", "full", "other"}, 1)
+	ds, ok, err = l.TakeAll(ctx, hitsOf(1, []string{"other", "full", "other"}))
 	if err != nil || ok || trips.Load() != before {
 		t.Fatalf("refused again: %v, %v, %d round trips; want refused with none", ok, err, trips.Load()-before)
 	}
@@ -345,7 +359,7 @@ func TestTakeAllDenyCache(t *testing.T) {
 		t.Errorf("decisions from the cache: %+v; want full's refusal counted down, other not asked", ds)
 	}
 	clock.Advance(900 * time.Millisecond)
-	if _, ok, err := l.TakeAll(ctx, []string{"other", "full"}, 1); err != nil || !ok || trips.Load() == before {
+	if _, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"other", "full"})); err != nil || !ok || trips.Load() == before {
 		t.Errorf("after the refusal's hold: %v, %v; want Redis asked, and admitted", ok, err)
 	}
 }
@@ -369,7 +383,7 @@ func TestTakeAllOutage(t *testing.T) {
 			admitted := 0
 			for i := range 12 {
 				start := time.Now()
-				ds, ok, err := l.TakeAll(context.Background(), []string{"a", "pro-b"}, 1)
+				ds, ok, err := l.TakeAll(context.Background(), hitsOf(1, []string{"a", "pro-b"}))
 				took = append(took, time.Since(start))
 				if !withFallback {
 					if err == nil || ok || !errors.Is(err, redislimit.ErrUnavailable) || (i > 0 && errors.Is(err, context.DeadlineExceeded)) {
@@ -400,7 +414,7 @@ func TestTakeAllServerTime(t *testing.T) {
 	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
 		l := newLimiter(t, client, 2, time.Hour, redislimit.WithAlgorithm(alg))
 		for i := range 3 {
-			ds, ok, err := l.TakeAll(context.Background(), []string{"x", "y"}, 1)
+			ds, ok, err := l.TakeAll(context.Background(), hitsOf(1, []string{"x", "y"}))
 			if err != nil || ok != (i < 2) {
 				t.Fatalf("%v, call %d: %v, %v", alg, i, ok, err)
 			}
@@ -418,7 +432,7 @@ func TestTakeAllRefunds(t *testing.T) {
 	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := newAllLimiter(t, client, clock)
 	ctx := context.Background()
-	ds, ok, err := l.TakeAll(ctx, []string{"user", "org"}, 2)
+	ds, ok, err := l.TakeAll(ctx, hitsOf(2, []string{"user", "org"}))
 	if err != nil || !ok {
 		t.Fatalf("TakeAll: %v, %v", ok, err)
 	}

@@ -24,6 +24,26 @@ type ruleSet struct {
 	rules   []*rule // every rule, in the order of the file
 }
 
+// minMaxWindow is the longest window the in-process store always holds: a
+// day, the longest unit but for week, month and year. Its events count in
+// ticks of 50µs. A configuration with a longer window at start-up gets
+// coarser ticks (20ms for a year), and a reload or a limit override of a
+// longer window than the store was started with is refused (see
+// keyrate.WithMaxWindow).
+const minMaxWindow = 24 * time.Hour
+
+// maxWindow returns the longest window the in-process store must hold for
+// rs: its longest rule's, or minMaxWindow.
+func (rs *ruleSet) maxWindow() time.Duration {
+	w := minMaxWindow
+	for _, r := range rs.rules {
+		for _, l := range r.limits {
+			w = max(w, l.window)
+		}
+	}
+	return w
+}
+
 // node is one descriptor of the configuration: a key, with a value or not,
 // and what lies beneath it.
 type node struct {

@@ -37,7 +37,7 @@ type harness struct {
 func newHarness(t testing.TB, config string) *harness {
 	t.Helper()
 	clock := keyrate.NewManualClock(t0)
-	st, err := newLimiterStore(0, clock)
+	st, err := newLimiterStore(0, clock, minMaxWindow)
 	if err != nil {
 		t.Fatal(err)
 	}

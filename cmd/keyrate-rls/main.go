@@ -203,7 +203,7 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 		}
 		st = rst
 	} else {
-		lst, err := newLimiterStore(o.maxKeys, o.clock)
+		lst, err := newLimiterStore(o.maxKeys, o.clock, rs.maxWindow())
 		if err != nil {
 			return err
 		}

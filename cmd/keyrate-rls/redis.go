@@ -108,11 +108,11 @@ func (o redisOptions) where() string {
 
 // TakeAll decides the request in Redis, in one script run.
 func (s *redisStore) TakeAll(ctx context.Context, domain string, keys []string, n int) ([]keyrate.Decision, bool, error) {
-	rkeys := make([]string, len(keys))
+	hits := make([]keyrate.Hit, len(keys))
 	for i, k := range keys {
-		rkeys[i] = redisKey(domain, k)
+		hits[i] = keyrate.Hit{Key: redisKey(domain, k), N: n}
 	}
-	return s.l.TakeAll(ctx, rkeys, n)
+	return s.l.TakeAll(ctx, hits)
 }
 
 // SetTier sets a rule's policies on the limiter (and its local fallback).

@@ -44,11 +44,15 @@ type limiterStore struct {
 var placeholderPolicy = keyrate.Policy{Limit: 1, Window: time.Minute}
 
 // newLimiterStore returns an in-process store that tracks at most maxKeys
-// budgets (0: no bound), deciding on clock (nil: the system clock).
-func newLimiterStore(maxKeys int, clock keyrate.Clock) (*limiterStore, error) {
+// budgets (0: no bound), deciding on clock (nil: the system clock), whose
+// rules have windows of at most maxWindow.
+func newLimiterStore(maxKeys int, clock keyrate.Clock, maxWindow time.Duration) (*limiterStore, error) {
 	opts := []keyrate.Option{
 		keyrate.WithTiers(tierOf, nil),
 		keyrate.WithMaxKeys(maxKeys),
+		// The limiter's ticks must hold the longest window a rule or a
+		// limit override will have (see maxWindow).
+		keyrate.WithMaxWindow(maxWindow),
 		// An idle key is swept within a minute of its last event leaving
 		// its window; the default would follow the placeholder's window.
 		keyrate.WithJanitorInterval(time.Minute),
@@ -68,7 +72,11 @@ func (s *limiterStore) TakeAll(ctx context.Context, _ string, keys []string, n i
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	ds, ok := s.l.TakeAll(keys, n)
+	hits := make([]keyrate.Hit, len(keys))
+	for i, k := range keys {
+		hits[i] = keyrate.Hit{Key: k, N: n}
+	}
+	ds, ok := s.l.TakeAll(hits)
 	return ds, ok, nil
 }
 

@@ -99,9 +99,10 @@ func keyrateOptions(c Config, opts []keyrate.Option) []keyrate.Option {
 	return opts
 }
 
-func (a keyrateAdapter) Allow(key string) bool { return a.l.Allow(key) }
-func (a keyrateAdapter) Exhaust(key string)    { a.l.AllowN(key, a.l.Limit()) }
-func (a keyrateAdapter) Close()                { a.l.Close() }
+func (a keyrateAdapter) Allow(key string) bool         { return a.l.Allow(key) }
+func (a keyrateAdapter) AllowN(key string, n int) bool { return a.l.AllowN(key, n) }
+func (a keyrateAdapter) Exhaust(key string)            { a.l.AllowN(key, a.l.Limit()) }
+func (a keyrateAdapter) Close()                        { a.l.Close() }
 
 // Len exposes the number of tracked keys, for the memory measurement.
 func (a keyrateAdapter) Len() int { return a.l.Len() }
@@ -139,6 +140,15 @@ func (a *xrateAdapter) Allow(key string) bool {
 		return a.get(key).Allow()
 	}
 	return a.get(key).AllowN(a.now(), 1)
+}
+
+// AllowN takes n tokens at once. x/time/rate refuses n above its burst.
+func (a *xrateAdapter) AllowN(key string, n int) bool {
+	now := time.Now()
+	if a.now != nil {
+		now = a.now()
+	}
+	return a.get(key).AllowN(now, n)
 }
 
 func (a *xrateAdapter) Exhaust(key string) {
@@ -222,6 +232,12 @@ func (a *ululeAdapter) Allow(key string) bool {
 	return err == nil && !ctx.Reached
 }
 
+// AllowN counts n at once: Increment adds its count to the window's.
+func (a *ululeAdapter) AllowN(key string, n int) bool {
+	ctx, err := a.l.Increment(context.Background(), key, int64(n))
+	return err == nil && !ctx.Reached
+}
+
 func (a *ululeAdapter) Exhaust(key string) {
 	a.l.Increment(context.Background(), key, int64(a.limit))
 }
@@ -265,6 +281,16 @@ func newThrottled(c Config) (Limiter, error) {
 // RateLimitCtx gives up with an error instead of a decision.
 func (a *throttledAdapter) Allow(key string) bool {
 	limited, _, err := a.rl.RateLimitCtx(context.Background(), key, 1)
+	if err != nil {
+		a.errs.Add(1)
+		return false
+	}
+	return !limited
+}
+
+// AllowN takes a quantity of n in one call.
+func (a *throttledAdapter) AllowN(key string, n int) bool {
+	limited, _, err := a.rl.RateLimitCtx(context.Background(), key, n)
 	if err != nil {
 		a.errs.Add(1)
 		return false
@@ -327,4 +353,10 @@ func newHTTPRate(c Config) (Limiter, error) {
 // when the request must be halted.
 func (a *httprateAdapter) Allow(key string) bool { return !a.rl.OnLimit(a.w, a.req, key) }
 func (a *httprateAdapter) Exhaust(key string)    { a.rl.OnLimit(a.w, a.spendReq, key) }
-func (a *httprateAdapter) Close()                {}
+
+// AllowN counts n at once, through the increment a request's context
+// carries; it costs the context an allocation per call.
+func (a *httprateAdapter) AllowN(key string, n int) bool {
+	return !a.rl.OnLimit(a.w, a.req.WithContext(httprate.WithIncrement(a.req.Context(), n)), key)
+}
+func (a *httprateAdapter) Close() {}

@@ -1,7 +1,9 @@
 package benchmarks
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -99,20 +101,44 @@ type MemoryCase struct {
 	Policies []keyrate.Policy
 	// Keys is how many keys are filled.
 	Keys int
+	// Requests, when set, is how many requests fill the longest window,
+	// and Weight(i) the weight of the i-th (its tokens, its bytes): a
+	// budget of cost units rather than of requests. Only limiters that
+	// take a weight (WeightedLimiter) can be measured under it. Unset: the
+	// limit's worth of requests of weight 1.
+	Requests int
+	Weight   func(i int) int
 }
+
+// WeightedLimiter is a Limiter that takes a request of any weight in one
+// call, for the memory cases of weighted requests.
+type WeightedLimiter interface {
+	AllowN(key string, n int) bool
+}
+
+// ErrUnweighted is what BytesPerKeyFull returns for a limiter that takes no
+// weights under a case of weighted requests.
+var ErrUnweighted = errors.New("benchmarks: the limiter takes no weights")
 
 // MemoryCases are the rows of the memory table at the full limit: a minute,
 // an hour and a day, a day's limit under a per-second one, and limits large
 // enough that a log of every event costs hundreds of kilobytes per key.
 var MemoryCases = []MemoryCase{
-	{"100/min", []keyrate.Policy{{Limit: 100, Window: time.Minute}}, 10_000},
-	{"1,000/hour", []keyrate.Policy{{Limit: 1_000, Window: time.Hour}}, 10_000},
+	{"100/min", []keyrate.Policy{{Limit: 100, Window: time.Minute}}, 10_000, 0, nil},
+	{"1,000/hour", []keyrate.Policy{{Limit: 1_000, Window: time.Hour}}, 10_000, 0, nil},
 	{"10/s + 1,000/day (NewPolicies)", []keyrate.Policy{
 		{Name: "second", Limit: 10, Window: time.Second},
 		{Name: "day", Limit: 1_000, Window: 24 * time.Hour},
-	}, 10_000},
-	{"10,000/day", []keyrate.Policy{{Limit: 10_000, Window: 24 * time.Hour}}, 1_000},
-	{"100,000/day", []keyrate.Policy{{Limit: 100_000, Window: 24 * time.Hour}}, 300},
+	}, 10_000, 0, nil},
+	{"10,000/day", []keyrate.Policy{{Limit: 10_000, Window: 24 * time.Hour}}, 1_000, 0, nil},
+	{"100,000/day", []keyrate.Policy{{Limit: 100_000, Window: 24 * time.Hour}}, 300, 0, nil},
+	// A model API's budget: a million tokens a minute, held by 1,000
+	// requests of 850 to 949 tokens.
+	{"1,000,000 tokens/min, 1,000 requests of ~900", []keyrate.Policy{{Limit: 1_000_000, Window: time.Minute}}, 1_000, 1_000,
+		func(i int) int { return 850 + i%100 }},
+	// One request of the largest weight a limit holds.
+	{"one request of 2^31-1 (limit 2^31-1/min)", []keyrate.Policy{{Limit: math.MaxInt32, Window: time.Minute}}, 10_000, 1,
+		func(int) int { return math.MaxInt32 }},
 }
 
 // FullMemory is what BytesPerKeyFull measured for one limiter and one case.
@@ -153,6 +179,10 @@ func BytesPerKeyFull(p Peer, c MemoryCase) (FullMemory, error) {
 		}
 	}
 	events := longest.Limit
+	weight := func(int) int { return 1 }
+	if c.Weight != nil {
+		events, weight = c.Requests, c.Weight
+	}
 	every := longest.Window / time.Duration(events)
 	for _, q := range c.Policies {
 		if spanned := int(q.Window/every) + 1; spanned > q.Limit && q != longest {
@@ -169,6 +199,11 @@ func BytesPerKeyFull(p Peer, c MemoryCase) (FullMemory, error) {
 		return FullMemory{}, err
 	}
 	defer l.Close()
+	allow := l.Allow
+	wl, weighted := l.(WeightedLimiter)
+	if c.Weight != nil && !weighted {
+		return FullMemory{}, ErrUnweighted
+	}
 
 	before := heapBytes()
 	keys := make([]string, c.Keys)
@@ -178,8 +213,12 @@ func BytesPerKeyFull(p Peer, c MemoryCase) (FullMemory, error) {
 	admitted := 0
 	for e := range events {
 		clock.Set(memoryStart.Add(time.Duration(e) * every))
+		if c.Weight != nil {
+			n := weight(e)
+			allow = func(k string) bool { return wl.AllowN(k, n) }
+		}
 		for _, k := range keys {
-			if l.Allow(k) {
+			if allow(k) {
 				admitted++
 			}
 		}

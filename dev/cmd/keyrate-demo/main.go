@@ -3,6 +3,7 @@
 //
 //	go run ./dev/cmd/keyrate-demo [-addr 127.0.0.1:8080] [-trusted-proxies 0] [-redis 127.0.0.1:6379]
 //	                              [-redis-fallback 0.5] [-max-conns 1024] [-max-conns-per-addr 128]
+//	                              [-otel-stdout] [-otlp-endpoint http://127.0.0.1:4318] [-otel-interval 10s]
 //
 // GET /api/status allows 3 requests per 60 s (10 for an API key starting
 // with "pro-"), GET /api/search 20 per 60 s and GET /api/burst 10 per 10 s,
@@ -29,6 +30,14 @@
 // GET /metrics serves Prometheus metrics (package promlimit): requests by
 // route and result, decision latency, backend errors, refusals per policy,
 // and the keys each in-process limiter tracks.
+//
+// The same metrics go out as OpenTelemetry's (package otellimit) when asked
+// for: with -otel-stdout, written to the output as one JSON line per
+// export; by OTLP over HTTP to -otlp-endpoint, or, without the flag, to
+// the endpoint OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) names, as any OpenTelemetry program
+// reads them. Every -otel-interval, and once more on shutdown. Neither
+// set, none are made.
 //
 // Budgets live in the process by default. With -redis they live in that
 // Redis server (keys under "keyrate-demo:"), so that several demo processes
@@ -76,7 +85,14 @@ func main() {
 	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
 	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
+	otelStdout := flag.Bool("otel-stdout", false, "write the OpenTelemetry metrics to standard output, one JSON line per export")
+	otlpEndpoint := flag.String("otlp-endpoint", "", "export the OpenTelemetry metrics by OTLP over HTTP to this base URL (its /v1/metrics), as OTEL_EXPORTER_OTLP_ENDPOINT does (default: that variable's, or no OTLP when it is not set)")
+	otelInterval := flag.Duration("otel-interval", defaultExportInterval, "time between OpenTelemetry exports")
 	flag.Parse()
+	if *otelInterval <= 0 {
+		fmt.Fprintln(os.Stderr, "keyrate-demo: -otel-interval must be positive")
+		os.Exit(2)
+	}
 	if *maxConns < 1 || *maxPerAddr < 1 {
 		fmt.Fprintln(os.Stderr, "keyrate-demo: -max-conns and -max-conns-per-addr must be at least 1")
 		os.Exit(2)
@@ -88,7 +104,8 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := config{TrustedProxies: *hops, Conns: connLimits{Total: *maxConns, PerAddr: *maxPerAddr}}
+	cfg := config{TrustedProxies: *hops, Conns: connLimits{Total: *maxConns, PerAddr: *maxPerAddr},
+		Telemetry: telemetry{Stdout: *otelStdout, OTLPEndpoint: *otlpEndpoint, Interval: *otelInterval, Getenv: os.Getenv}}
 	if *redisAddr != "" {
 		c, err := dialRedis(ctx, *redisAddr)
 		if err != nil {
@@ -103,12 +120,29 @@ func main() {
 }
 
 // run serves until ctx ends, writing the address, the curl hints and one
-// line per decision to out.
+// line per decision to out, and the OpenTelemetry metrics where
+// cfg.Telemetry says; their last export is made once the server has
+// stopped (a collector that is not there then costs a line, not the exit
+// status).
 func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
+	out = &lockedWriter{w: out}
 	hub, err := newLive(cfg)
 	if err != nil {
 		return err
 	}
+	otel, shutdownOTel, err := cfg.Telemetry.start(ctx, out)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A context of its own: ctx has ended by now.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownOTel(sctx); err != nil {
+			fmt.Fprintf(out, "keyrate-demo: the last OpenTelemetry export failed: %v\n", err)
+		}
+	}()
+	cfg.otel = otel
 	subscribers := []func(decision){decisionLogger(out), recordTo(hub)}
 	if next := cfg.OnDecision; next != nil {
 		subscribers = append(subscribers, next)
@@ -201,6 +235,7 @@ func hints(base string, cfg config) string {
 	} else {
 		b.WriteString("\nBudgets live in this process (-redis host:port shares them between processes).\n")
 	}
+	b.WriteString(cfg.Telemetry.describe())
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {

@@ -10,6 +10,7 @@ import (
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/otellimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -140,6 +141,12 @@ type config struct {
 	// Conns bound the connections the server holds; zero fields get
 	// defaultConnLimits'.
 	Conns connLimits
+	// Telemetry says where run exports the OpenTelemetry metrics; by
+	// default, nowhere.
+	Telemetry telemetry
+	// otel, when set, observes every route beside the Prometheus metrics:
+	// run sets it from Telemetry.
+	otel *otellimit.Metrics
 }
 
 // newServer assembles the demo: a mux with each route behind its own
@@ -162,6 +169,13 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	}
 	hook := func(e middleware.Event) {
 		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err})
+	}
+
+	// One Observer per middleware: the Prometheus metrics, and beside them
+	// the OpenTelemetry ones when they are exported.
+	var observer middleware.Observer = stats
+	if cfg.otel != nil {
+		observer = observers{stats, cfg.otel}
 	}
 
 	mux := http.NewServeMux()
@@ -192,13 +206,19 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 				close()
 				return nil, nil, err
 			}
+			if cfg.otel != nil {
+				if err := cfg.otel.TrackKeys(rt.Name, local); err != nil {
+					close()
+					return nil, nil, err
+				}
+			}
 		}
 		opts := []httplimit.Option{
 			httplimit.WithRoute(rt.Name),
 			httplimit.WithKeyFunc(identity),
 			httplimit.WithOnDecision(hook),
 			httplimit.WithOnError(hook),
-			httplimit.WithObserver(stats),
+			httplimit.WithObserver(observer),
 		}
 		if rt.FailuresOnly {
 			if b, err = newRefundReporter(b, rt.Name, publish); err != nil {

@@ -181,6 +181,10 @@ func memoryFull(w io.Writer) error {
 		for _, p := range peers {
 			m, err := benchmarks.BytesPerKeyFull(p, c)
 			switch {
+			case errors.Is(err, benchmarks.ErrUnweighted):
+				fmt.Fprintf(w, " – |")
+				notes = append(notes, fmt.Sprintf("– %s, %s: it takes no weights; one request per unit would cost what the rows above cost per event.", p.Name, c.Name))
+				continue
 			case errors.Is(err, keyrate.ErrConfig):
 				// A configuration that cannot take the case's policies.
 				fmt.Fprintf(w, " – |")

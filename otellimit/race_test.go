@@ -1,0 +1,5 @@
+//go:build race
+
+package otellimit_test
+
+const raceEnabled = true
