@@ -32,6 +32,7 @@ func unsetConfig() config {
 		algorithm:       math.MaxUint8,
 		janitorInterval: math.MinInt64,
 		maxKeys:         math.MinInt,
+		maxWindow:       math.MinInt64,
 	}
 }
 

@@ -420,6 +420,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 		"WithMaxKeys 0":          {1, []Option{WithMaxKeys(0)}},
 		"WithMaxKeys":            {1, []Option{WithMaxKeys(10)}},
 		"WithRefuseNewKeys":      {1, []Option{WithRefuseNewKeys()}},
+		"WithMaxWindow 0":        {1, []Option{WithMaxWindow(0)}},
 		"nil tier function":      {1, []Option{WithTiers(nil, nil)}},
 		"tier with a window":     {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Window: time.Second}}})}},
 		"tier with two policies": {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}, {Limit: 4}}})}},
