@@ -66,12 +66,14 @@ func BenchmarkConcurrencyParallelKeys(b *testing.B) {
 	b.ReportMetric(float64(held.Load())/float64(b.N), "held/op")
 }
 
-// BenchmarkConcurrencyHotKey is every goroutine on one key, at a limit of
-// 3: some takes are refused, and held/op says how many.
+// BenchmarkConcurrencyHotKey is 4 goroutines per CPU on one key, at a
+// limit of 3: more callers than slots, so that some takes are refused, and
+// held/op says how many got one.
 func BenchmarkConcurrencyHotKey(b *testing.B) {
 	c, _ := NewConcurrency(3)
 	var held atomic.Int64
 	b.ReportAllocs()
+	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if release, ok := c.TryAcquire("hot"); ok {
