@@ -113,7 +113,7 @@ func TestGenerateSettles(t *testing.T) {
 // httplimit's 413, and fits a pro key's. A used that cannot be read gets
 // 400, and the request keeps all it reserved.
 func TestGenerateRefusesWhatItCannotRead(t *testing.T) {
-	h, _ := newTestServer(t, config{})
+	h, seen := newTestServer(t, config{})
 	for _, body := range []string{
 		"", "used=5", "max_tokens=", "max_tokens=abc", "max_tokens=0", "max_tokens=-5", "max_tokens=2.5", "max_tokens=1e3",
 		"max_tokens=99999999999999999999", "max_tokens=100&pad=" + strings.Repeat("x", maxGenerateBody),
@@ -124,6 +124,9 @@ func TestGenerateRefusesWhatItCannotRead(t *testing.T) {
 		assert.Contains(t, rec.Body.String(), "max_tokens must be a whole number", body)
 		assert.Empty(t, rec.Header().Get("Retry-After"), "no wait would help")
 	}
+	var log strings.Builder
+	decisionLogger(&log)((*seen)[0])
+	assert.Contains(t, log.String(), "refused  remaining=10000, a cost that can never fit")
 	rec := generate(h, "max_tokens=10001")
 	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
 	assert.Contains(t, rec.Body.String(), "costs more than the limit of 10000")

@@ -287,6 +287,9 @@ func decisionLogger(out io.Writer) func(decision) {
 			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
 		case d.Decision.Overflow:
 			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
+		case d.Decision.RetryAfter <= 0:
+			// A weight over the limit, or one that cannot be read: 413.
+			line = fmt.Sprintf("refused  remaining=%d, a cost that can never fit", d.Decision.Remaining)
 		default:
 			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
 		}
