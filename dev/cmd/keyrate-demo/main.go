@@ -240,12 +240,15 @@ func hints(base string, cfg config) string {
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
-		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies))
+		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies, rt.Unit))
 		if rt.Pro != nil {
-			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
+			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro, rt.Unit))
 		}
 		if rt.FailuresOnly {
 			b.WriteString(", failed attempts only")
+		}
+		if rt.Cost != nil {
+			b.WriteString(settleHint(cfg))
 		}
 		b.WriteString("\n")
 	}
@@ -259,6 +262,7 @@ func hints(base string, cfg config) string {
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
   curl -i -d password=guess %[1]s/api/login     # 401: a failed attempt; the 6th within 15 min gets 429
   curl -i -d password=%[4]s %[1]s/api/login   # 200: given back, so it never counts
+  curl -i -d max_tokens=2000 -d used=500 %[1]s/api/generate   # reserves 2000 tokens, keeps 500: RateLimit r=9500
   curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
 `, base, keyHeader, metricsPath, demoPassword)
 	if hops := cfg.TrustedProxies; hops > 0 {
@@ -276,12 +280,17 @@ func decisionLogger(out io.Writer) func(decision) {
 		switch {
 		case d.Err != nil:
 			line = fmt.Sprintf("error    %v", d.Err)
+		case d.Refund != nil && d.Settle:
+			line = fmt.Sprintf("settled  remaining=%d (gave back %d of %d: it cost %d)", d.Decision.Remaining, d.Given, d.Refund.N(), d.Refund.N()-d.Given)
 		case d.Refund != nil:
 			line = fmt.Sprintf("refunded remaining=%d (answered below 400: it does not count)", d.Decision.Remaining)
 		case d.Decision.Allowed:
 			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
 		case d.Decision.Overflow:
 			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
+		case d.Decision.RetryAfter <= 0:
+			// A weight over the limit, or one that cannot be read: 413.
+			line = fmt.Sprintf("refused  remaining=%d, a cost that can never fit", d.Decision.Remaining)
 		default:
 			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
 		}

@@ -88,6 +88,8 @@ type routeJSON struct {
 	Path     string            `json:"path"`
 	Policies []policyJSON      `json:"policies"`
 	Refunds  bool              `json:"refunds,omitempty"`
+	Unit     string            `json:"unit,omitempty"`
+	Burst    int               `json:"burst,omitempty"`
 	Form     map[string]string `json:"form,omitempty"`
 	Note     string            `json:"note,omitempty"`
 }
@@ -108,7 +110,7 @@ type configJSON struct {
 func describe(cfg Config) configJSON {
 	c := configJSON{KeyHeader: cfg.KeyHeader}
 	for _, r := range cfg.Routes {
-		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Form: r.Form, Note: r.Note}
+		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Unit: r.Unit, Burst: r.Burst, Form: r.Form, Note: r.Note}
 		for _, p := range r.Policies {
 			rj.Policies = append(rj.Policies, policyJSON{p.Name, p.Limit, millis(p.Window)})
 		}

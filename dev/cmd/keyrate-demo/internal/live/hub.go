@@ -3,8 +3,9 @@
 // window moving across them, and beside it what a fixed window would have
 // admitted for the same requests.
 //
-// A Hub is fed one call per decision (Record), and one per decision given
-// back (RecordRefund), and serves three things: the page itself, embedded
+// A Hub is fed one call per decision (Record, or RecordN for a request of
+// some weight), and one per decision given back, wholly or in part
+// (RecordRefund, RecordRefundN), and serves three things: the page itself, embedded
 // in the binary and working offline; a JSON description of the limited
 // routes; and a Server-Sent Events stream of decisions and refunds. Recording never waits for a browser: each subscriber has a
 // bounded buffer, and a subscriber that falls behind loses events (counted,
@@ -48,6 +49,16 @@ type Route struct {
 	// (RecordRefund), such as a login whose attempt succeeded: it then
 	// counts and draws them apart.
 	Refunds bool
+	// Unit, when set, is what the route's requests weigh in (RecordN),
+	// such as "tokens": the page draws each request as a bar of its
+	// weight, counts the unit rather than requests, and shows what a
+	// request reserved, gave back (RecordRefundN) and finally cost.
+	// Default: none, each request weighs 1.
+	Unit string
+	// Burst is the burst size the page offers, at most 200. Default: the
+	// route's smallest limit, the burst it admits in full when its windows
+	// are empty; a route whose requests weigh more than 1 sets one.
+	Burst int
 	// Form, when set, is the form the page sends as the body of each of
 	// its requests to the route (application/x-www-form-urlencoded): a
 	// field per name, each starting at its value here and editable on the
@@ -154,6 +165,9 @@ func New(cfg Config) (*Hub, error) {
 		if err := checkPolicies(r); err != nil {
 			return nil, err
 		}
+		if r.Burst < 0 || r.Burst > maxBurst {
+			return nil, fmt.Errorf("%w: route %q: burst is %d, want 0 to %d", ErrConfig, r.Name, r.Burst, maxBurst)
+		}
 		seen[r.Name] = true
 		r.Policies = slices.Clone(r.Policies)
 		r.Form = maps.Clone(r.Form)
@@ -244,9 +258,21 @@ type event struct {
 	Policies     []policyEvent `json:"policies,omitempty"`
 	// Receipt names what an admitted decision recorded, so that a refund
 	// event can say which decision it gave back; "" when it recorded
-	// nothing.
+	// nothing. A refund's is the decision's as it stood before it.
 	Receipt string `json:"receipt,omitempty"`
+	// Weight is, for a decision, the weight its request asked for (1 on
+	// a route that does not weigh requests); for a refund, what the
+	// decision held before it.
+	Weight int `json:"weight"`
+	// Given is what a refund gave back, at most Weight; Rest names what
+	// the decision still holds after it, as the next refund of it will
+	// name it, "" when nothing (the whole decision was given back).
+	Given int    `json:"given,omitempty"`
+	Rest  string `json:"rest,omitempty"`
 }
+
+// maxBurst is the largest burst the page sends at once.
+const maxBurst = 200
 
 // policyEvent is one policy's part of a decision (keyrate.PolicyDecision).
 type policyEvent struct {
@@ -286,7 +312,16 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 // misses the event, and the miss is counted (see Dropped). It is safe for
 // concurrent use and does nothing after Close.
 func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
-	h.publish("decision", route, key, d, at, d.Receipt)
+	h.RecordN(route, key, 1, d, at)
+}
+
+// RecordN is Record of the decision of a request of weight n (its cost,
+// such as the tokens a model call reserves), on a route whose requests
+// are weighed (Route.Unit).
+func (h *Hub) RecordN(route, key string, n int, d keyrate.Decision, at time.Time) {
+	e := newEvent(route, key, d, at, d.Receipt)
+	e.Weight = n
+	h.publish("decision", e)
 }
 
 // RecordRefund publishes that the events of an admitted decision recorded
@@ -295,20 +330,31 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 // Peek). The page then stops counting that decision's request. It
 // behaves as Record does towards subscribers.
 func (h *Hub) RecordRefund(route, key string, r keyrate.Receipt, after keyrate.Decision, at time.Time) {
-	h.publish("refund", route, key, after, at, r)
+	h.RecordRefundN(route, key, r, r.N(), after, at)
 }
 
-// publish sends one event named name (decision or refund) to every
-// subscriber and keeps it for later ones.
-func (h *Hub) publish(name, route, key string, d keyrate.Decision, at time.Time, r keyrate.Receipt) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
+// RecordRefundN is RecordRefund of n of the decision's events, the part of
+// its weight a request did not use (keyrate.Limiter.RefundN); r is the
+// decision's Receipt as it stood before, so that the page finds the
+// request, which keeps counting what is left. An n of all that r holds is
+// RecordRefund. An n outside 1 to r.N() publishes nothing: no refund gives
+// back more than its decision holds.
+func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after keyrate.Decision, at time.Time) {
+	if n < 1 || n > r.N() {
 		return
 	}
-	h.seq++
-	frame := eventFrame(name, event{
-		Seq:          h.seq,
+	e := newEvent(route, key, after, at, r)
+	e.Weight, e.Given = r.N(), n
+	if n < r.N() {
+		e.Rest = receiptID(keyrate.NewReceipt(r.At(), r.N()-n, r.ID()))
+	}
+	h.publish("refund", e)
+}
+
+// newEvent returns the event of decision d for key on route at the instant
+// at, naming receipt r; publish numbers it.
+func newEvent(route, key string, d keyrate.Decision, at time.Time, r keyrate.Receipt) event {
+	return event{
 		At:           unixMillis(at),
 		Route:        route,
 		Key:          key,
@@ -321,7 +367,20 @@ func (h *Hub) publish(name, route, key string, d keyrate.Decision, at time.Time,
 		Overflow:     d.Overflow,
 		Policies:     policyEvents(&d),
 		Receipt:      receiptID(r),
-	})
+	}
+}
+
+// publish sends e as one event named name (decision or refund) to every
+// subscriber and keeps it for later ones.
+func (h *Hub) publish(name string, e event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
+		return
+	}
+	h.seq++
+	e.Seq = h.seq
+	frame := eventFrame(name, e)
 	if h.cfg.History > 0 {
 		if len(h.history) < h.cfg.History {
 			h.history = append(h.history, sent{h.seq, frame})

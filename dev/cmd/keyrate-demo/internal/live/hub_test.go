@@ -361,9 +361,9 @@ func TestStreamOverRealConnection(t *testing.T) {
 
 	evs := readEvents(t, r, 2)
 	first, second := decoded(t, evs[0]), decoded(t, evs[1])
-	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, RetryAfterMs: 1500, ResetAfterMs: 59000,
+	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, Weight: 1, RetryAfterMs: 1500, ResetAfterMs: 59000,
 		Policies: []policyEvent{{Limit: 3, WindowMs: 60000, RetryAfterMs: 1500, RefillAfterMs: 1500, ResetAfterMs: 59000}}}
-	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "export", Key: "bob", Policy: "hourly", Limit: 5, RetryAfterMs: 1_200_000, ResetAfterMs: 3_540_000,
+	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "export", Key: "bob", Policy: "hourly", Limit: 5, Weight: 1, RetryAfterMs: 1_200_000, ResetAfterMs: 3_540_000,
 		Policies: []policyEvent{
 			{Name: "burst", Limit: 2, WindowMs: 10000, Allowed: true, Remaining: 1, RefillAfterMs: 4000, ResetAfterMs: 4000},
 			{Name: "hourly", Limit: 5, WindowMs: 3_600_000, RetryAfterMs: 1_200_000, RefillAfterMs: 1_200_000, ResetAfterMs: 3_540_000},
