@@ -27,4 +27,9 @@
 // Most callers use Allow, or Take for the numbers behind the answer (for
 // RateLimit and Retry-After headers). Wait blocks until a request fits, for
 // guarding outbound calls. Close a Limiter when done with it.
+//
+// A Concurrency limits how many requests of a key run at once rather than
+// how often they come: a request takes a slot (TryAcquire, or Acquire,
+// which waits for one, first come first served) and gives it back when it
+// ends.
 package keyrate

@@ -4,7 +4,12 @@ import "github.com/keyrate/keyrate/internal/tierhint"
 
 func init() {
 	tierhint.ReadsIdentity = func(b any) bool {
-		l, ok := b.(*Limiter)
-		return !ok || l.tierOf != nil // tierOf is set once, by New
+		switch b := b.(type) {
+		case *Limiter:
+			return b.tierOf != nil // tierOf is set once, by New
+		case *Concurrency:
+			return b.tierOf != nil // likewise, by NewConcurrency
+		}
+		return true
 	}
 }

@@ -2,7 +2,8 @@
 // passes: the in-process keyrate.Limiter and the Redis backend run the
 // same scenarios and give the same Decisions, number for number, each
 // policy's part (Decision.Policies) included. Run holds the scenarios of
-// one policy, RunPolicies those of several, RunTiers those of tiers.
+// one policy, RunPolicies those of several, RunTiers those of tiers, and
+// RunIdentities checks that no identity a client sends lifts its limit.
 //
 // A backend of your own (another store, say) should pass it too: run it
 // from a test, with a constructor that makes a fresh, empty backend for

@@ -11,7 +11,8 @@ import (
 // refused call never reaches the handler.
 func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, served, after, err := l.decide(ctx, info.FullMethod, req)
+		md, served, after, release, err := l.decide(ctx, info.FullMethod, req)
+		defer release() // when the handler returns or panics
 		if md != nil {
 			// It fails only outside a server, where there is no one to tell.
 			_ = grpc.SetHeader(ctx, md)
@@ -32,7 +33,8 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 // then carries are not counted. A refused stream never reaches the handler.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, served, after, err := l.decide(ss.Context(), info.FullMethod, nil)
+		md, served, after, release, err := l.decide(ss.Context(), info.FullMethod, nil)
+		defer release() // when the stream ends
 		if md != nil {
 			_ = ss.SetHeader(md) // fails only once headers were sent, which no handler has done yet
 		}

@@ -21,6 +21,8 @@ type Limiter struct {
 	methods  map[string]*route // WithMethod's, ready-made
 	timed    bool              // a hook or an Observer is set: measure Event.Duration
 	config                     // mdKey in lower case
+
+	slots *middleware.Slots // WithInFlight's; nil without
 }
 
 // backend is one store and what it says about its policies.
@@ -78,7 +80,12 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	slots, err := newSlots(&c)
+	if err != nil {
+		return nil, err
+	}
 	l := &Limiter{
+		slots:    slots,
 		fallback: fallback,
 		methods:  make(map[string]*route, len(c.methods)),
 		config:   c,
@@ -164,8 +171,9 @@ func (l *Limiter) routeFor(method string) *route {
 // metadata to send and, when the call must not be served, its error; for
 // a call whose events may be given back, the context to serve it under
 // (with its reservation, see ReportCost) and the function that settles it
-// once served.
-func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.MD, context.Context, func(error), error) {
+// once served. The call's in-flight slot (WithInFlight) is taken first;
+// release gives it back, and is never nil.
+func (l *Limiter) decide(ctx context.Context, method string, req any) (md metadata.MD, served context.Context, after func(error), release func(), err error) {
 	r := l.routeFor(method)
 	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
 	var sent string
@@ -174,6 +182,22 @@ func (l *Limiter) decide(ctx context.Context, method string, req any) (metadata.
 	if l.cost != nil {
 		ev.Cost = l.cost(ctx, method, req)
 	}
+	release = noSlot
+	var slot string // the in-flight limit's ratelimit-policy member
+	if l.slots != nil {
+		var stop bool
+		if release, slot, stop, md, err = l.holdSlot(ctx, r, ev, sent); stop {
+			return md, ctx, nil, release, err
+		}
+	}
+	md, served, after, err = l.decideRate(ctx, r, ev, sent)
+	return withSlot(md, slot), served, after, release, err
+}
+
+// decideRate asks r's backend about the call ev describes, made by the
+// client sent names (see decide).
+func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event, sent string) (metadata.MD, context.Context, func(error), error) {
+	method := ev.Route
 	var began time.Time
 	if l.timed {
 		began = time.Now()

@@ -28,6 +28,10 @@ type config struct {
 	observer   middleware.Observer
 	refund     func(codes.Code) bool
 	revision   ratelimitfield.Revision
+
+	inFlight     middleware.InFlight // WithInFlight's
+	inFlightWait time.Duration
+	inFlightSet  bool
 }
 
 // WithMetadataKey identifies a client by the first value of the named

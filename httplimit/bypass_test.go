@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backendtest"
 	"github.com/keyrate/keyrate/httplimit"
-	"github.com/keyrate/keyrate/internal/bypasstest"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -39,13 +39,13 @@ func storeKeyRules(b keyrate.Backend) keyrate.BackendFunc {
 // may refuse as invalid, nor an empty one.
 func TestClientCannotLiftItsLimit(t *testing.T) {
 	t.Run("in-process", func(t *testing.T) {
-		bypasstest.Run(t, func(t *testing.T, limit int, window time.Duration) keyrate.Backend {
+		backendtest.RunIdentities(t, func(t *testing.T, limit int, window time.Duration, _ *keyrate.ManualClock) keyrate.Backend {
 			l, _ := newLimiter(t, limit, window)
 			return l
 		})
 	})
 	t.Run("store key rules", func(t *testing.T) {
-		bypasstest.Run(t, func(t *testing.T, limit int, window time.Duration) keyrate.Backend {
+		backendtest.RunIdentities(t, func(t *testing.T, limit int, window time.Duration, _ *keyrate.ManualClock) keyrate.Backend {
 			l, _ := newLimiter(t, limit, window)
 			return storeKeyRules(l)
 		})

@@ -49,6 +49,8 @@ type Middleware struct {
 	policies []keyrate.Policy // nil when unknown
 	policy   string           // "" when unknown
 	fallback time.Duration    // the window of a decision that gives none
+
+	slots *middleware.Slots // WithInFlight's; nil without
 }
 
 // New returns a Middleware that asks b about every request. How b is
@@ -110,8 +112,13 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if c.refund != nil && !caller.CanRefund() {
 		return nil, fmt.Errorf("%w: httplimit: WithRefund, but the backend cannot refund", keyrate.ErrConfig)
 	}
+	slots, err := newSlots(&c)
+	if err != nil {
+		return nil, err
+	}
 	m := &Middleware{
 		backend:  caller,
+		slots:    slots,
 		ip:       ip,
 		config:   c,
 		policies: policies,
@@ -167,6 +174,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if m.cost != nil {
 		ev.Cost = m.cost(r)
+	}
+	if m.slots != nil {
+		release, ok := m.holdSlot(w, r, next, ev, sent)
+		if !ok {
+			return
+		}
+		defer release() // when the handler returns, panics, or its client hangs up
 	}
 	var began time.Time
 	if m.timed {

@@ -30,6 +30,10 @@ type config struct {
 	unit       string
 	limited    func(http.ResponseWriter, *http.Request, middleware.Event)
 	refund     func(status int) bool
+
+	inFlight     middleware.InFlight // WithInFlight's
+	inFlightWait time.Duration
+	inFlightSet  bool
 }
 
 // HeaderSet selects the response fields that carry the limit. Combine them

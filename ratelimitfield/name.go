@@ -21,6 +21,9 @@
 // Without either, it is "default". Every function appends to b and returns
 // the extended buffer, as strconv's Append functions do, so that a caller
 // can write into a buffer of its own without allocating.
+//
+// ParseRateLimit reads a RateLimit field back, for a client: what an
+// upstream says it has left (httplimit.Transport holds its calls to it).
 package ratelimitfield
 
 // unnamed names the policy of a caller with no route whose policy has no

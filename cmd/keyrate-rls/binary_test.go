@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,8 +21,11 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 )
 
 // The tests in this file build the command and drive the binary over
@@ -78,10 +82,28 @@ func builtBinary(t *testing.T) string {
 	return built.bin
 }
 
+// cleanEnv returns the test's environment without the variables
+// keyrate-rls reads (settings.go), so that the tests start it from what
+// they set alone.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !peerVariable.MatchString(name) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// peerVariable matches the names of envoyproxy/ratelimit's settings.
+var peerVariable = regexp.MustCompile(`^(HOST|PORT|GRPC_.*|DEBUG_.*|LOG_.*|USE_.*|STATSD_.*|PROMETHEUS_.*|RUNTIME_.*|CONFIG_.*|REDIS_.*|MEMCACHE_.*|BACKEND_TYPE|CACHE_KEY_PREFIX|LOCAL_CACHE_SIZE_IN_BYTES|NEAR_LIMIT_RATIO|EXPIRATION_JITTER_MAX_SECONDS|STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT|LIMIT_.*|HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED|SHADOW_MODE|QUOTA_MODE|RESPONSE_DYNAMIC_METADATA|MERGE_DOMAIN_CONFIG|TRACING_.*|EXTRA_TAGS|DISABLE_STATS|STATS_FLUSH_INTERVAL|FORCE_START_WITHOUT_INITIAL_CONFIG)$`)
+
 // server is a running keyrate-rls.
 type server struct {
 	cmd      *exec.Cmd
 	config   string // the configuration file's path
+	grpcAddr string
 	httpBase string
 	client   rlspb.RateLimitServiceClient
 	conn     *grpc.ClientConn
@@ -95,10 +117,32 @@ type server struct {
 // from args.
 func startServer(t *testing.T, config string, args ...string) *server {
 	t.Helper()
-	s := &server{config: filepath.Join(t.TempDir(), "rules.yaml"), log: &lines{}, exited: make(chan struct{})}
-	write(t, s.config, config)
-	args = append([]string{"-config", s.config, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0", "-reload-interval", "0"}, args...)
-	s.cmd = exec.Command(builtBinary(t), args...)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write(t, path, config)
+	s := startBinary(t, nil, append([]string{"-config", path, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0", "-reload-interval", "0"}, args...)...)
+	s.config = path
+	return s
+}
+
+// startBinary starts the binary with env added to the test's environment
+// and args, and waits for the line that gives its addresses.
+func startBinary(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	return startBinaryUnder(t, nil, env, args...)
+}
+
+// startBinaryUnder is startBinary with the binary run by the command
+// under (a shell that sets its limits, say), which gets the binary's path
+// and args after its own.
+func startBinaryUnder(t *testing.T, under, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{log: &lines{}, exited: make(chan struct{})}
+	if len(under) > 0 {
+		s.cmd = exec.Command(under[0], append(append(under[1:], builtBinary(t)), args...)...)
+	} else {
+		s.cmd = exec.Command(builtBinary(t), args...)
+	}
+	s.cmd.Env = append(cleanEnv(), env...)
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +174,7 @@ func startServer(t *testing.T, config string, args ...string) *server {
 		s.cmd.Process.Kill()
 		<-s.exited
 	})
-	s.httpBase = "http://" + m[2]
+	s.grpcAddr, s.httpBase = m[1], "http://"+m[2]
 	if s.conn, err = grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
@@ -310,8 +354,8 @@ func testBinaryDecisions(t *testing.T, args ...string) {
 
 	t.Run("duration_until_reset", func(t *testing.T) {
 		resp := s.call(t, request("d", desc("b", "reset")))
-		if d := resp.Statuses[0].GetDurationUntilReset().AsDuration(); d < time.Hour || d > time.Hour+time.Millisecond {
-			t.Errorf("duration_until_reset of a fresh budget of 5 an hour = %v, want an hour (to the tick)", d)
+		if d := resp.Statuses[0].GetDurationUntilReset(); d.GetSeconds() != 3600 || d.GetNanos() != 0 {
+			t.Errorf("duration_until_reset of a fresh budget of 5 an hour = %v, want 3600 whole seconds", d)
 		}
 	})
 }
@@ -347,14 +391,14 @@ func testBinarySlidingAcrossSecond(t *testing.T, args ...string) {
 		if got := timeless(summary(c)); got != "OVER_LIMIT | OVER_LIMIT 0/2 SECOND" {
 			t.Fatalf("the third call, %v after the first, across a whole second: %s", sent.Sub(first), got)
 		}
-		// The first call was decided by firstDone and the third after sent:
-		// the first leaves the window at most 1s - (sent - firstDone) later.
-		wait := c.Statuses[0].GetDurationUntilReset().AsDuration()
-		if wait <= 0 || wait > time.Second-sent.Sub(firstDone) {
-			t.Fatalf("duration_until_reset %v, want the time until the first call leaves the window, at most %v",
-				wait, time.Second-sent.Sub(firstDone))
+		// The first call leaves the window within the second: whole
+		// seconds, rounded up, make that 1.
+		if wait := c.Statuses[0].GetDurationUntilReset(); wait.GetSeconds() != 1 || wait.GetNanos() != 0 {
+			t.Fatalf("duration_until_reset %v, want 1s: the first call leaves the window within a second", wait)
 		}
-		time.Sleep(wait)
+		// The first call was decided by firstDone: it has left the window a
+		// second later.
+		time.Sleep(time.Until(firstDone.Add(time.Second)))
 		if got := s.ask(t, r); got != "OK | OK 0/2 SECOND" && got != "OK | OK 1/2 SECOND" {
 			t.Errorf("a call once the first has left the window: %s", got)
 		}
@@ -417,12 +461,13 @@ func TestBinaryReloadKeepsCounts(t *testing.T) {
 	}
 }
 
-// An invalid file at start is refused, naming its line; a missing -config
-// is a usage error.
+// An invalid file at start is refused, naming its line; so is a runtime
+// directory that does not exist, without -config.
 func TestBinaryBadConfig(t *testing.T) {
 	bin := builtBinary(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	write(t, path, "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
+	missing := filepath.Join(t.TempDir(), "missing")
 	for _, c := range []struct {
 		args []string
 		code int
@@ -430,10 +475,11 @@ func TestBinaryBadConfig(t *testing.T) {
 	}{
 		{[]string{"-config", path}, 1, `rules.yaml:5: rate_limit: unit "fortnight"`},
 		{[]string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, 1, "no such file"},
-		{nil, 2, "-config is required"},
+		{nil, 1, "no rules: the runtime directory " + missing + "/config does not exist"},
 		{[]string{"-config", path, "-log-level", "loud"}, 2, "-log-level"},
 	} {
 		cmd := exec.Command(bin, append(c.args, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")...)
+		cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+missing)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != c.code || !strings.Contains(string(out), c.want) {
@@ -536,5 +582,58 @@ func TestBinaryDrain(t *testing.T) {
 	}
 	if s.exitErr != nil {
 		t.Errorf("exit: %v\n%s", s.exitErr, s.log)
+	}
+}
+
+// gRPC server reflection lists the services, as grpcurl list shows them,
+// and /metrics serves envoyproxy/ratelimit's service-level series beside
+// the per-rule ones.
+func TestBinaryReflectionAndServiceMetrics(t *testing.T) {
+	s := startServer(t, binaryConfig(t))
+	stream, err := reflectionpb.NewServerReflectionClient(s.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, svc := range resp.GetListServicesResponse().GetService() {
+		services = append(services, svc.GetName())
+	}
+	stream.CloseSend()
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+		if !slices.Contains(services, want) {
+			t.Errorf("reflection lists %q, want %s among them", services, want)
+		}
+	}
+
+	s.ask(t, request("d", desc("a", "metrics")))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.client.ShouldRateLimit(ctx, request("")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a request with no domain: %v", err)
+	}
+	hr, err := http.Get(s.httpBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(hr.Body)
+	hr.Body.Close()
+	for _, want := range []string{
+		`ratelimit_service_config_load_success 1`,
+		`ratelimit_service_config_load_error 0`,
+		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`,
+		`ratelimit_service_should_rate_limit_error{err_type="service_error"} 1`,
+		`ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("GET /metrics lacks %s", want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/keyrate/keyrate"
@@ -54,6 +55,10 @@ type node struct {
 	// key without a value, or a wildcard value without share_threshold. A
 	// value written out in full is the same for every request it matches.
 	perValue bool
+	// file and line are where the descriptor is written, for the error
+	// of a duplicate.
+	file string
+	line int
 }
 
 // entry is a descriptor entry: a key and a value.
@@ -80,13 +85,21 @@ type rule struct {
 	// ("message_type_marketing.to_number"). It holds no value a request
 	// sent.
 	stat string
+	file string
 	line int
 	// limits are the rule's limits, decided together (keyrate's policies);
 	// empty when unlimited.
 	limits    []limit
 	unlimited bool
 	shadow    bool
-	replaces  []string
+	// quota is quota_mode: the request is refused by this rule only when
+	// every quota rule of the request is over its limit (see
+	// service.refuses).
+	quota    bool
+	replaces []string
+	// metadata is the descriptor's metadata, which RESPONSE_DYNAMIC_METADATA
+	// returns for the rules a request passed; nil for none.
+	metadata *structpb.Struct
 	// blocked reports a limit of 0 requests per unit: every request is
 	// over it, and the store is never asked.
 	blocked bool
@@ -176,8 +189,46 @@ const maxConfigErrors = 20
 // maxConfigErrors of them. Errors never quote a descriptor value: values
 // may be credentials (an API key given its own limit).
 func parseConfig(file string, data []byte) (*ruleSet, error) {
-	p := &parser{file: file, rs: &ruleSet{domains: map[string]*node{}}, domainLine: map[string]int{}}
+	return parseFiles([]configFile{{name: file, data: data}}, false)
+}
+
+// configFile is one file of a configuration: its name, as errors give it,
+// and its content.
+type configFile struct {
+	name string
+	data []byte
+}
+
+// parseFiles reads the files of a runtime directory into one rule set, as
+// parseConfig reads one file: each file holds one domain or more, and a
+// domain given in two files is an error, unless merge is set
+// (MERGE_DOMAIN_CONFIG), which adds the second file's descriptors to the
+// first's. A file with no domain is refused (most likely one caught half
+// written); no file at all is an empty rule set, which decides nothing.
+func parseFiles(files []configFile, merge bool) (*ruleSet, error) {
+	p := &parser{rs: &ruleSet{domains: map[string]*node{}}, domainAt: map[string]string{}, merge: merge}
+	for _, f := range files {
+		p.file = f.name
+		if !p.parseFile(f.data) {
+			// Most likely a file caught half written: loading it would drop
+			// every rule it holds.
+			p.errs = append(p.errs, fmt.Errorf("%s: no domain: the file is empty", f.name))
+		}
+		if len(p.errs) >= maxConfigErrors {
+			break
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs[:min(len(p.errs), maxConfigErrors)]...)
+	}
+	return p.rs, nil
+}
+
+// parseFile reads the documents of one file and reports whether it held a
+// domain (or an error).
+func (p *parser) parseFile(data []byte) bool {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	found := false
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
@@ -186,32 +237,26 @@ func parseConfig(file string, data []byte) (*ruleSet, error) {
 		}
 		if err != nil {
 			// yaml.v3's messages carry their line ("yaml: line 3: ...").
-			p.errs = append(p.errs, fmt.Errorf("%s: %w", file, err))
-			break
+			p.errs = append(p.errs, fmt.Errorf("%s: %w", p.file, err))
+			return true
 		}
 		if len(doc.Content) == 1 && doc.Content[0].Tag != "!!null" { // an empty document holds nothing
+			found = true
 			p.document(doc.Content[0])
 		}
 		if len(p.errs) >= maxConfigErrors {
 			break
 		}
 	}
-	if len(p.rs.domains) == 0 && len(p.errs) == 0 {
-		// Most likely a file caught half written: loading it would drop
-		// every rule.
-		p.errs = append(p.errs, fmt.Errorf("%s: no domain: the file is empty", file))
-	}
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
-	}
-	return p.rs, nil
+	return found
 }
 
 type parser struct {
-	file       string
-	rs         *ruleSet
-	domainLine map[string]int
-	errs       []error
+	file     string // the file being read
+	rs       *ruleSet
+	domainAt map[string]string // where each domain was first given: "file:line"
+	merge    bool
+	errs     []error
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -310,13 +355,20 @@ func (p *parser) document(n *yaml.Node) {
 	case domain == "":
 		p.errorf(dn, "domain is empty")
 		return
-	case p.domainLine[domain] != 0:
-		p.errorf(dn, "domain %q is given twice (first at line %d)", domain, p.domainLine[domain])
+	case p.domainAt[domain] != "" && !p.merge:
+		first := p.domainAt[domain]
+		if f, line, _ := strings.Cut(first, ":"); f == p.file {
+			first = "line " + line
+		}
+		p.errorf(dn, "domain %q is given twice (first at %s)", domain, first)
 		return
 	}
-	p.domainLine[domain] = dn.Line
-	root := &node{children: map[entry]*node{}}
-	p.rs.domains[domain] = root
+	root := p.rs.domains[domain]
+	if root == nil {
+		p.domainAt[domain] = fmt.Sprintf("%s:%d", p.file, dn.Line)
+		root = &node{children: map[entry]*node{}}
+		p.rs.domains[domain] = root
+	}
 	if ds := f["descriptors"]; ds != nil {
 		p.descriptors(ds, root, domain, domain, "")
 	}
@@ -332,7 +384,6 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 		}
 		return
 	}
-	lines := map[entry]int{}
 	for _, dn := range n.Content {
 		f, ok := p.fields(dn, "descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
 			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
@@ -354,13 +405,16 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 				continue
 			}
 		}
-		if first, dup := lines[e]; dup {
+		if first := parent.children[e]; first != nil {
 			// The value stays out of the message: it may be a credential.
-			p.errorf(f["key"], "descriptor: key %q with the same value is given twice at this level (first at line %d)", e.key, first)
+			at := fmt.Sprintf("line %d", first.line)
+			if first.file != p.file {
+				at = fmt.Sprintf("%s:%d", first.file, first.line)
+			}
+			p.errorf(f["key"], "descriptor: key %q with the same value is given twice at this level (first at %s)", e.key, at)
 			continue
 		}
-		lines[e] = f["key"].Line
-		child := &node{children: map[entry]*node{}, perValue: e.value == ""}
+		child := &node{children: map[entry]*node{}, perValue: e.value == "", file: p.file, line: f["key"].Line}
 		shared := false
 		if sn := f["share_threshold"]; sn != nil && p.boolean(sn, "share_threshold") {
 			if !strings.Contains(e.value, "*") {
@@ -368,8 +422,13 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 			}
 			shared = true
 		}
-		if qn := f["quota_mode"]; qn != nil && p.boolean(qn, "quota_mode") {
-			p.errorf(qn, "quota_mode is not supported")
+		quota := false
+		if qn := f["quota_mode"]; qn != nil {
+			quota = p.boolean(qn, "quota_mode")
+		}
+		var metadata *structpb.Struct
+		if mn := f["metadata"]; mn != nil {
+			metadata = p.metadata(mn)
 		}
 		for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
 			if vn := f[ignored]; vn != nil {
@@ -399,7 +458,7 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 		case rl != nil && rls != nil:
 			p.errorf(rls, "descriptor: give rate_limit or rate_limits, not both")
 		case rl != nil || rls != nil:
-			r := &rule{domain: domain, path: childPath, stat: childStat, line: f["key"].Line, shadow: shadow}
+			r := &rule{domain: domain, path: childPath, stat: childStat, file: p.file, line: f["key"].Line, shadow: shadow, quota: quota, metadata: metadata}
 			if rl != nil {
 				r.line = rl.Line
 				p.rateLimits(r, []*yaml.Node{rl}, "rate_limit")
@@ -416,6 +475,29 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 			p.descriptors(ds, child, domain, childPath, childStat)
 		}
 	}
+}
+
+// metadata reads a descriptor's metadata: any mapping, returned to Envoy
+// as it is written (see RESPONSE_DYNAMIC_METADATA).
+func (p *parser) metadata(n *yaml.Node) *structpb.Struct {
+	if n.Kind != yaml.MappingNode {
+		if n.Tag != "!!null" {
+			p.errorf(n, "metadata: want a mapping, found %s", kindOf(n))
+		}
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil {
+		p.errorf(n, "metadata: %v", err)
+		return nil
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		// The message names the type at fault, never a value.
+		p.errorf(n, "metadata: %v", err)
+		return nil
+	}
+	return st
 }
 
 // rateLimits reads a rule's limits: a rate_limit block (one element) or
@@ -548,4 +630,29 @@ func (p *parser) replaces(r *rule, n *yaml.Node, what, own string) {
 			r.replaces = append(r.replaces, name)
 		}
 	}
+}
+
+// dump writes the rules one a line, as envoyproxy/ratelimit's /rlconfig
+// does: each rule's domain and path of keys, its limits, and its modes.
+func (rs *ruleSet) dump() string {
+	var b strings.Builder
+	for _, r := range rs.rules {
+		fmt.Fprintf(&b, "%s.%s:", r.domain, r.stat)
+		switch {
+		case r.unlimited:
+			b.WriteString(" unlimited")
+		default:
+			for i, l := range r.limits {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				if l.name != "" {
+					fmt.Fprintf(&b, " %s", l.name)
+				}
+				fmt.Fprintf(&b, " requests_per_unit=%d window=%v", l.perUnit, l.window)
+			}
+		}
+		fmt.Fprintf(&b, ", shadow_mode: %t, quota_mode: %t\n", r.shadow, r.quota)
+	}
+	return b.String()
 }

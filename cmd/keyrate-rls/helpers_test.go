@@ -41,7 +41,7 @@ func newHarness(t testing.TB, config string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarnessOn(t, st, config)
+	h := newHarnessWith(t, st, config, serviceOptions{clock: clock})
 	h.clock = clock
 	return h
 }
@@ -49,6 +49,12 @@ func newHarness(t testing.TB, config string) *harness {
 // newHarnessOn returns a service over st that has loaded config, and
 // closes st when t ends.
 func newHarnessOn(t testing.TB, st store, config string) *harness {
+	t.Helper()
+	return newHarnessWith(t, st, config, serviceOptions{})
+}
+
+// newHarnessWith is newHarnessOn with the service's options.
+func newHarnessWith(t testing.TB, st store, config string, opts serviceOptions) *harness {
 	t.Helper()
 	t.Cleanup(func() { st.Close() })
 	h := &harness{log: &syncBuffer{}}
@@ -60,7 +66,7 @@ func newHarnessOn(t testing.TB, st store, config string) *harness {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(h.log, nil))
-	if h.svc, err = newService(st, h.m, log, rs); err != nil {
+	if h.svc, err = newService(st, h.m, log, rs, opts); err != nil {
 		t.Fatal(err)
 	}
 	return h

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,15 +18,15 @@ import (
 // descriptor Envoy allows fits many times over.
 const maxJSONBody = 1 << 20
 
-// newHTTPHandler serves GET /healthcheck (200 while ready is set, 503
+// newHTTPHandler serves GET /healthcheck (200 while healthy reports so, 503
 // otherwise: before the service is up and once it is shutting down),
 // POST /json (ShouldRateLimit, the request and the response as protojson)
 // and GET /metrics from gatherer.
-func newHTTPHandler(svc *service, ready *atomic.Bool, gatherer prometheus.Gatherer) http.Handler {
+func newHTTPHandler(svc *service, healthy func() bool, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ready.Load() {
+		if !healthy() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "NOT READY\n")
 			return

@@ -19,7 +19,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `)
 	var ready atomic.Bool
-	handler := newHTTPHandler(h.svc, &ready, prometheus.NewRegistry())
+	handler := newHTTPHandler(h.svc, ready.Load, prometheus.NewRegistry())
 	serve := func(method, path, body string) (int, string) {
 		t.Helper()
 		rec := httptest.NewRecorder()

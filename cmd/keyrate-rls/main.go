@@ -1,75 +1,77 @@
 // Command keyrate-rls is a rate limit service for Envoy (and Istio, Envoy
 // Gateway, anything that speaks envoy.service.ratelimit.v3): it answers
-// ShouldRateLimit with keyrate's exact sliding windows, reading
-// envoyproxy/ratelimit's YAML configuration.
+// ShouldRateLimit with keyrate's exact sliding windows, a drop-in for
+// envoyproxy/ratelimit. It starts as that service starts, from its
+// environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...; see
+// settings.go) and its runtime directory of rules, one domain or more a
+// file, watched for changes; or from one file and flags, which win over
+// the environment:
 //
-//	keyrate-rls -config rules.yaml [-grpc :8081] [-http :8080] [-reload-interval 5s]
-//	            [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
-//	            [-log-level info] [-log-format text]
+//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8080] [-debug ADDR]
+//	            [-reload-interval 5s] [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
+//	            [-log-level info] [-log-format text] [-ratelimit-fields]
+//	            [-max-overrides-per-domain 64] [-max-conns 4096] [-max-conns-per-addr 256]
+//	            [-max-streams-per-conn 128] [-max-in-flight 4096]
 //	            [-redis host:port | -redis-cluster host:port,...] [-redis-prefix keyrate-rls:]
-//	            [-redis-timeout 250ms] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
+//	            [-redis-timeout 10s] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
 //	            [-redis-fallback 0] [-redis-resolution 0] [-redis-hash-tag-secret-file FILE]
 //
-// Every descriptor of a request is decided together, all or nothing: a
-// request one descriptor refuses counts against none of the others. A
+// A setting of envoyproxy/ratelimit that keyrate-rls does not honour is
+// named at start, in a WARN line; one it would be unsafe to run without
+// (TLS, Memcached, xDS) stops it.
+//
+// Every descriptor of a request is decided together, each at its own
+// hits_addend, all or nothing: a request one descriptor refuses counts
+// against none of the others, and a refused request counts nowhere. A
 // descriptor may be under several limits at once, and a limit's window
 // may be any duration (window: 3s), besides envoyproxy/ratelimit's units.
-// See README.md for the configuration, how to point Envoy at it, and how
-// it differs from envoyproxy/ratelimit.
+// See README.md for the configuration, how to point Envoy at it, the
+// bounds it keeps against its clients, and how it differs from
+// envoyproxy/ratelimit.
 //
-// The gRPC address serves envoy.service.ratelimit.v3.RateLimitService and
-// grpc.health.v1.Health; the HTTP address serves GET /healthcheck (200
-// when ready, 503 once a shutdown begins), POST /json (a RateLimitRequest in
-// protojson, answered in protojson, with status 429 when over the limit)
-// and GET /metrics (Prometheus).
+// The gRPC address serves envoy.service.ratelimit.v3.RateLimitService,
+// grpc.health.v1.Health and server reflection; the HTTP address serves GET
+// /healthcheck (200 when ready, 503 once a shutdown begins), POST /json (a
+// RateLimitRequest in protojson, answered in protojson, with status 429
+// when over the limit) and GET /metrics (Prometheus). Connections on all
+// ports are bounded together, per client address and in total, so that
+// no clients can lock others out.
 //
-// Budgets live in this process, right for one replica; with -redis (or
-// -redis-cluster) they live in Redis, one budget across every replica
-// using it, each request still decided all or nothing in one script run
-// (on a Cluster, a request's budgets share the slot of its domain). While
-// Redis cannot answer, requests fail with UNAVAILABLE at once after the
-// first (a circuit breaker), or, with -redis-fallback SHARE, are decided
-// in the process at that share of each limit. The first line of
-// standard output gives the addresses it listens on ("keyrate-rls serving
-// gRPC on ADDR and HTTP on ADDR"), so that port 0 picks free ports a script
-// can read back; logs go to standard error. The configuration file is read
-// again every -reload-interval and on SIGHUP, and loaded when it changed:
-// counts carry over, and an invalid file is logged and changes nothing.
-// SIGINT or SIGTERM shut the service down gracefully: it answers 503 to
-// health checks for -drain-delay, then waits up to -shutdown-timeout for
-// the calls in flight.
+// Budgets live in this process, right for one replica; with Redis
+// (REDIS_URL, -redis, -redis-cluster) they live in Redis, one budget
+// across every replica using it, each request still decided all or
+// nothing in one script run (on a Cluster, a request's budgets share the
+// slot of its domain). While Redis cannot answer, requests fail with
+// UNAVAILABLE at once after the first (a circuit breaker), or, with
+// -redis-fallback SHARE, are decided in the process at that share of each
+// limit. The first line of standard output gives the addresses it listens
+// on ("keyrate-rls serving gRPC on ADDR and HTTP on ADDR"), so that port 0
+// picks free ports a script can read back; logs go to standard error. The
+// rules are read again on every change seen, every -reload-interval and on
+// SIGHUP, and loaded when they changed: counts carry over, and invalid
+// rules are logged and change nothing. SIGINT or SIGTERM shut the service
+// down gracefully: it answers 503 to health checks for -drain-delay, then
+// waits up to -shutdown-timeout for the calls in flight.
 package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/redislimit"
 )
 
 func main() {
-	opts, err := parseFlags(os.Args[1:], os.Stderr)
+	opts, err := parseOptions(os.Args[1:], os.LookupEnv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -89,43 +91,112 @@ func main() {
 
 // options are the command's settings.
 type options struct {
-	config          string
-	grpcAddr        string
-	httpAddr        string
+	// config is -config's file; "" reads the runtime directory instead.
+	config  string
+	runtime runtimeDir
+	merge   bool // MERGE_DOMAIN_CONFIG
+
+	grpcAddr, grpcUDS  string // gRPC: an address, or a Unix socket (GRPC_UDS) instead
+	httpAddr           string
+	debugAddr          string // "": no debug server
+	promAddr, promPath string // "": /metrics on the HTTP address only
+
 	reloadInterval  time.Duration
 	maxKeys         int
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
-	logLevel        slog.Level
+	logLevel        string
+	logFormat       string
+	level           slog.Level
 	logJSON         bool
+
 	// redis is where budgets live when set; nil: in this process.
 	redis *redisOptions
+	// What the environment says of Redis, before the flags.
+	redisEnv       redisEnv
+	redisTimeout   time.Duration
+	redisPrefix    string
+	redisDenyCache int
+
+	service           serviceOptions
+	nearRatio         float64 // NEAR_LIMIT_RATIO
+	responseMillis    bool    // PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+	healthyWithConfig bool    // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+
+	maxConns, maxConnsPerAddr int
+	grpc                      grpcLimits
+
+	// warnings name the settings given that are not honoured, logged at
+	// start.
+	warnings []string
 
 	// clock decides on a keyrate.ManualClock in tests; nil is the system
 	// clock. No flag sets it.
 	clock keyrate.Clock
 }
 
-// parseFlags reads the command line.
+// defaultRedisTimeout is the time budget of a call to Redis: that of
+// envoyproxy/ratelimit's REDIS_TIMEOUT. A service waits for Redis as long
+// as its caller does: Envoy's own timeout (the filter's timeout, 20ms by
+// default) ends a call sooner, and answering UNAVAILABLE earlier only
+// turns a slow answer into none, which Envoy admits by default.
+const defaultRedisTimeout = 10 * time.Second
+
+// defaultOptions are the settings before the environment and the flags.
+func defaultOptions() options {
+	return options{
+		runtime:         runtimeDir{root: defaultRuntimeRoot, app: "config"},
+		grpcAddr:        ":8081",
+		httpAddr:        ":8080",
+		reloadInterval:  5 * time.Second,
+		maxKeys:         1_000_000,
+		shutdownTimeout: 10 * time.Second,
+		logLevel:        "info",
+		logFormat:       "text",
+		redisTimeout:    defaultRedisTimeout,
+		redisPrefix:     defaultRedisPrefix,
+		redisDenyCache:  10_000,
+		nearRatio:       defaultNearLimitRatio,
+		maxConns:        defaultMaxConns,
+		maxConnsPerAddr: defaultMaxConnsPerAddr,
+		grpc:            defaultGRPCLimits,
+	}
+}
+
+// parseFlags reads the command line alone, with no environment.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	return parseOptions(args, func(string) (string, bool) { return "", false }, stderr)
+}
+
+// parseOptions reads envoyproxy/ratelimit's environment (see settings.go),
+// then the command line, whose flags win over it.
+func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
+	o := defaultOptions()
+	envErr := readEnv(get, &o)
 	fs := flag.NewFlagSet("keyrate-rls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.config, "config", "", "the rules: envoyproxy/ratelimit's YAML, with keyrate's extensions (required)")
-	fs.StringVar(&o.grpcAddr, "grpc", ":8081", "address of the gRPC server (port 0 picks a free one)")
-	fs.StringVar(&o.httpAddr, "http", ":8080", "address of the HTTP server: /healthcheck, /json, /metrics (port 0 picks a free one)")
-	fs.DurationVar(&o.reloadInterval, "reload-interval", 5*time.Second, "how often to read the configuration file again (0: only on SIGHUP)")
-	fs.IntVar(&o.maxKeys, "max-keys", 1_000_000, "budgets tracked at once; past it, the budgets decided least recently are forgotten to make room (0: no bound)")
-	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "how long a shutdown keeps serving, /healthcheck answering 503, before it stops taking calls: time for load balancers to notice")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for calls in flight")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	format := fs.String("log-format", "text", "text or json")
-	redisAddr := fs.String("redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (default: in this process)")
-	redisCluster := fs.String("redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,...")
+	fs.StringVar(&o.config, "config", "", "the rules: envoyproxy/ratelimit's YAML, with keyrate's extensions (default: the runtime directory, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
+	fs.StringVar(&o.grpcAddr, "grpc", o.grpcAddr, "address of the gRPC server (port 0 picks a free one; GRPC_HOST, GRPC_PORT)")
+	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "address of the HTTP server: /healthcheck, /json, /metrics (port 0 picks a free one; HOST, PORT)")
+	fs.StringVar(&o.debugAddr, "debug", o.debugAddr, "address of the debug server: /rlconfig, /metrics, /debug/pprof/ (DEBUG_HOST, DEBUG_PORT; default none)")
+	fs.DurationVar(&o.reloadInterval, "reload-interval", o.reloadInterval, "how often to read the rules again besides on changes and SIGHUP (0: never)")
+	fs.IntVar(&o.maxKeys, "max-keys", o.maxKeys, "budgets tracked at once; past it, the budgets decided least recently are forgotten to make room (0: no bound)")
+	fs.DurationVar(&o.drainDelay, "drain-delay", o.drainDelay, "how long a shutdown keeps serving, /healthcheck answering 503, before it stops taking calls: time for load balancers to notice")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a shutdown waits for calls in flight")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json (LOG_FORMAT)")
+	fs.BoolVar(&o.service.headers.fields, "ratelimit-fields", false, "add the IETF RateLimit-Policy and RateLimit fields to the responses Envoy sends, a member per limit of each descriptor")
+	fs.IntVar(&o.service.maxOverridesPerDomain, "max-overrides-per-domain", defaultOverridesPerDomain, "distinct limit overrides each domain holds at once; one more takes the place of the least recently used")
+	fs.IntVar(&o.maxConns, "max-conns", o.maxConns, "connections open at once on all ports together (at most the file descriptors allow); past it, one from a new address takes the place of one from the address holding the most")
+	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-addr", o.maxConnsPerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once")
+	fs.IntVar(&o.grpc.streamsPerConn, "max-streams-per-conn", o.grpc.streamsPerConn, "concurrent gRPC calls on one connection")
+	fs.IntVar(&o.grpc.inFlight, "max-in-flight", o.grpc.inFlight, "gRPC calls in flight on all connections together; more are refused with UNAVAILABLE")
+	redisAddr := fs.String("redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (REDIS_URL; default: in this process)")
+	redisCluster := fs.String("redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,... (REDIS_TYPE=CLUSTER)")
 	var r redisOptions
-	fs.StringVar(&r.prefix, "redis-prefix", defaultRedisPrefix, "the prefix of every key written to Redis; replicas sharing budgets use the same")
-	fs.DurationVar(&r.timeout, "redis-timeout", redislimit.DefaultTimeout, "the time budget of each call to Redis")
-	fs.IntVar(&r.denyCache, "redis-deny-cache", 10_000, "keys whose refusal by Redis is held locally, refusing again without a round trip while it must stand (0: none)")
+	fs.StringVar(&r.prefix, "redis-prefix", o.redisPrefix, "the prefix of every key written to Redis; replicas sharing budgets use the same (CACHE_KEY_PREFIX)")
+	fs.DurationVar(&r.timeout, "redis-timeout", o.redisTimeout, "the time budget of each call to Redis; a request's own deadline ends it sooner (REDIS_TIMEOUT)")
+	fs.IntVar(&r.denyCache, "redis-deny-cache", o.redisDenyCache, "keys whose refusal by Redis is held locally, refusing again without a round trip while it must stand (0: none)")
 	fs.DurationVar(&r.denyHold, "redis-deny-cache-max-hold", 0, "the longest the deny cache holds a refusal without asking Redis (default 1s)")
 	fs.Float64Var(&r.fallback, "redis-fallback", 0, "while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: answer UNAVAILABLE)")
 	fs.DurationVar(&r.resolution, "redis-resolution", 0, "record hits in Redis at this resolution, bounding a budget's memory by its window instead of its limit (default 0: exact)")
@@ -133,24 +204,40 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if envErr != nil {
+		return o, envErr
+	}
 	var redisSet []string // the -redis-... options given
 	fs.Visit(func(f *flag.Flag) {
 		if strings.HasPrefix(f.Name, "redis-") && f.Name != "redis-cluster" {
 			redisSet = append(redisSet, "-"+f.Name)
 		}
 	})
+	if *redisAddr == "" && *redisCluster == "" && o.redisEnv.set {
+		// The environment's Redis, which the flags did not replace.
+		addr, cluster, conn, err := o.redisEnv.fromEnv()
+		if err != nil {
+			return o, err
+		}
+		redisSet = nil
+		*redisAddr, *redisCluster, r.conn = addr, strings.Join(cluster, ","), conn
+		if conn.sentinelMaster == "" && addr == "" && len(cluster) == 0 {
+			return o, errors.New("REDIS_URL is empty")
+		}
+	}
 	redis, err := parseRedisFlags(*redisAddr, *redisCluster, redisSet, r)
 	if err != nil {
 		return o, err
 	}
 	if o.redis = redis; redis != nil {
 		redis.fallbackKeys = o.maxKeys
+		if redis.conn.sentinelMaster != "" {
+			redis.addr = "" // the sentinels give the master's address
+		}
 	}
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	case o.config == "":
-		return o, errors.New("-config is required: the file of rate limit rules")
 	case o.reloadInterval < 0:
 		return o, fmt.Errorf("-reload-interval is %v, want 0 (off) or more", o.reloadInterval)
 	case o.maxKeys < 0:
@@ -159,41 +246,57 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-drain-delay is %v, want 0 or more", o.drainDelay)
 	case o.shutdownTimeout <= 0:
 		return o, fmt.Errorf("-shutdown-timeout is %v, want more than 0", o.shutdownTimeout)
-	case *format != "text" && *format != "json":
-		return o, fmt.Errorf("-log-format is %q, want text or json", *format)
+	case o.logFormat != "text" && o.logFormat != "json":
+		return o, fmt.Errorf("-log-format is %q, want text or json", o.logFormat)
+	case o.maxConns < 1 || o.maxConnsPerAddr < 1:
+		return o, fmt.Errorf("-max-conns is %d and -max-conns-per-addr %d, want 1 or more", o.maxConns, o.maxConnsPerAddr)
+	case o.grpc.streamsPerConn < 1 || o.grpc.inFlight < 1:
+		return o, fmt.Errorf("-max-streams-per-conn is %d and -max-in-flight %d, want 1 or more", o.grpc.streamsPerConn, o.grpc.inFlight)
+	case o.service.maxOverridesPerDomain < 1:
+		return o, fmt.Errorf("-max-overrides-per-domain is %d, want 1 or more", o.service.maxOverridesPerDomain)
 	}
-	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return o, fmt.Errorf("-log-level is %q, want debug, info, warn or error", *level)
+	if err := o.level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return o, fmt.Errorf("-log-level is %q, want debug, info, warn or error", o.logLevel)
 	}
-	o.logJSON = *format == "json"
+	o.logJSON = o.logFormat == "json"
 	return o, nil
+}
+
+// source returns where o's rules come from.
+func (o *options) source() source {
+	if o.config != "" {
+		return fileSource{path: o.config}
+	}
+	return o.runtime
 }
 
 // run serves until ctx ends, then shuts down gracefully. It writes the
 // addresses it serves on to stdout and logs to stderr; hup asks for the
-// configuration to be read again.
+// rules to be read again.
 func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io.Writer) error {
-	hopts := &slog.HandlerOptions{Level: o.logLevel}
+	hopts := &slog.HandlerOptions{Level: o.level}
 	var log *slog.Logger
 	if o.logJSON {
 		log = slog.New(slog.NewJSONHandler(stderr, hopts))
 	} else {
 		log = slog.New(slog.NewTextHandler(stderr, hopts))
 	}
+	for _, w := range o.warnings {
+		log.Warn("setting not honoured: " + w)
+	}
 
-	data, err := os.ReadFile(o.config)
+	src := o.source()
+	if err := checkSource(src); err != nil {
+		return err
+	}
+	m, reg, err := newRegistry(o)
 	if err != nil {
 		return err
 	}
-	rs, err := parseConfig(o.config, data)
+	rl := &reloader{src: src, merge: o.merge, metrics: m, log: log}
+	rs, err := rl.first()
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := newMetrics(reg)
-	if err != nil {
-		return err
 	}
 	var st store
 	if o.redis != nil {
@@ -214,86 +317,57 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 		st = lst
 	}
 	defer st.Close()
-	svc, err := newService(st, m, log, rs)
+	o.service.clock = o.clock
+	svc, err := newService(st, m, log, rs, o.service)
 	if err != nil {
 		return err
 	}
 	m.configLoaded(nil)
-	rl := &reloader{path: o.config, svc: svc, metrics: m, log: log}
-	rl.loaded = sha256.Sum256(data)
+	if len(rs.domains) == 0 {
+		log.Warn("no domain loaded: every request is answered OK until the rules hold one", "rules", src.String())
+	}
+	rl.svc = svc
 
-	grpcLn, err := net.Listen("tcp", o.grpcAddr)
+	srv, err := newServers(o, svc, m, reg, log)
 	if err != nil {
 		return err
 	}
-	defer grpcLn.Close()
-	httpLn, err := net.Listen("tcp", o.httpAddr)
-	if err != nil {
-		return err
-	}
-	defer httpLn.Close()
+	defer srv.close()
+	srv.setRules(rs)
+	rl.onLoad = srv.setRules
 
-	var ready atomic.Bool
-	gs := grpc.NewServer()
-	rlspb.RegisterRateLimitServiceServer(gs, svc)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	hsrv := &http.Server{
-		Handler:           newHTTPHandler(svc, &ready, reg),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
-	}
-
-	served := make(chan error, 2)
-	go func() { served <- gs.Serve(grpcLn) }()
-	go func() { served <- hsrv.Serve(httpLn) }()
 	reloadCtx, stopReload := context.WithCancel(context.Background())
+	changed, err := watch(reloadCtx, src, log)
+	if err != nil {
+		log.Warn("rules are not watched for changes; they are read again every -reload-interval and on SIGHUP", "err", err)
+	}
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		rl.run(reloadCtx, o.reloadInterval, hup)
+		rl.run(reloadCtx, o.reloadInterval, hup, changed)
 	}()
-	ready.Store(true)
-	fmt.Fprintf(stdout, "keyrate-rls serving gRPC on %s and HTTP on %s\n", grpcLn.Addr(), httpLn.Addr())
-	log.Info("serving", "grpc", grpcLn.Addr().String(), "http", httpLn.Addr().String(),
-		"domains", len(rs.domains), "rules", len(rs.rules))
+	served := srv.serve()
+	fmt.Fprintf(stdout, "keyrate-rls serving gRPC on %s and HTTP on %s\n", srv.grpcLn.Addr(), srv.httpLn.Addr())
+	log.Info("serving", "grpc", srv.grpcLn.Addr().String(), "http", srv.httpLn.Addr().String(),
+		"source", src.String(), "domains", len(rs.domains), "rules", len(rs.rules), "max_conns", srv.pool.total)
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-served:
 	}
-	ready.Store(false)
-	hs.Shutdown()
+	srv.notReady()
 	stopReload()
 	<-reloaded
+	if changed != nil {
+		for range changed { // the watcher has stopped once it closes changed
+		}
+	}
 	if serveErr == nil && o.drainDelay > 0 {
 		log.Info("draining: /healthcheck answers 503", "for", o.drainDelay)
 		time.Sleep(o.drainDelay)
 	}
 	log.Info("shutting down")
-
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	if err := hsrv.Shutdown(sctx); err != nil {
-		log.Warn("HTTP calls still in flight at the shutdown timeout were cut", "err", err)
-	}
-	select {
-	case <-stopped:
-	case <-sctx.Done():
-		log.Warn("gRPC calls still in flight at the shutdown timeout were cut")
-		gs.Stop()
-		<-stopped
-	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
-		return serveErr
-	}
-	return nil
+	srv.shutdown(o.shutdownTimeout, log)
+	return srv.err(serveErr)
 }

@@ -27,6 +27,7 @@ type redisOptions struct {
 	fallbackKeys int           // the fallback's bound on keys; 0: redislimit's default
 	resolution   time.Duration // 0: none
 	secretFile   string        // the hash tag secret's file; "": no secret
+	conn         redisConn     // how to reach it, beyond the addresses (redisclient.go)
 }
 
 // defaultRedisPrefix starts every key keyrate-rls writes in Redis.
@@ -42,27 +43,22 @@ const defaultRedisPrefix = "keyrate-rls:"
 type redisStore struct {
 	l      *redislimit.Limiter
 	client redis.UniversalClient
+	names  *tierNames
 }
 
 // newRedisStore connects to the Redis that o names, checks that it
 // answers, and returns a store there.
 func newRedisStore(ctx context.Context, o redisOptions) (*redisStore, error) {
-	var client redis.UniversalClient
-	if len(o.cluster) > 0 {
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.cluster})
-	} else {
-		// Lets each call stop at the limiter's time budget by itself, with
-		// no goroutine hand-off (see redislimit's package doc).
-		client = redis.NewClient(&redis.Options{Addr: o.addr, ContextTimeoutEnabled: true})
-	}
+	client := o.newClient()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("no Redis at %s: %w", o.where(), err)
 	}
+	names := &tierNames{}
 	opts := []redislimit.Option{
-		redislimit.WithTiers(redisTierOf, nil),
+		redislimit.WithTiers(names.redisTierOf, nil),
 		redislimit.WithHashTagFunc(domainOf),
 		redislimit.WithPrefix(o.prefix),
 		redislimit.WithTimeout(o.timeout),
@@ -95,7 +91,7 @@ func newRedisStore(ctx context.Context, o redisOptions) (*redisStore, error) {
 		client.Close()
 		return nil, err
 	}
-	return &redisStore{l: l, client: client}, nil
+	return &redisStore{l: l, client: client, names: names}, nil
 }
 
 // where names the Redis o connects to, for errors.
@@ -107,12 +103,12 @@ func (o redisOptions) where() string {
 }
 
 // TakeAll decides the request in Redis, in one script run.
-func (s *redisStore) TakeAll(ctx context.Context, domain string, keys []string, n int) ([]keyrate.Decision, bool, error) {
-	hits := make([]keyrate.Hit, len(keys))
-	for i, k := range keys {
-		hits[i] = keyrate.Hit{Key: redisKey(domain, k), N: n}
+func (s *redisStore) TakeAll(ctx context.Context, domain string, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
+	in := make([]keyrate.Hit, len(hits))
+	for i, h := range hits {
+		in[i] = keyrate.Hit{Key: redisKey(domain, h.Key), N: h.N}
 	}
-	return s.l.TakeAll(ctx, hits)
+	return s.l.TakeAll(ctx, in)
 }
 
 // SetTier sets a rule's policies on the limiter (and its local fallback).

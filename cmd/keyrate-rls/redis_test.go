@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -217,5 +219,31 @@ func TestRedisFlags(t *testing.T) {
 	o, _ := parseFlags([]string{"-config", "rules.yaml", "-redis-cluster", "a:1,b:2", "-max-keys", "5"}, io.Discard)
 	if len(o.redis.cluster) != 2 || o.redis.fallbackKeys != 5 || o.redis.prefix != defaultRedisPrefix || o.redis.denyCache != 10_000 {
 		t.Errorf("parsed %+v", o.redis)
+	}
+}
+
+// With the deny cache, a request refused without a round trip still tells
+// how its other descriptors stand, not "0 left" with no duration.
+func TestDenyCacheDescribesTheOthers(t *testing.T) {
+	st, err := newRedisStore(context.Background(), redisOptions{
+		addr: startRedis(t), prefix: defaultRedisPrefix, timeout: time.Second, denyCache: 100,
+	})
+	require.NoError(t, err)
+	h := newHarnessOn(t, st, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`)
+	both := request("d", desc("a", "x"), desc("b", "y"))
+	want := []string{
+		"OK | OK 0/1 HOUR t=1h0m0s | OK 4/5 HOUR t=1h0m0s",
+		"OVER_LIMIT | OVER_LIMIT 0/1 HOUR t=1h0m0s | OK 4/5 HOUR t=1h0m0s", // refused by Redis, which holds it
+		"OVER_LIMIT | OVER_LIMIT 0/1 HOUR t=1h0m0s | OK 4/5 HOUR t=1h0m0s", // refused by the deny cache
+	}
+	for i, w := range want {
+		assert.Equal(t, w, h.ask(t, both), "call %d", i)
 	}
 }

@@ -3,29 +3,63 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"log/slog"
 	"os"
 	"time"
 )
 
-// reloader keeps the service's rules those of the configuration file. It
-// reads the file on every check and loads it when its content changed, so
-// that an edit in place, a rename over it and the symlink swap of a
-// Kubernetes ConfigMap are all seen. A file that cannot be read or is
-// invalid is logged, and the rules in force stay.
+// reloader keeps the service's rules those of its source. It reads the
+// source on every check and loads it when its content changed, so that
+// an edit in place, a rename over a file, the symlink swap of a
+// Kubernetes ConfigMap or of a runtime directory's root are all seen. A
+// source that cannot be read or is invalid is logged, and the rules in
+// force stay.
 type reloader struct {
-	path    string
+	src     source
+	merge   bool // MERGE_DOMAIN_CONFIG
 	svc     *service
 	metrics *metrics
 	log     *slog.Logger
 	loaded  [sha256.Size]byte // the content last loaded or found invalid
 	failed  string            // the last read error logged, so that each is logged once
+	// onLoad, when set, learns of every rule set loaded.
+	onLoad func(*ruleSet)
 }
 
-// check loads the file if its content changed since the last check, and
+// digest returns a digest of files, names and contents.
+func digest(files []configFile) [sha256.Size]byte {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, f := range files {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f.name)))])
+		h.Write([]byte(f.name))
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f.data)))])
+		h.Write(f.data)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// first reads and parses the source, for the load at start.
+func (r *reloader) first() (*ruleSet, error) {
+	files, err := r.src.read()
+	if err != nil {
+		return nil, err
+	}
+	rs, err := parseFiles(files, r.merge)
+	if err != nil {
+		return nil, err
+	}
+	r.loaded = digest(files)
+	return rs, nil
+}
+
+// check loads the source if its content changed since the last check, and
 // reports whether it did.
 func (r *reloader) check() bool {
-	data, err := os.ReadFile(r.path)
+	files, err := r.src.read()
 	if err != nil {
 		if msg := err.Error(); msg != r.failed {
 			r.failed = msg
@@ -34,13 +68,13 @@ func (r *reloader) check() bool {
 		return false
 	}
 	r.failed = ""
-	sum := sha256.Sum256(data)
+	sum := digest(files)
 	if sum == r.loaded {
 		return false
 	}
 	// An invalid file is logged once, not at every check until it is fixed.
 	r.loaded = sum
-	rs, err := parseConfig(r.path, data)
+	rs, err := parseFiles(files, r.merge)
 	if err == nil {
 		err = r.svc.load(rs)
 	}
@@ -49,13 +83,17 @@ func (r *reloader) check() bool {
 		r.log.Error("invalid configuration; the rules in force stay", "err", err)
 		return false
 	}
+	if r.onLoad != nil {
+		r.onLoad(rs)
+	}
 	r.log.Info("configuration reloaded", "domains", len(rs.domains), "rules", len(rs.rules))
 	return true
 }
 
-// run checks the file every interval (never, if it is 0) and whenever
-// trigger receives (SIGHUP), until ctx ends.
-func (r *reloader) run(ctx context.Context, interval time.Duration, trigger <-chan os.Signal) {
+// run checks the source every interval (never, if it is 0), whenever
+// trigger receives (SIGHUP) and, when changed is not nil, after it sends
+// (a change the watcher saw), until ctx ends.
+func (r *reloader) run(ctx context.Context, interval time.Duration, trigger <-chan os.Signal, changed <-chan struct{}) {
 	var tick <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(interval)
@@ -68,6 +106,11 @@ func (r *reloader) run(ctx context.Context, interval time.Duration, trigger <-ch
 			return
 		case <-tick:
 		case <-trigger:
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil
+				continue
+			}
 		}
 		r.check()
 	}

@@ -32,7 +32,7 @@ descriptors:
 func newReloader(t *testing.T, h *harness, config string) *reloader {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	rl := &reloader{path: path, svc: h.svc, metrics: h.m, log: slog.New(slog.NewTextHandler(h.log, nil))}
+	rl := &reloader{src: fileSource{path: path}, svc: h.svc, metrics: h.m, log: slog.New(slog.NewTextHandler(h.log, nil))}
 	write(t, path, config)
 	if !rl.check() {
 		t.Fatalf("the first check does not load:\n%s", h.log)
@@ -58,7 +58,7 @@ func TestReloadKeepsCounts(t *testing.T) {
 		{0, r, "OK | OK 1/3 MINUTE t=1m0s"},
 	})
 
-	write(t, rl.path, perMinute("5"))
+	write(t, rl.src.(fileSource).path, perMinute("5"))
 	if !rl.check() {
 		t.Fatalf("a changed file is not loaded:\n%s", h.log)
 	}
@@ -68,7 +68,7 @@ func TestReloadKeepsCounts(t *testing.T) {
 	}
 
 	invalid := perMinute("5") + "  - key: api_key\n    value: sk-secret\n  - key: api_key\n    value: sk-secret\n"
-	write(t, rl.path, invalid)
+	write(t, rl.src.(fileSource).path, invalid)
 	if rl.check() || rl.check() {
 		t.Error("an invalid file is loaded")
 	}
@@ -81,7 +81,7 @@ func TestReloadKeepsCounts(t *testing.T) {
 	}
 	h.trace(t, []step{{0, r, "OK | OK 1/5 MINUTE t=1m0s"}})
 
-	if err := os.Remove(rl.path); err != nil {
+	if err := os.Remove(rl.src.(fileSource).path); err != nil {
 		t.Fatal(err)
 	}
 	if rl.check() || rl.check() {
@@ -107,15 +107,15 @@ func TestReloadRuleBackAndWindow(t *testing.T) {
 	r := request("d", desc("k", "x"))
 	h.trace(t, []step{{0, r, "OK | OK 2/3 MINUTE t=1m0s"}})
 
-	write(t, rl.path, "domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	write(t, rl.src.(fileSource).path, "domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
 	rl.check()
 	h.trace(t, []step{{time.Second, r, "OK | OK"}})
 
-	write(t, rl.path, perMinute("3"))
+	write(t, rl.src.(fileSource).path, perMinute("3"))
 	rl.check()
 	h.trace(t, []step{{2 * time.Second, r, "OK | OK 1/3 MINUTE t=58s"}})
 
-	write(t, rl.path, strings.Replace(perMinute("3"), "unit: minute", "window: 2m", 1))
+	write(t, rl.src.(fileSource).path, strings.Replace(perMinute("3"), "unit: minute", "window: 2m", 1))
 	rl.check()
 	h.trace(t, []step{{3 * time.Second, r, "OK | OK 0/3 2xMINUTE t=1m57s"}})
 }
@@ -130,11 +130,11 @@ func TestReloaderRun(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			rl.run(ctx, 5*time.Second, trigger)
+			rl.run(ctx, 5*time.Second, trigger, nil)
 		}()
 		limit := func() int { r, _ := h.svc.rules.Load().match("d", desc("k", "x").Entries); return r.limits[0].perUnit }
 
-		write(t, rl.path, perMinute("4"))
+		write(t, rl.src.(fileSource).path, perMinute("4"))
 		time.Sleep(5*time.Second - time.Nanosecond)
 		synctest.Wait()
 		if got := limit(); got != 3 {
@@ -146,7 +146,7 @@ func TestReloaderRun(t *testing.T) {
 			t.Fatalf("limit %d after the interval, want 4", got)
 		}
 
-		write(t, rl.path, perMinute("6"))
+		write(t, rl.src.(fileSource).path, perMinute("6"))
 		trigger <- syscall.SIGHUP
 		synctest.Wait()
 		if got := limit(); got != 6 {

@@ -10,14 +10,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/keyrate/keyrate"
 )
@@ -30,6 +27,7 @@ type service struct {
 	store     store
 	metrics   *metrics
 	log       *slog.Logger
+	opts      serviceOptions
 	rules     atomic.Pointer[ruleSet]
 	overrides overrides
 
@@ -38,22 +36,48 @@ type service struct {
 	applied map[string][]keyrate.Policy // tier name -> the policies last set on it
 }
 
+// serviceOptions are the settings that change how requests are answered,
+// envoyproxy/ratelimit's environment variables of the same meaning.
+type serviceOptions struct {
+	// shadow is SHADOW_MODE: every request is decided and counted as if
+	// enforced, and answered OK overall.
+	shadow bool
+	// quota is QUOTA_MODE: every descriptor is in quota mode.
+	quota bool
+	// dynamicMetadata is RESPONSE_DYNAMIC_METADATA: the response carries
+	// the request and the metadata of the rules it passed.
+	dynamicMetadata bool
+	// headers are the response headers to add (LIMIT_RESPONSE_HEADERS_ENABLED
+	// and -ratelimit-fields); the zero value adds none.
+	headers responseHeaders
+	// maxOverridesPerDomain bounds the limit overrides each domain keeps
+	// at once (0: defaultOverridesPerDomain).
+	maxOverridesPerDomain int
+	// clock is the in-process store's (nil: the system clock), for tests.
+	clock keyrate.Clock
+}
+
 // newService returns a service over st that has loaded rs.
-func newService(st store, m *metrics, log *slog.Logger, rs *ruleSet) (*service, error) {
+func newService(st store, m *metrics, log *slog.Logger, rs *ruleSet, opts serviceOptions) (*service, error) {
 	s := &service{
 		store:   st,
 		metrics: m,
 		log:     log,
+		opts:    opts,
 		tiers:   map[string]string{},
 		applied: map[string][]keyrate.Policy{},
 	}
-	s.overrides.store = st
-	s.overrides.log = log
+	s.overrides.init(st, log, opts.clock, opts.maxOverridesPerDomain)
 	if err := s.load(rs); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// maxRuleTiers bounds the rules a service remembers (every path it has
+// loaded, each a tier of the store), so that reloads cannot grow it
+// without end.
+const maxRuleTiers = 65_536
 
 // load makes rs the rules requests are decided by. Each rule gets a tier
 // named after its path (see ruleTier), the same as that of a rule of the
@@ -63,6 +87,16 @@ func newService(st store, m *metrics, log *slog.Logger, rs *ruleSet) (*service, 
 func (s *service) load(rs *ruleSet) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	fresh := 0
+	for _, r := range rs.rules {
+		if _, ok := s.tiers[r.path]; !ok {
+			fresh++
+		}
+	}
+	if len(s.tiers)+fresh > maxRuleTiers {
+		return fmt.Errorf("%d rules: the service would remember %d rules in all, past its bound of %d (restart it to forget the rules no longer loaded)",
+			len(rs.rules), len(s.tiers)+fresh, maxRuleTiers)
+	}
 	for _, r := range rs.rules {
 		t, ok := s.tiers[r.path]
 		if !ok {
@@ -78,7 +112,7 @@ func (s *service) load(rs *ruleSet) error {
 			continue
 		}
 		if err := s.store.SetTier(t, ps); err != nil {
-			return fmt.Errorf("rule at line %d: %w", r.line, err)
+			return fmt.Errorf("rule at %s:%d: %w", r.file, r.line, err)
 		}
 		s.applied[t] = ps
 	}
@@ -120,18 +154,22 @@ type item struct {
 func (it *item) counts() bool { return it.rule != nil && !it.rule.unlimited }
 
 // ShouldRateLimit decides a request: every descriptor under a rule counts
-// it against that rule's budget, all or nothing (one refusal records
-// nothing against the others), and the overall code is OVER_LIMIT when a
-// descriptor not in shadow mode is over its limit. Statuses come in the
-// order of the descriptors.
+// it against that rule's budget, each at its own weight, all or nothing
+// (one refusal records nothing against the others), and the overall code
+// is OVER_LIMIT when a descriptor neither in shadow nor in quota mode is
+// over its limit, or when every descriptor in quota mode is. Statuses
+// come in the order of the descriptors.
 func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	descs := req.GetDescriptors()
 	switch {
 	case req.GetDomain() == "":
+		s.metrics.serviceError()
 		return nil, status.Error(codes.InvalidArgument, "the rate limit domain is empty")
 	case len(descs) == 0:
+		s.metrics.serviceError()
 		return nil, status.Error(codes.InvalidArgument, "the request has no descriptors")
 	case len(descs) > maxDescriptors:
+		s.metrics.serviceError()
 		return nil, status.Errorf(codes.InvalidArgument, "the request has %d descriptors, want at most %d", len(descs), maxDescriptors)
 	}
 	if err := ctx.Err(); err != nil {
@@ -143,9 +181,13 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	var replaced []string
 	for i, desc := range descs {
 		it := &items[i]
-		if desc.GetLimit() != nil {
+		switch {
+		case rs.domains[domain] == nil:
+			// As envoyproxy/ratelimit: no rule, nor override, outside the
+			// configured domains.
+		case desc.GetLimit() != nil:
 			it.rule, it.key = s.overrides.match(domain, desc)
-		} else {
+		default:
 			it.rule, it.key = rs.match(domain, desc.GetEntries())
 		}
 		it.weight = weightOf(req, desc)
@@ -163,18 +205,11 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if rs.domains[domain] == nil {
 		label = otherDomain
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
-	if err := s.decide(ctx, domain, label, items); err != nil {
+	refused, err := s.decide(ctx, domain, label, items)
+	if err != nil {
 		return nil, err
 	}
-	resp.Statuses = make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items))
-	for i := range items {
-		it := &items[i]
-		resp.Statuses[i] = it.status()
-		if it.over && !it.rule.shadow {
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		}
-	}
+	resp := s.response(req, items, refused)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		// The domain and the codes only: descriptor values may be credentials.
 		s.log.Debug("decided", "domain", label, "descriptors", len(items), "code", resp.OverallCode.String())
@@ -194,162 +229,4 @@ func weightOf(req *rlspb.RateLimitRequest, desc *rlv3.RateLimitDescriptor) int {
 		return int(min(h.GetValue(), maxWeight))
 	}
 	return max(1, int(req.GetHitsAddend()))
-}
-
-// decide fills in the decisions of the items that count, for a request
-// of domain; label is the domain as metrics and logs name it.
-//
-// One store call decides them all, as one request, when they share one
-// weight: the common case. A descriptor in shadow mode is decided with the
-// others, as if enforced; when only shadow descriptors refuse, the request
-// goes through after all, and a second call records it against the
-// enforced descriptors alone. A request refused before the store is asked
-// (a limit of 0) or that counts nothing (a weight of 0) is checked with a
-// call that records nothing.
-func (s *service) decide(ctx context.Context, domain, label string, items []item) error {
-	var (
-		keys     []string
-		at       []int // the item of each key
-		weight   = -1
-		mixed    bool
-		blocked  bool // an enforced limit of 0 refuses the request
-		enforced []int
-	)
-	for i := range items {
-		it := &items[i]
-		if !it.counts() {
-			continue
-		}
-		if it.rule.blocked {
-			it.over = true
-			blocked = blocked || !it.rule.shadow
-			continue
-		}
-		if weight >= 0 && it.weight != weight {
-			mixed = true
-		}
-		weight = it.weight
-		keys = append(keys, it.key)
-		at = append(at, i)
-		if !it.rule.shadow {
-			enforced = append(enforced, i)
-		}
-	}
-	if len(keys) == 0 {
-		s.observe(label, items, 0, false)
-		return nil
-	}
-	failed := func(err error, start time.Time) error { return s.failed(ctx, label, err, start) }
-	if mixed {
-		// Budgets of different weights cannot be decided as one request
-		// by the store; refusing is the answer that never admits too much.
-		s.log.Warn("refused a request whose descriptors carry different hits_addend values: keyrate-rls decides a request's descriptors at one weight",
-			"domain", label)
-		for _, i := range at {
-			items[i].over = true
-		}
-		s.observe(label, items, 0, false)
-		return nil
-	}
-
-	start := time.Now()
-	if blocked || weight == 0 {
-		ds, _, err := s.store.TakeAll(ctx, domain, keys, 0)
-		if err != nil {
-			return failed(err, start)
-		}
-		for j, i := range at {
-			items[i].d = ds[j]
-			items[i].over = ds[j].Remaining < max(weight, 1)
-		}
-		s.observe(label, items, time.Since(start), true)
-		return nil
-	}
-	ds, ok, err := s.store.TakeAll(ctx, domain, keys, weight)
-	if err != nil {
-		return failed(err, start)
-	}
-	for j, i := range at {
-		items[i].d = ds[j]
-		items[i].over = !ds[j].Allowed
-		items[i].recorded = ok
-	}
-	if !ok && len(enforced) > 0 && !slices.ContainsFunc(enforced, func(i int) bool { return items[i].over }) {
-		keys = keys[:0]
-		for _, i := range enforced {
-			keys = append(keys, items[i].key)
-		}
-		ds, ok, err := s.store.TakeAll(ctx, domain, keys, weight)
-		if err != nil {
-			return failed(err, start)
-		}
-		for j, i := range enforced {
-			items[i].d = ds[j]
-			items[i].over = !ds[j].Allowed
-			items[i].recorded = ok
-		}
-	}
-	s.observe(label, items, time.Since(start), true)
-	return nil
-}
-
-// failed answers a request the store could not decide: with the status of
-// ctx, the request's, when it ended (the client gave up), else
-// UNAVAILABLE, a store past its time budget included.
-func (s *service) failed(ctx context.Context, domain string, err error, start time.Time) error {
-	s.metrics.storeError(domain, err, time.Since(start))
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
-}
-
-// status returns the item's descriptor status.
-func (it *item) status() *rlspb.RateLimitResponse_DescriptorStatus {
-	r := it.rule
-	switch {
-	case r == nil:
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-	case r.unlimited:
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-	}
-	code := rlspb.RateLimitResponse_OK
-	if it.over && !r.shadow {
-		code = rlspb.RateLimitResponse_OVER_LIMIT
-	}
-	if len(it.d.Policies()) == 0 {
-		// Refused without a decision: a limit of 0, or weights the store
-		// cannot decide together. Report the limit that refuses.
-		l := &r.limits[0]
-		for i := range r.limits {
-			if r.limits[i].perUnit == 0 {
-				l = &r.limits[i]
-				break
-			}
-		}
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: currentLimit(l, l.perUnit, l.window)}
-	}
-	d := &it.d
-	return &rlspb.RateLimitResponse_DescriptorStatus{
-		Code:               code,
-		CurrentLimit:       currentLimit(r.limitNamed(d.Policy), d.Limit, d.Window),
-		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(d.RefillAfter),
-	}
-}
-
-// currentLimit describes l, the binding limit of a decision made with
-// limit perUnit over window. Those come from the decision, which a reload
-// may have made under newer policies than l's; the unit is then worked
-// out from the window.
-func currentLimit(l *limit, perUnit int, window time.Duration) *rlspb.RateLimitResponse_RateLimit {
-	unit, mult := l.unit, l.multiplier
-	if window != l.window {
-		unit, mult = unitOf(window)
-	}
-	cl := &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: uint32(perUnit), Unit: unit}
-	if mult > 1 {
-		cl.UnitMultiplier = wrapperspb.UInt32(mult)
-	}
-	return cl
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -12,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/keyrate/keyrate"
 )
 
 // step is one call of a trace: at the clock's offset from t0, ask req and
@@ -188,9 +192,10 @@ func TestHitsAddend(t *testing.T) {
 	}
 }
 
-// A descriptor's own hits_addend replaces the request's, 0 checks without
-// counting, and descriptors of different weights are refused together
-// rather than decided apart.
+// A descriptor's own hits_addend replaces the request's, and descriptors
+// of different weights are decided together, each at its own, all or
+// nothing. A weight of 0 checks without counting: it refuses when nothing
+// is left, and then the request records nothing anywhere.
 func TestDescriptorHitsAddend(t *testing.T) {
 	h := newHarness(t, fivePerMinute)
 	weighed := func(n uint64, value string) *rlv3.RateLimitDescriptor {
@@ -206,14 +211,16 @@ func TestDescriptorHitsAddend(t *testing.T) {
 		{0, r, "OK | OK 3/5 MINUTE t=1m0s"},
 		{0, request("d", weighed(0, "x")), "OK | OK 3/5 MINUTE t=1m0s"},
 		{0, request("d", refund), "OK | OK 3/5 MINUTE t=1m0s"},
-		{0, request("d", weighed(1, "x"), weighed(2, "y")), "OVER_LIMIT | OVER_LIMIT 0/5 MINUTE | OVER_LIMIT 0/5 MINUTE"},
-		{0, request("d", weighed(3, "x")), "OK | OK 0/5 MINUTE t=1m0s"},
+		{0, request("d", weighed(1, "x"), weighed(2, "y")), "OK | OK 2/5 MINUTE t=1m0s | OK 3/5 MINUTE t=1m0s"},
+		// y has 3 left: a weight of 4 refuses, and x counts nothing.
+		{0, request("d", weighed(1, "x"), weighed(4, "y")), "OVER_LIMIT | OK 2/5 MINUTE t=1m0s | OVER_LIMIT 3/5 MINUTE t=1m0s"},
+		{0, request("d", weighed(2, "x")), "OK | OK 0/5 MINUTE t=1m0s"},
 		{0, request("d", weighed(0, "x")), "OVER_LIMIT | OVER_LIMIT 0/5 MINUTE t=1m0s"},
-		{0, request("d", weighed(0, "y")), "OK | OK 5/5 MINUTE t=0s"},
+		// x, checked, has nothing left: y counts nothing.
+		{0, request("d", weighed(0, "x"), weighed(1, "y")), "OVER_LIMIT | OVER_LIMIT 0/5 MINUTE t=1m0s | OK 3/5 MINUTE t=1m0s"},
+		{0, request("d", weighed(0, "y")), "OK | OK 3/5 MINUTE t=1m0s"},
+		{0, request("d", weighed(0, "z")), "OK | OK 5/5 MINUTE t=0s"},
 	})
-	if !strings.Contains(h.log.String(), "different hits_addend") {
-		t.Errorf("the refusal of mixed weights is not logged:\n%s", h.log)
-	}
 }
 
 // A request is admitted only when every descriptor has room, and a refusal
@@ -248,11 +255,12 @@ descriptors:
 `)
 	r := request("d", desc("k", "x"))
 	h.trace(t, []step{
+		// Durations are whole seconds, rounded up: 950ms is 1s.
 		{900 * time.Millisecond, r, "OK | OK 1/2 SECOND t=1s"},
-		{950 * time.Millisecond, r, "OK | OK 0/2 SECOND t=950ms"},
-		{1450 * time.Millisecond, r, "OVER_LIMIT | OVER_LIMIT 0/2 SECOND t=450ms"},
-		{1899 * time.Millisecond, r, "OVER_LIMIT | OVER_LIMIT 0/2 SECOND t=1ms"},
-		{1900 * time.Millisecond, r, "OK | OK 0/2 SECOND t=50ms"},
+		{950 * time.Millisecond, r, "OK | OK 0/2 SECOND t=1s"},
+		{1450 * time.Millisecond, r, "OVER_LIMIT | OVER_LIMIT 0/2 SECOND t=1s"},
+		{1899 * time.Millisecond, r, "OVER_LIMIT | OVER_LIMIT 0/2 SECOND t=1s"},
+		{1900 * time.Millisecond, r, "OK | OK 0/2 SECOND t=1s"},
 	})
 }
 
@@ -356,15 +364,8 @@ func TestMatchWildcard(t *testing.T) {
 // A descriptor's limit override applies instead of the configuration, to
 // a budget per list of entries; a limit of 0 refuses.
 func TestLimitOverride(t *testing.T) {
-	h := newHarness(t, fivePerMinute)
-	override := func(value string, rpu uint32, unit typev3.RateLimitUnit, mult uint32) *rlv3.RateLimitDescriptor {
-		d := desc("k", value)
-		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
-		if mult > 0 {
-			d.Limit.UnitMultiplier = wrapperspb.UInt32(mult)
-		}
-		return d
-	}
+	h := newHarness(t, fivePerMinute+"---\ndomain: other\ndescriptors: []\n")
+	override := overrideDesc
 	h.trace(t, []step{
 		{0, request("d", override("x", 2, typev3.RateLimitUnit_HOUR, 0)), "OK | OK 1/2 HOUR t=1h0m0s"},
 		{0, request("d", override("x", 2, typev3.RateLimitUnit_HOUR, 0)), "OK | OK 0/2 HOUR t=1h0m0s"},
@@ -372,25 +373,75 @@ func TestLimitOverride(t *testing.T) {
 		{0, request("d", override("y", 2, typev3.RateLimitUnit_HOUR, 0)), "OK | OK 1/2 HOUR t=1h0m0s"},
 		{0, request("d", desc("k", "x")), "OK | OK 4/5 MINUTE t=1m0s"},
 		{0, request("other", override("x", 1, typev3.RateLimitUnit_SECOND, 30)), "OK | OK 0/1 30xSECOND t=30s"},
+		// No override outside the configured domains, as envoyproxy/ratelimit.
+		{0, request("unknown", override("x", 1, typev3.RateLimitUnit_SECOND, 30)), "OK | OK"},
 		{0, request("d", override("x", 0, typev3.RateLimitUnit_SECOND, 0)), "OVER_LIMIT | OVER_LIMIT 0/0 SECOND"},
 		{0, request("d", override("x", 5, typev3.RateLimitUnit_UNKNOWN, 0)), "OVER_LIMIT | OVER_LIMIT 0/5 UNKNOWN"},
 	})
 }
 
-// Past maxOverrides distinct overrides, a new one is refused.
-func TestLimitOverrideBound(t *testing.T) {
-	h := newHarness(t, fivePerMinute)
-	for i := range maxOverrides + 1 {
-		d := desc("k", "x")
-		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(i + 1), Unit: typev3.RateLimitUnit_MINUTE}
-		got := h.ask(t, request("d", d))
-		if over := strings.HasPrefix(got, "OVER_LIMIT"); over != (i == maxOverrides) {
-			t.Fatalf("override %d: %s", i+1, got)
+// overrideDesc returns a descriptor (k, value) with a limit override of
+// rpu per mult units.
+func overrideDesc(value string, rpu uint32, unit typev3.RateLimitUnit, mult uint32) *rlv3.RateLimitDescriptor {
+	d := desc("k", value)
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+	if mult > 0 {
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	return d
+}
+
+// Made-up overrides cannot lock others out: past the domain's slots, a new
+// override takes the slot of the least recently used one of its window,
+// and an override moved out of its slot and back keeps its counts. Other
+// domains have slots of their own.
+func TestLimitOverridesCannotBeExhausted(t *testing.T) {
+	h := newHarness(t, fivePerMinute+"---\ndomain: other\ndescriptors: []\n")
+	legit := request("d", overrideDesc("legit", 3, typev3.RateLimitUnit_HOUR, 0))
+	h.trace(t, []step{{0, legit, "OK | OK 2/3 HOUR t=1h0m0s"}})
+	for i := range 300 { // more than the 256 an earlier bound took for good
+		got := h.ask(t, request("d", overrideDesc("made-up", uint32(1000+i), typev3.RateLimitUnit_HOUR, 0)))
+		if got != fmt.Sprintf("OK | OK %d/%d HOUR t=1h0m0s", 999+i, 1000+i) {
+			t.Fatalf("made-up override %d: %s", i, got)
 		}
 	}
-	if n := strings.Count(h.log.String(), "bound of distinct overrides"); n != 1 {
-		t.Errorf("the bound is logged %d times, want once:\n%s", n, h.log)
+	h.trace(t, []step{
+		// legit lost its slot to the made-up ones, got one back, and kept
+		// its count.
+		{time.Minute, legit, "OK | OK 1/3 HOUR t=59m0s"},
+		{time.Minute, request("d", overrideDesc("new", 7, typev3.RateLimitUnit_MINUTE, 0)), "OK | OK 6/7 MINUTE t=1m0s"},
+		{time.Minute, request("other", overrideDesc("x", 2, typev3.RateLimitUnit_SECOND, 0)), "OK | OK 1/2 SECOND t=1s"},
+	})
+	if strings.Contains(h.log.String(), "refusing") {
+		t.Errorf("an override was refused:\n%s", h.log)
 	}
+}
+
+// An override moved out of its slot keeps its counts, even when the slot
+// goes to an override of a shorter window: the slot then keeps its
+// budgets' events for the longer window, so that the janitor does not
+// sweep them while they still count.
+func TestLimitOverrideSlotKeepsEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := keyrate.NewManualClock(t0)
+		st, err := newLimiterStore(0, clock, minMaxWindow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarnessWith(t, st, fivePerMinute, serviceOptions{maxOverridesPerDomain: 1, clock: clock})
+		h.clock = clock
+		hourly := request("d", overrideDesc("a", 5, typev3.RateLimitUnit_HOUR, 0))
+		h.trace(t, []step{
+			{0, hourly, "OK | OK 4/5 HOUR t=1h0m0s"},
+			{0, hourly, "OK | OK 3/5 HOUR t=1h0m0s"},
+			// The one slot goes to a limit of a second.
+			{time.Second, request("d", overrideDesc("b", 5, typev3.RateLimitUnit_SECOND, 0)), "OK | OK 4/5 SECOND t=1s"},
+		})
+		clock.Advance(2 * time.Minute)
+		time.Sleep(time.Minute + time.Second) // the janitor sweeps, once a minute
+		synctest.Wait()
+		h.trace(t, []step{{2*time.Minute + time.Second, hourly, "OK | OK 2/5 HOUR t=57m59s"}})
+	})
 }
 
 // Distinct lists of values never share a budget: values are written with

@@ -12,29 +12,33 @@ import (
 // are the limits of one rule, set by SetTier before any key of it is
 // decided.
 type store interface {
-	// TakeAll decides a request of weight n for domain that counts against
-	// every one of keys, each under its tier's policies: admitted only when
-	// every key has room, and then recorded against all of them,
-	// atomically; a refusal records nothing anywhere. It returns each
-	// key's Decision in the order of keys; a key with room in a refused
-	// request is described as it stands (or, refused by the Redis deny
-	// cache, not described: a Decision with no policies). An error means
-	// no decision could be had. The domain keeps a request's budgets
+	// TakeAll decides a request for domain that counts against every key
+	// of hits, each at its own weight and under its tier's policies:
+	// admitted only when every key has room for its weight, and then
+	// recorded against all of them, atomically; a refusal records nothing
+	// anywhere. A weight of 0 always fits and records nothing. It returns
+	// each hit's Decision in the order of hits; a key with room in a
+	// refused request is described as it stands (or, refused by the Redis
+	// deny cache, not described: a Decision with no policies). An error
+	// means no decision could be had. The domain keeps a request's budgets
 	// together where a store places them (one Redis Cluster slot).
-	TakeAll(ctx context.Context, domain string, keys []string, n int) ([]keyrate.Decision, bool, error)
+	TakeAll(ctx context.Context, domain string, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
 	// SetTier makes policies the limits of every key of tier name, from its
 	// next decision on, keeping the events already recorded against it: a
 	// reload that changes a rule's limits keeps its counts.
 	SetTier(name string, policies []keyrate.Policy) error
 	// Close releases the store.
 	Close() error
+	// tierNames returns the names that its tier function reads.
+	tierNames() *tierNames
 }
 
 // limiterStore keeps budgets in this process: one keyrate.Limiter, a tier
 // per rule. Right for a single replica; several replicas each keep their
 // own budgets.
 type limiterStore struct {
-	l *keyrate.Limiter
+	l     *keyrate.Limiter
+	names *tierNames
 }
 
 // placeholderPolicy is the limiter's default tier, which no key uses:
@@ -47,8 +51,9 @@ var placeholderPolicy = keyrate.Policy{Limit: 1, Window: time.Minute}
 // budgets (0: no bound), deciding on clock (nil: the system clock), whose
 // rules have windows of at most maxWindow.
 func newLimiterStore(maxKeys int, clock keyrate.Clock, maxWindow time.Duration) (*limiterStore, error) {
+	names := &tierNames{}
 	opts := []keyrate.Option{
-		keyrate.WithTiers(tierOf, nil),
+		keyrate.WithTiers(names.tierOf, nil),
 		keyrate.WithMaxKeys(maxKeys),
 		// The limiter's ticks must hold the longest window a rule or a
 		// limit override will have (see maxWindow).
@@ -64,17 +69,13 @@ func newLimiterStore(maxKeys int, clock keyrate.Clock, maxWindow time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	return &limiterStore{l: l}, nil
+	return &limiterStore{l: l, names: names}, nil
 }
 
 // TakeAll decides in memory; it fails only when ctx is already done.
-func (s *limiterStore) TakeAll(ctx context.Context, _ string, keys []string, n int) ([]keyrate.Decision, bool, error) {
+func (s *limiterStore) TakeAll(ctx context.Context, _ string, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
-	}
-	hits := make([]keyrate.Hit, len(keys))
-	for i, k := range keys {
-		hits[i] = keyrate.Hit{Key: k, N: n}
 	}
 	ds, ok := s.l.TakeAll(hits)
 	return ds, ok, nil

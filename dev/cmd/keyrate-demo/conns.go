@@ -4,8 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-
-	"golang.org/x/net/netutil"
+	"sync/atomic"
+	"time"
 )
 
 // connLimits bound the connections the server holds open. Each costs a
@@ -14,9 +14,12 @@ import (
 // unbounded demo to 812 MB and out of file descriptors, after which it
 // accepted no one.
 type connLimits struct {
-	// Total bounds the connections open at once. Once it is reached, new
-	// connections wait in the kernel's listen backlog until one closes
-	// (the timeouts close idle and stalled ones).
+	// Total bounds the connections open at once. Once it is reached, a
+	// new connection from an address holding fewer than the address that
+	// holds the most takes the place of that address's connection used
+	// least recently (a keep-alive connection idle the longest); else it
+	// is closed at once. No set of addresses can so lock another out, as
+	// a listen backlog that makes newcomers wait would.
 	Total int
 	// PerAddr bounds the connections open at once from one client address
 	// (an IPv6 address by its /64, which one host can fill with addresses
@@ -43,62 +46,125 @@ func (lim connLimits) orDefault() connLimits {
 	return lim
 }
 
-// limitConns returns ln bounded by lim: netutil.LimitListener holds the
-// total, and addrListener the share of each address within it.
+// limitConns returns ln bounded by lim.
 func limitConns(ln net.Listener, lim connLimits) net.Listener {
-	return &addrListener{Listener: netutil.LimitListener(ln, lim.Total), max: lim.PerAddr, open: make(map[string]int)}
+	return &addrListener{Listener: ln, total: lim.Total, max: lim.PerAddr, open: make(map[string]map[*addrConn]struct{})}
 }
 
 // addrListener closes, as soon as it is accepted, a connection from an
-// address that already holds max open ones.
+// address that already holds max open ones, and makes room at total.
 type addrListener struct {
 	net.Listener
-	max  int
-	mu   sync.Mutex
-	open map[string]int // open connections per address, for addresses with any
+	total, max int
+	mu         sync.Mutex
+	n          int
+	open       map[string]map[*addrConn]struct{} // open connections per address, for addresses with any
 }
 
-// Accept returns the next connection within its address's cap, closing
-// those over it.
+// Accept returns the next connection within its address's cap and the
+// total, closing those over them.
 func (l *addrListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		addr := clientAddr(c.RemoteAddr())
-		l.mu.Lock()
-		full := l.open[addr] >= l.max
-		if !full {
-			l.open[addr]++
+		ac := &addrConn{Conn: c, l: l, addr: clientAddr(c.RemoteAddr())}
+		ac.used.Store(time.Now().UnixNano())
+		if evict, ok := l.admit(ac); ok {
+			if evict != nil {
+				evict.Conn.Close() // its server goroutine then ends, and gives nothing back twice
+			}
+			return ac, nil
 		}
-		l.mu.Unlock()
-		if !full {
-			return &addrConn{Conn: c, l: l, addr: addr}, nil
-		}
-		c.Close() // also frees its place in the total
+		c.Close()
 	}
 }
 
-func (l *addrListener) release(addr string) {
+// admit adds c, and reports whether it may stay, with the connection it
+// takes the place of, if any.
+func (l *addrListener) admit(c *addrConn) (evict *addrConn, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[addr]--; l.open[addr] == 0 {
-		delete(l.open, addr)
+	mine := len(l.open[c.addr])
+	if mine >= l.max {
+		return nil, false
 	}
+	if l.n >= l.total {
+		var most map[*addrConn]struct{}
+		for _, set := range l.open {
+			if len(set) > len(most) {
+				most = set
+			}
+		}
+		if len(most) <= mine+1 {
+			return nil, false
+		}
+		for o := range most {
+			if evict == nil || o.used.Load() < evict.used.Load() {
+				evict = o
+			}
+		}
+		l.remove(evict)
+	}
+	set := l.open[c.addr]
+	if set == nil {
+		set = make(map[*addrConn]struct{})
+		l.open[c.addr] = set
+	}
+	set[c] = struct{}{}
+	l.n++
+	return evict, true
 }
 
-// addrConn gives its address's place back once, on its first Close.
+// remove takes c out once; called with mu held.
+func (l *addrListener) remove(c *addrConn) {
+	set := l.open[c.addr]
+	if _, ok := set[c]; !ok {
+		return
+	}
+	delete(set, c)
+	if len(set) == 0 {
+		delete(l.open, c.addr)
+	}
+	l.n--
+}
+
+// addrConn notes when it was last used, in either direction, and gives
+// its address's place back once, on its first Close. A stream of the live
+// page writes at least every keep-alive tick, so it is never the least
+// recently used while idle keep-alive connections are open.
 type addrConn struct {
 	net.Conn
 	l    *addrListener
 	addr string
+	used atomic.Int64 // UnixNano of the last read or write that moved data
 	once sync.Once
+}
+
+func (c *addrConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.used.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *addrConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.used.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 func (c *addrConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.addr) })
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.remove(c)
+		c.l.mu.Unlock()
+	})
 	return err
 }
 

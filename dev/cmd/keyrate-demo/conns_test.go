@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -185,12 +186,14 @@ func (c *fakeConn) Close() error         { c.closed.Store(true); return nil }
 
 // The caps, traced on connections from chosen addresses: an address's
 // connections over PerAddr are closed at once (an IPv6 address counts by
-// its /64, an IPv4-mapped one as IPv4), connections over Total wait until
-// one closes, and closing a connection twice gives its place back once.
+// its /64, an IPv4-mapped one as IPv4); at Total, a connection from an
+// address holding fewer than the one holding the most takes the place of
+// that address's least recently used, else it is closed; closing a
+// connection twice gives its place back once.
 func TestConnLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fl := &fakeListener{conns: make(chan net.Conn, 100), done: make(chan struct{})}
-		ln := limitConns(fl, connLimits{Total: 5, PerAddr: 2})
+		ln := limitConns(fl, connLimits{Total: 5, PerAddr: 3})
 		accepted := make(chan net.Conn, 100)
 		defer func() {
 			ln.Close()
@@ -208,13 +211,14 @@ func TestConnLimits(t *testing.T) {
 			}
 		}()
 		push := func(addr string) *fakeConn {
+			time.Sleep(time.Millisecond) // each connection used at its own instant
 			c := &fakeConn{remote: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))}
 			fl.conns <- c
 			synctest.Wait()
 			return c
 		}
 		// want checks that the last connection pushed was accepted (and
-		// returns it) or closed at once, or neither: waiting.
+		// returns it) or closed at once.
 		want := func(c *fakeConn, state string) net.Conn {
 			t.Helper()
 			var got net.Conn
@@ -222,7 +226,7 @@ func TestConnLimits(t *testing.T) {
 			case got = <-accepted:
 			default:
 			}
-			now := map[bool]string{true: "accepted", false: "waiting"}[got != nil]
+			now := map[bool]string{true: "accepted", false: "neither"}[got != nil]
 			if c.closed.Load() {
 				now = "closed"
 			}
@@ -231,28 +235,49 @@ func TestConnLimits(t *testing.T) {
 			}
 			return got
 		}
-		a1 := want(push("192.0.2.1:1001"), "accepted")
+		a1c := push("192.0.2.1:1001")
+		a1 := want(a1c, "accepted")
 		want(push("192.0.2.1:1002"), "accepted")
-		want(push("192.0.2.1:1003"), "closed")
+		a3 := want(push("192.0.2.1:1003"), "accepted")
 		want(push("[::ffff:192.0.2.1]:1004"), "closed")
-		b1 := want(push("[2001:db8:1:2::1]:1001"), "accepted")
-		want(push("[2001:db8:1:2::2]:1001"), "accepted")
-		want(push("[2001:db8:1:2:ffff::3]:1001"), "closed")
-		c1 := want(push("198.51.100.1:1001"), "accepted") // the total of 5 is reached
+		want(push("[2001:db8:1:2::1]:1001"), "accepted")
+		want(push("[2001:db8:1:2:ffff::2]:1001"), "accepted") // the total of 5 is reached
 
-		d := push("198.51.100.2:1001")
-		want(d, "waiting")
-		a1.Close()
+		// A newcomer takes the place of 192.0.2.1's least recently used.
+		d1 := want(push("198.51.100.1:1001"), "accepted")
+		if !a1c.closed.Load() {
+			t.Fatal("the newcomer took no one's place")
+		}
+		// Holding 1 against the most's 2, it gets no more.
+		want(push("198.51.100.1:1002"), "closed")
+		a3.Close()
 		synctest.Wait()
-		want(d, "accepted")
-		b1.Close()
+		want(push("198.51.100.1:1003"), "accepted") // in a3's place
+		a3.Close()                                  // again: nothing more to give back
+		a1.Close()                                  // evicted: its place went to d1 already
+		d1.Close()
 		synctest.Wait()
-		want(push("192.0.2.1:1005"), "accepted") // in a1's place
-		a1.Close()                               // again: nothing more to give back
-		c1.Close()
-		synctest.Wait()
-		want(push("192.0.2.1:1006"), "closed")
+		want(push("192.0.2.1:1005"), "accepted")
+		want(push("192.0.2.1:1006"), "closed") // full, and 192.0.2.1 holds as many as anyone
 	})
+}
+
+// 8 addresses holding 128 keep-alive connections each fill the 1,024 the
+// server holds, yet a 9th address is served: in the place of one of them.
+func TestAddressesTogetherCannotTakeEveryConnection(t *testing.T) {
+	otherLoopback(t)
+	addr := startDemo(t, config{Conns: connLimits{Total: 1024, PerAddr: 128}})
+	for a := range 8 {
+		local := fmt.Sprintf("127.0.0.%d", 10+a)
+		for i := range 128 {
+			if !served(t, dialFrom(t, local, addr)) {
+				t.Fatalf("connection %d of %s was closed, within the caps", i+1, local)
+			}
+		}
+	}
+	if !served(t, dialFrom(t, "127.0.0.100", addr)) {
+		t.Fatal("127.0.0.100 was not served while 8 addresses held every connection")
+	}
 }
 
 func TestClientAddr(t *testing.T) {

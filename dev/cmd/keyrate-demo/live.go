@@ -15,10 +15,18 @@ import (
 func newLive(cfg config) (*live.Hub, error) {
 	rs := make([]live.Route, len(routes))
 	for i, rt := range routes {
-		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies, Form: rt.Form, Note: rt.Note}
+		rs[i] = live.Route{Name: rt.Name, Method: rt.Method, Path: rt.Path, Policies: rt.Policies, Form: rt.Form, Note: rt.Note,
+			Unit: rt.Unit, Burst: rt.Burst}
 		if rt.FailuresOnly {
 			rs[i].Refunds = true
 			rs[i].Note += " Only failed attempts count: one answered below 400 is given back."
+		}
+		if rt.Cost != nil {
+			// A request that used nothing is given back whole.
+			rs[i].Refunds = true
+			if !settles(cfg) {
+				rs[i].Note += " This build’s Redis budget cannot give part of a request back: each keeps all it reserved."
+			}
 		}
 	}
 	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
@@ -55,9 +63,9 @@ func recordTo(hub *live.Hub) func(decision) {
 		switch {
 		case d.Err != nil:
 		case d.Refund != nil:
-			hub.RecordRefund(d.Route, d.Key, *d.Refund, d.Decision, d.At)
+			hub.RecordRefundN(d.Route, d.Key, *d.Refund, d.Given, d.Decision, d.At)
 		default:
-			hub.Record(d.Route, d.Key, d.Decision, d.At)
+			hub.RecordN(d.Route, d.Key, d.Cost, d.Decision, d.At)
 		}
 	}
 }

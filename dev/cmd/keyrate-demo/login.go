@@ -1,18 +1,12 @@
 package main
 
 import (
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
-
-	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/redislimit"
 )
 
 // demoPassword is the one password /api/login accepts. It guards nothing:
@@ -72,63 +66,4 @@ func readPassword(w http.ResponseWriter, r *http.Request) (string, error) {
 		return "", errors.New("no password field in the form")
 	}
 	return r.PostForm.Get("password"), nil
-}
-
-// refundable is a budget whose events can be given back: the in-process
-// Limiter and the Redis one are both, and both bound their own calls and
-// list their policies, which the middleware reads.
-type refundable interface {
-	keyrate.Backend
-	keyrate.Bounded
-	keyrate.PolicyLister
-}
-
-// refundReporter is a budget whose attempts the middleware may give back
-// (httplimit.WithRefund): each refund it makes is published like a
-// decision, so that the log and the page show the attempt no longer counts.
-type refundReporter struct {
-	refundable
-	refund  func(ctx context.Context, key string, d *keyrate.Decision) error
-	route   string
-	publish func(decision)
-}
-
-// newRefundReporter returns b, which must be an in-process or a Redis
-// Limiter, as a refundReporter.
-func newRefundReporter(b keyrate.Backend, route string, publish func(decision)) (refundReporter, error) {
-	r := refundReporter{route: route, publish: publish}
-	switch l := b.(type) {
-	case *keyrate.Limiter:
-		r.refundable = l
-		r.refund = func(_ context.Context, key string, d *keyrate.Decision) error { return l.Refund(key, d) }
-	case *redislimit.Limiter:
-		r.refundable, r.refund = l, l.Refund
-	default:
-		return r, fmt.Errorf("route %s: a budget of %T cannot give attempts back", route, b)
-	}
-	return r, nil
-}
-
-// Refund gives back the events of the admitted decision *d for key, as the
-// budget's own Refund does, and publishes that it did, with the key's
-// budget as it then stands.
-func (r refundReporter) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
-	receipt := d.Receipt // Refund consumes it
-	if err := r.refund(ctx, key, d); err != nil {
-		return err
-	}
-	// httplimit asks about route + "\x00" + the client's identity.
-	identity := strings.TrimPrefix(key, r.route+"\x00")
-	after, err := r.TakeContext(ctx, key, 0) // as the key stands: a weight of 0 records nothing
-	if err != nil {
-		return nil // given back; only the page misses how the key stands
-	}
-	r.publish(decision{
-		At:       time.Now(),
-		Route:    r.route,
-		Key:      shownIdentity(identity),
-		Decision: after,
-		Refund:   &receipt,
-	})
-	return nil
 }

@@ -48,11 +48,12 @@
 // replicas), logged and counted as the fallback's (see redislimit's
 // WithLocalFallback).
 //
-// The server holds at most -max-conns connections at once (more wait until
-// one closes) and at most -max-conns-per-addr from one client address
-// (more are closed at once), so that no one address can take every
-// connection or the process's file descriptors; and at most 4 of the
-// page's event streams per client.
+// The server holds at most -max-conns connections at once (past it, one
+// from a new address takes the place of the least recently used of the
+// address holding the most) and at most -max-conns-per-addr from one client
+// address (more are closed at once), so that no addresses can take every
+// connection or the process's file descriptors; and at most 4 of the page's
+// event streams per client, each for 10 minutes at most.
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -83,7 +84,7 @@ func main() {
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
 	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
 	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
-	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; more wait until one closes")
+	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; past it, one from a new address takes the place of the least recently used of the address holding the most")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
 	otelStdout := flag.Bool("otel-stdout", false, "write the OpenTelemetry metrics to standard output, one JSON line per export")
 	otlpEndpoint := flag.String("otlp-endpoint", "", "export the OpenTelemetry metrics by OTLP over HTTP to this base URL (its /v1/metrics), as OTEL_EXPORTER_OTLP_ENDPOINT does (default: that variable's, or no OTLP when it is not set)")
@@ -239,12 +240,15 @@ func hints(base string, cfg config) string {
 	fmt.Fprintf(&b, "\nWatch the decisions live: open %s/ in a browser.\n", base)
 	fmt.Fprintf(&b, "\nTry it (budgets are per client and per route; a client is its %s, else its IP):\n", keyHeader)
 	for _, rt := range routes {
-		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies))
+		fmt.Fprintf(&b, "  %-6s %-12s %s", rt.Method, rt.Path, describe(rt.Policies, rt.Unit))
 		if rt.Pro != nil {
-			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro))
+			fmt.Fprintf(&b, "; %s for a key starting with pro-", describe(rt.Pro, rt.Unit))
 		}
 		if rt.FailuresOnly {
 			b.WriteString(", failed attempts only")
+		}
+		if rt.Cost != nil {
+			b.WriteString(settleHint(cfg))
 		}
 		b.WriteString("\n")
 	}
@@ -258,6 +262,7 @@ func hints(base string, cfg config) string {
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/burst; done; echo   # 10 x 200, then 429
   curl -i -d password=guess %[1]s/api/login     # 401: a failed attempt; the 6th within 15 min gets 429
   curl -i -d password=%[4]s %[1]s/api/login   # 200: given back, so it never counts
+  curl -i -d max_tokens=2000 -d used=500 %[1]s/api/generate   # reserves 2000 tokens, keeps 500: RateLimit r=9500
   curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
 `, base, keyHeader, metricsPath, demoPassword)
 	if hops := cfg.TrustedProxies; hops > 0 {
@@ -275,12 +280,17 @@ func decisionLogger(out io.Writer) func(decision) {
 		switch {
 		case d.Err != nil:
 			line = fmt.Sprintf("error    %v", d.Err)
+		case d.Refund != nil && d.Settle:
+			line = fmt.Sprintf("settled  remaining=%d (gave back %d of %d: it cost %d)", d.Decision.Remaining, d.Given, d.Refund.N(), d.Refund.N()-d.Given)
 		case d.Refund != nil:
 			line = fmt.Sprintf("refunded remaining=%d (answered below 400: it does not count)", d.Decision.Remaining)
 		case d.Decision.Allowed:
 			line = fmt.Sprintf("allowed  remaining=%d", d.Decision.Remaining)
 		case d.Decision.Overflow:
 			line = fmt.Sprintf("refused  too many keys tracked, retry-after=%v", d.Decision.RetryAfter.Round(time.Millisecond))
+		case d.Decision.RetryAfter <= 0:
+			// A weight over the limit, or one that cannot be read: 413.
+			line = fmt.Sprintf("refused  remaining=%d, a cost that can never fit", d.Decision.Remaining)
 		default:
 			line = fmt.Sprintf("refused  remaining=%d retry-after=%v", d.Decision.Remaining, d.Decision.RetryAfter.Round(time.Millisecond))
 		}

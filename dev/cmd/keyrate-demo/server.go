@@ -31,12 +31,21 @@ type route struct {
 	// middleware gives back the others' events once they are served
 	// (httplimit.WithRefund), in process and in Redis alike.
 	FailuresOnly bool
+	// Cost, when set, weighs each request (httplimit.WithCost) in Unit,
+	// such as the tokens a model call reserves: its handler reports what
+	// the request really cost (httplimit.ReportCost), and the middleware
+	// gives back the rest, where the budget can give part of a decision
+	// back. Burst is the burst size the live page offers for it.
+	Cost  func(*http.Request) int
+	Unit  string
+	Burst int
 	// Form is the form the live page sends as each request's body, each
 	// field starting at the value given; Note says on the page what the
 	// route's requests do.
-	Form  map[string]string
-	Note  string
-	serve http.HandlerFunc
+	Form    map[string]string
+	Note    string
+	serve   http.HandlerFunc
+	limited func(http.ResponseWriter, *http.Request, middleware.Event) // nil: httplimit's
 }
 
 // limit is the one unnamed policy of a route: limit requests per window.
@@ -48,9 +57,10 @@ func limit(n int, window time.Duration) []keyrate.Policy {
 // setup (status with a more generous tier for "pro-" keys), "burst" with a
 // window short enough to watch the 00:09 / 00:11 boundary burst without
 // waiting a minute for the next boundary, "export" under two policies
-// at once, a short burst limit and an hourly one, and "login", which counts
-// failed attempts only. Each has its own limiter, so its own budget per
-// client.
+// at once, a short burst limit and an hourly one, "login", which counts
+// failed attempts only, and "generate", which reserves a model call's
+// tokens and keeps only those it used. Each has its own limiter, so its
+// own budget per client.
 var routes = []route{
 	{Name: "status", Method: http.MethodGet, Path: "/api/status", Policies: limit(3, time.Minute), Pro: limit(10, time.Minute), serve: serveStatus},
 	{Name: "search", Method: http.MethodGet, Path: "/api/search", Policies: limit(20, time.Minute), serve: serveSearch},
@@ -61,6 +71,7 @@ var routes = []route{
 	}, serve: serveExport},
 	{Name: "login", Method: http.MethodPost, Path: "/api/login", Policies: limit(5, 15*time.Minute), FailuresOnly: true,
 		Form: map[string]string{"password": "guess"}, Note: fmt.Sprintf("The password %q succeeds; any other fails.", demoPassword), serve: serveLogin},
+	generateRoute,
 }
 
 // proTier names the tier of the clients whose API key starts with "pro-".
@@ -77,14 +88,19 @@ func tierOf(identity string) string {
 }
 
 // describe says a route's policies for people: "3 per 60s", or "2 per 10s
-// (export-burst) and 5 per 3600s (export-hourly)".
-func describe(policies []keyrate.Policy) string {
+// (export-burst) and 5 per 3600s (export-hourly)"; with a unit, "10000
+// tokens per 60s".
+func describe(policies []keyrate.Policy, unit string) string {
 	var b strings.Builder
 	for i, p := range policies {
 		if i > 0 {
 			b.WriteString(" and ")
 		}
-		fmt.Fprintf(&b, "%d per %gs", p.Limit, p.Window.Seconds())
+		fmt.Fprintf(&b, "%d", p.Limit)
+		if unit != "" {
+			b.WriteString(" " + unit)
+		}
+		fmt.Fprintf(&b, " per %gs", p.Window.Seconds())
 		if p.Name != "" {
 			fmt.Fprintf(&b, " (%s)", p.Name)
 		}
@@ -108,10 +124,18 @@ type decision struct {
 	Key      string // the client as shownIdentity shows it: "x-api-key=2bd806c9" (alice's fingerprint) or "127.0.0.1"
 	Decision keyrate.Decision
 	Err      error // the limiter failed; Decision is zero
+	// Cost is the weight of the decision's request: 1, or what the route's
+	// Cost says.
+	Cost int
 	// Refund, when set, says that this is no decision but the refund of
-	// one: the events of the admitted decision whose Receipt it is were
-	// given back, and Decision is the client's budget once they were.
+	// one: Given of the events of the admitted decision whose Receipt it
+	// is (as it stood before) were given back, all of them or part, and
+	// Decision is the client's budget once they were. Settle says that
+	// the refund settles a reserved cost (route.Cost) rather than giving
+	// back a request that should not count (route.FailuresOnly).
 	Refund *keyrate.Receipt
+	Given  int
+	Settle bool
 }
 
 type config struct {
@@ -168,7 +192,7 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 		publish = func(decision) {}
 	}
 	hook := func(e middleware.Event) {
-		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err})
+		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost})
 	}
 
 	// One Observer per middleware: the Prometheus metrics, and beside them
@@ -220,12 +244,20 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 			httplimit.WithOnError(hook),
 			httplimit.WithObserver(observer),
 		}
-		if rt.FailuresOnly {
-			if b, err = newRefundReporter(b, rt.Name, publish); err != nil {
+		if rt.FailuresOnly || rt.Cost != nil {
+			if b, err = newRefundReporter(b, rt, publish); err != nil {
 				close()
 				return nil, nil, err
 			}
+		}
+		if rt.FailuresOnly {
 			opts = append(opts, httplimit.WithRefund(countsNot))
+		}
+		if rt.Cost != nil {
+			opts = append(opts, httplimit.WithCost(rt.Cost))
+		}
+		if rt.limited != nil {
+			opts = append(opts, httplimit.WithLimitedHandler(rt.limited))
 		}
 		m, err := httplimit.New(b, opts...)
 		if err != nil {

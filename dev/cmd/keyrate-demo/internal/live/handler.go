@@ -88,6 +88,8 @@ type routeJSON struct {
 	Path     string            `json:"path"`
 	Policies []policyJSON      `json:"policies"`
 	Refunds  bool              `json:"refunds,omitempty"`
+	Unit     string            `json:"unit,omitempty"`
+	Burst    int               `json:"burst,omitempty"`
 	Form     map[string]string `json:"form,omitempty"`
 	Note     string            `json:"note,omitempty"`
 }
@@ -108,7 +110,7 @@ type configJSON struct {
 func describe(cfg Config) configJSON {
 	c := configJSON{KeyHeader: cfg.KeyHeader}
 	for _, r := range cfg.Routes {
-		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Form: r.Form, Note: r.Note}
+		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Unit: r.Unit, Burst: r.Burst, Form: r.Form, Note: r.Note}
 		for _, p := range r.Policies {
 			rj.Policies = append(rj.Policies, policyJSON{p.Name, p.Limit, millis(p.Window)})
 		}
@@ -145,7 +147,8 @@ func (h *Hub) serveKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveEvents streams decisions as Server-Sent Events until the client goes
-// away, a write to it fails or times out, or the Hub is closed.
+// away, a write to it fails or times out, the Hub is closed, the stream is
+// MaxStreamAge old, or another client's stream takes its place.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	lastID, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
 	s, past, err := h.subscribe(lastID, h.cfg.ClientOf(r))
@@ -188,12 +191,18 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 	tick := time.NewTicker(h.cfg.KeepAlive)
 	defer tick.Stop()
+	age := time.NewTimer(h.cfg.MaxStreamAge)
+	defer age.Stop()
 	batch := make([][]byte, 0, 64)
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-h.done:
+			return
+		case <-s.ended: // another client's stream took its place
+			return
+		case <-age.C: // the browser opens another, resuming where this one ends
 			return
 		case <-tick.C:
 			if err := write(h.notices(s, "tick")...); err != nil {

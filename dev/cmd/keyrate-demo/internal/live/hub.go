@@ -3,8 +3,9 @@
 // window moving across them, and beside it what a fixed window would have
 // admitted for the same requests.
 //
-// A Hub is fed one call per decision (Record), and one per decision given
-// back (RecordRefund), and serves three things: the page itself, embedded
+// A Hub is fed one call per decision (Record, or RecordN for a request of
+// some weight), and one per decision given back, wholly or in part
+// (RecordRefund, RecordRefundN), and serves three things: the page itself, embedded
 // in the binary and working offline; a JSON description of the limited
 // routes; and a Server-Sent Events stream of decisions and refunds. Recording never waits for a browser: each subscriber has a
 // bounded buffer, and a subscriber that falls behind loses events (counted,
@@ -48,6 +49,16 @@ type Route struct {
 	// (RecordRefund), such as a login whose attempt succeeded: it then
 	// counts and draws them apart.
 	Refunds bool
+	// Unit, when set, is what the route's requests weigh in (RecordN),
+	// such as "tokens": the page draws each request as a bar of its
+	// weight, counts the unit rather than requests, and shows what a
+	// request reserved, gave back (RecordRefundN) and finally cost.
+	// Default: none, each request weighs 1.
+	Unit string
+	// Burst is the burst size the page offers, at most 200. Default: the
+	// route's smallest limit, the burst it admits in full when its windows
+	// are empty; a route whose requests weigh more than 1 sets one.
+	Burst int
 	// Form, when set, is the form the page sends as the body of each of
 	// its requests to the route (application/x-www-form-urlencoded): a
 	// field per name, each starting at its value here and editable on the
@@ -80,8 +91,10 @@ type Config struct {
 	// a page opened after some traffic still shows it. Default: 1000; a
 	// negative value keeps none. Each costs one encoded event of memory.
 	History int
-	// MaxSubscribers bounds the number of open event streams; further
-	// requests get 503. Default: 32.
+	// MaxSubscribers bounds the number of open event streams. Once it is
+	// reached, a request from a client holding fewer streams than the
+	// client that holds the most ends that client's oldest stream and
+	// takes its place; any other gets 503. Default: 32.
 	MaxSubscribers int
 	// MaxSubscribersPerClient bounds the open event streams of one client,
 	// as ClientOf names it, so that one client cannot take every stream;
@@ -101,6 +114,11 @@ type Config struct {
 	// WriteTimeout bounds each write to a subscriber; a browser that stops
 	// reading for longer is disconnected. Default: 10s.
 	WriteTimeout time.Duration
+	// MaxStreamAge ends a stream that has been open that long; the browser
+	// opens a new one within seconds (the stream's retry), resuming after
+	// the last event it saw, so that no client holds a place for good.
+	// Default: 10 minutes.
+	MaxStreamAge time.Duration
 }
 
 // Hub collects decisions and streams them to the page. Create one with New,
@@ -117,6 +135,7 @@ type Hub struct {
 	head    int
 	subs    map[*subscriber]struct{}
 	clients map[string]int // open streams per client, for clients with any
+	opened  uint64         // streams opened, which orders them by age
 	closed  bool
 	done    chan struct{}
 }
@@ -145,6 +164,9 @@ func New(cfg Config) (*Hub, error) {
 		}
 		if err := checkPolicies(r); err != nil {
 			return nil, err
+		}
+		if r.Burst < 0 || r.Burst > maxBurst {
+			return nil, fmt.Errorf("%w: route %q: burst is %d, want 0 to %d", ErrConfig, r.Name, r.Burst, maxBurst)
 		}
 		seen[r.Name] = true
 		r.Policies = slices.Clone(r.Policies)
@@ -181,6 +203,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxStreamAge <= 0 {
+		cfg.MaxStreamAge = 10 * time.Minute
 	}
 	return &Hub{
 		cfg:     cfg,
@@ -233,9 +258,21 @@ type event struct {
 	Policies     []policyEvent `json:"policies,omitempty"`
 	// Receipt names what an admitted decision recorded, so that a refund
 	// event can say which decision it gave back; "" when it recorded
-	// nothing.
+	// nothing. A refund's is the decision's as it stood before it.
 	Receipt string `json:"receipt,omitempty"`
+	// Weight is, for a decision, the weight its request asked for (1 on
+	// a route that does not weigh requests); for a refund, what the
+	// decision held before it.
+	Weight int `json:"weight"`
+	// Given is what a refund gave back, at most Weight; Rest names what
+	// the decision still holds after it, as the next refund of it will
+	// name it, "" when nothing (the whole decision was given back).
+	Given int    `json:"given,omitempty"`
+	Rest  string `json:"rest,omitempty"`
 }
+
+// maxBurst is the largest burst the page sends at once.
+const maxBurst = 200
 
 // policyEvent is one policy's part of a decision (keyrate.PolicyDecision).
 type policyEvent struct {
@@ -275,7 +312,16 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 // misses the event, and the miss is counted (see Dropped). It is safe for
 // concurrent use and does nothing after Close.
 func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
-	h.publish("decision", route, key, d, at, d.Receipt)
+	h.RecordN(route, key, 1, d, at)
+}
+
+// RecordN is Record of the decision of a request of weight n (its cost,
+// such as the tokens a model call reserves), on a route whose requests
+// are weighed (Route.Unit).
+func (h *Hub) RecordN(route, key string, n int, d keyrate.Decision, at time.Time) {
+	e := newEvent(route, key, d, at, d.Receipt)
+	e.Weight = n
+	h.publish("decision", e)
 }
 
 // RecordRefund publishes that the events of an admitted decision recorded
@@ -284,20 +330,31 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 // Peek). The page then stops counting that decision's request. It
 // behaves as Record does towards subscribers.
 func (h *Hub) RecordRefund(route, key string, r keyrate.Receipt, after keyrate.Decision, at time.Time) {
-	h.publish("refund", route, key, after, at, r)
+	h.RecordRefundN(route, key, r, r.N(), after, at)
 }
 
-// publish sends one event named name (decision or refund) to every
-// subscriber and keeps it for later ones.
-func (h *Hub) publish(name, route, key string, d keyrate.Decision, at time.Time, r keyrate.Receipt) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
+// RecordRefundN is RecordRefund of n of the decision's events, the part of
+// its weight a request did not use (keyrate.Limiter.RefundN); r is the
+// decision's Receipt as it stood before, so that the page finds the
+// request, which keeps counting what is left. An n of all that r holds is
+// RecordRefund. An n outside 1 to r.N() publishes nothing: no refund gives
+// back more than its decision holds.
+func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after keyrate.Decision, at time.Time) {
+	if n < 1 || n > r.N() {
 		return
 	}
-	h.seq++
-	frame := eventFrame(name, event{
-		Seq:          h.seq,
+	e := newEvent(route, key, after, at, r)
+	e.Weight, e.Given = r.N(), n
+	if n < r.N() {
+		e.Rest = receiptID(keyrate.NewReceipt(r.At(), r.N()-n, r.ID()))
+	}
+	h.publish("refund", e)
+}
+
+// newEvent returns the event of decision d for key on route at the instant
+// at, naming receipt r; publish numbers it.
+func newEvent(route, key string, d keyrate.Decision, at time.Time, r keyrate.Receipt) event {
+	return event{
 		At:           unixMillis(at),
 		Route:        route,
 		Key:          key,
@@ -310,7 +367,20 @@ func (h *Hub) publish(name, route, key string, d keyrate.Decision, at time.Time,
 		Overflow:     d.Overflow,
 		Policies:     policyEvents(&d),
 		Receipt:      receiptID(r),
-	})
+	}
+}
+
+// publish sends e as one event named name (decision or refund) to every
+// subscriber and keeps it for later ones.
+func (h *Hub) publish(name string, e event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || (h.cfg.History == 0 && len(h.subs) == 0) {
+		return
+	}
+	h.seq++
+	e.Seq = h.seq
+	frame := eventFrame(name, e)
 	if h.cfg.History > 0 {
 		if len(h.history) < h.cfg.History {
 			h.history = append(h.history, sent{h.seq, frame})
@@ -364,8 +434,11 @@ func (h *Hub) Close() {
 // subscriber is one open event stream.
 type subscriber struct {
 	client  string // as Config.ClientOf names it
+	n       uint64 // the order it was opened in
 	frames  chan []byte
 	dropped atomic.Uint64
+	// ended is closed when another client's stream takes its place.
+	ended chan struct{}
 }
 
 // sent is a decision frame kept for subscribers that connect later.
@@ -385,13 +458,14 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	if h.closed {
 		return nil, nil, errClosed
 	}
-	if len(h.subs) >= h.cfg.MaxSubscribers {
-		return nil, nil, errBusy
-	}
 	if h.clients[client] >= h.cfg.MaxSubscribersPerClient {
 		return nil, nil, errClientBusy
 	}
-	s := &subscriber{client: client, frames: make(chan []byte, h.cfg.Buffer)}
+	if len(h.subs) >= h.cfg.MaxSubscribers && !h.makeRoom(client) {
+		return nil, nil, errBusy
+	}
+	h.opened++
+	s := &subscriber{client: client, n: h.opened, frames: make(chan []byte, h.cfg.Buffer), ended: make(chan struct{})}
 	h.subs[s] = struct{}{}
 	h.clients[client]++
 	if lastID > h.seq {
@@ -408,9 +482,41 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	return s, past, nil
 }
 
+// makeRoom ends the oldest stream of the client holding the most, when it
+// holds more than client would after this one, and reports whether it
+// did. Called with mu held.
+func (h *Hub) makeRoom(client string) bool {
+	most, n := "", 0
+	for c, k := range h.clients {
+		if k > n {
+			most, n = c, k
+		}
+	}
+	if n <= h.clients[client]+1 {
+		return false
+	}
+	var oldest *subscriber
+	for s := range h.subs {
+		if s.client == most && (oldest == nil || s.n < oldest.n) {
+			oldest = s
+		}
+	}
+	h.remove(oldest)
+	close(oldest.ended)
+	return true
+}
+
 func (h *Hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.remove(s)
+}
+
+// remove takes s out of the subscribers once; called with mu held.
+func (h *Hub) remove(s *subscriber) {
+	if _, ok := h.subs[s]; !ok {
+		return
+	}
 	delete(h.subs, s)
 	if h.clients[s.client]--; h.clients[s.client] == 0 {
 		delete(h.clients, s.client)

@@ -361,9 +361,9 @@ func TestStreamOverRealConnection(t *testing.T) {
 
 	evs := readEvents(t, r, 2)
 	first, second := decoded(t, evs[0]), decoded(t, evs[1])
-	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, RetryAfterMs: 1500, ResetAfterMs: 59000,
+	want1 := event{Seq: 1, At: float64(at.UnixMicro()) / 1e3, Route: "status", Key: key, Limit: 3, Weight: 1, RetryAfterMs: 1500, ResetAfterMs: 59000,
 		Policies: []policyEvent{{Limit: 3, WindowMs: 60000, RetryAfterMs: 1500, RefillAfterMs: 1500, ResetAfterMs: 59000}}}
-	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "export", Key: "bob", Policy: "hourly", Limit: 5, RetryAfterMs: 1_200_000, ResetAfterMs: 3_540_000,
+	want2 := event{Seq: 2, At: float64(at.UnixMicro())/1e3 + 1, Route: "export", Key: "bob", Policy: "hourly", Limit: 5, Weight: 1, RetryAfterMs: 1_200_000, ResetAfterMs: 3_540_000,
 		Policies: []policyEvent{
 			{Name: "burst", Limit: 2, WindowMs: 10000, Allowed: true, Remaining: 1, RefillAfterMs: 4000, ResetAfterMs: 4000},
 			{Name: "hourly", Limit: 5, WindowMs: 3_600_000, RetryAfterMs: 1_200_000, RefillAfterMs: 1_200_000, ResetAfterMs: 3_540_000},
@@ -820,4 +820,49 @@ func TestConfigDescribesFormsAndRefunds(t *testing.T) {
 	if len(got.Routes) != 1 || !reflect.DeepEqual(got.Routes[0], want) {
 		t.Errorf("routes %+v, want %+v", got.Routes, want)
 	}
+}
+
+// 8 clients holding 4 streams each fill the 32 places, yet a 9th client
+// gets a stream: in the place of the oldest of a client holding the most,
+// which ends. A client holding as many as any other is refused, and no
+// stream outlives MaxStreamAge, so no client holds a place for good.
+func TestStreamsCannotBeHeldForGood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{KeepAlive: time.Hour}) // no tick to read while time passes
+		hello := func(s *stream) bool { return types(parseSSE(t, s.drain())) == "hello" }
+		var open []*stream
+		for c := range 8 {
+			for i := range 4 {
+				s := openFrom(h, fmt.Sprintf("192.0.2.%d:%d", c+1, 1000+i))
+				if !hello(s) {
+					t.Fatalf("stream %d of client %d refused", i+1, c+1)
+				}
+				open = append(open, s)
+			}
+		}
+		newcomer := openFrom(h, "198.51.100.1:1000")
+		if !hello(newcomer) {
+			t.Fatal("a 9th client was refused while 8 held every place")
+		}
+		ended := 0
+		for _, s := range open {
+			select {
+			case <-s.done:
+				ended++
+			default:
+			}
+		}
+		if ended != 1 || h.Subscribers() != 32 {
+			t.Errorf("%d streams ended, %d open; want 1 ended in the newcomer's place, 32 open", ended, h.Subscribers())
+		}
+		// Holding 1 against others' 4, the newcomer gets another place.
+		if !hello(openFrom(h, "198.51.100.1:1001")) {
+			t.Error("the newcomer's second stream, holding 1 against others' 4, was refused")
+		}
+		time.Sleep(10*time.Minute + time.Second)
+		synctest.Wait()
+		if n := h.Subscribers(); n != 0 {
+			t.Errorf("%d streams open after MaxStreamAge", n)
+		}
+	})
 }

@@ -6,6 +6,7 @@
   const $ = (id) => document.getElementById(id);
 
   const MAX_MARKS = 5000;   // per route and key; older marks are dropped from the drawing
+  const MAX_RECEIPTS = 1024; // per route and key: the latest admitted decisions a refund can find
   const FEED_ROWS = 12;
   const DRAW_EVERY_MS = 100;
 
@@ -55,6 +56,16 @@
     return Math.round(ms) + ' ms';
   }
   const ceilSeconds = (ms) => Math.max(1, Math.ceil(ms / 1000));
+  // A route that weighs its requests (a unit such as tokens) counts in
+  // thousands: its numbers are grouped, 10,000; a route of requests shows
+  // them as they are.
+  const weighted = (r) => !!(r && r.unit);
+  const grouped = (n) => n.toLocaleString('en-US');
+  const fmtOf = (r) => (weighted(r) ? grouped : String);
+  const inUnit = (r, n) => (weighted(r) ? grouped(n) + ' ' + r.unit : String(n));
+  // weightOf is what a decision's request asked for: 1 from a server that
+  // does not say.
+  const weightOf = (ev) => (typeof ev.weight === 'number' ? ev.weight : 1);
   function esc(s) {
     return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
   }
@@ -73,6 +84,14 @@
         route, key, marks: [],
         policies: null,                // the key's policies, as its last decision reported them
         admitted: 0, refused: 0, refunded: 0, fAdmitted: 0, fRefused: 0,
+        // On a route that weighs its requests: the weight admitted
+        // requests reserved, and of it what they gave back; the requests
+        // that gave back part of theirs and still count; the last settle.
+        reserved: 0, given: 0, settled: 0, lastSettle: null,
+        // receipt -> the marks of the latest admitted decisions that had
+        // it, drawn or not (a page opened late replays decisions too old
+        // to draw), so that their refunds still count.
+        receipts: new Map(),
         fCounts: new Map(),            // fixed-window index -> requests it admitted
         fMost: null,                   // largest set the fixed window admitted within one window length
         // Per policy, in the order of s.policies:
@@ -91,18 +110,25 @@
     return s;
   }
 
-  // The most admitted marks within any half-open interval [t, t + w), over
-  // marks sorted by time, and the first and last of them.
-  function mostWithin(times, w) {
+  // The most weight held within any half-open interval [t, t + w), over
+  // items { t, n } sorted by time (n the weight an admitted request holds:
+  // 1 on a route of requests), and the first and last item in it.
+  function mostWithin(items, w) {
     let best = { n: 0, from: 0, to: 0 };
-    let j = 0;
-    for (let i = 0; i < times.length; i++) {
-      if (j < i) j = i;
-      while (j < times.length && times[j] < times[i] + w) j++;
-      if (j - i > best.n) best = { n: j - i, from: times[i], to: times[j - 1] };
+    let j = 0, sum = 0;
+    for (let i = 0; i < items.length; i++) {
+      if (j < i) { j = i; sum = 0; }
+      while (j < items.length && items[j].t < items[i].t + w) sum += items[j++].n;
+      if (sum > best.n) best = { n: sum, from: items[i].t, to: items[j - 1].t };
+      sum -= items[i].n;
     }
     return best;
   }
+
+  // What each lane holds of a mark: the sliding window what the server
+  // still counts of it, the fixed window what it admitted of it.
+  const slidingHeld = (s) => s.marks.filter((m) => m.ok).map((m) => ({ t: m.t, n: m.kept }));
+  const fixedHeld = (s) => s.marks.filter((m) => m.fok).map((m) => ({ t: m.t, n: m.fkept }));
 
   // partsOf returns every policy's part of a decision: as the server sent
   // them, or, from a server that sends none, the binding policy's numbers
@@ -145,7 +171,12 @@
       s.refusedBy = policies.map(() => 0);
       s.knownFrom = policies.map(() => known);
     }
-    if (fresh && !(ev.allowed && parts.every((p) => p.remaining === p.limit - 1))) {
+    const w = weightOf(ev);
+    // Into empty windows: admitted with all but its weight left, or, for a
+    // request that can never fit, refused with all of it left.
+    const empty = ev.allowed ? parts.every((p) => p.remaining === p.limit - w)
+      : !ev.overflow && parts.every((p) => p.remaining === p.limit);
+    if (fresh && !empty) {
       // The key's first event seen here was not into empty windows: until
       // a window has passed with the page connected, events from before are
       // missing, so the server's own figures are shown instead.
@@ -157,16 +188,23 @@
     const one = policies[0];
     const idx = Math.floor(ev.at / one.windowMs);
     const used = s.fCounts.get(idx) || 0;
-    const fok = used < one.limit;
-    if (fok) s.fCounts.set(idx, used + 1);
+    const fok = w >= 0 && used + w <= one.limit;
+    if (fok) s.fCounts.set(idx, used + w);
     if (s.fCounts.size > 8) {
       for (const k of s.fCounts.keys()) if (k < idx - 4) s.fCounts.delete(k);
     }
     if (fok) s.fAdmitted++; else s.fRefused++;
-    if (ev.allowed) s.admitted++; else s.refused++;
+    if (ev.allowed) { s.admitted++; s.reserved += w; } else s.refused++;
     parts.forEach((p, i) => { if (!p.allowed) s.refusedBy[i]++; });
 
-    s.marks.push({ t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow, no: parts.map((p) => !p.allowed), receipt: ev.receipt || '' });
+    // w is the mark's weight; kept and fkept what each lane still counts of
+    // it, less what a settle gave back.
+    const mark = {
+      t: ev.at, ok: ev.allowed, fok, overflow: !!ev.overflow, no: parts.map((p) => !p.allowed), receipt: ev.receipt || '',
+      w, kept: ev.allowed ? w : 0, fkept: fok ? w : 0, settled: false,
+    };
+    s.marks.push(mark);
+    if (ev.allowed && mark.receipt) remember(s, mark);
     if (s.marks.length > 1 && s.marks[s.marks.length - 2].t > ev.at) s.marks.sort((a, b) => a.t - b.t);
     const longest = Math.max(...policies.map((p) => p.windowMs));
     const horizon = serverNow() - 3 * longest;
@@ -174,12 +212,12 @@
     while (cut < s.marks.length && (s.marks[cut].t < horizon || s.marks.length - cut > MAX_MARKS)) cut++;
     if (cut > 0) s.marks.splice(0, cut);
 
-    const admitted = s.marks.filter((m) => m.ok).map((m) => m.t);
+    const admitted = slidingHeld(s);
     policies.forEach((p, i) => {
       const sm = mostWithin(admitted, p.windowMs);
       if (!s.sMost[i] || sm.n > s.sMost[i].n) s.sMost[i] = sm;
     });
-    const fm = mostWithin(s.marks.filter((m) => m.fok).map((m) => m.t), one.windowMs);
+    const fm = mostWithin(fixedHeld(s), one.windowMs);
     if (!s.fMost || fm.n > s.fMost.n) s.fMost = fm;
     s.last = ev;
     s.lastParts = parts;
@@ -190,33 +228,68 @@
     state.dirty = true;
   }
 
-  // onRefund takes back the admitted request whose decision had the
-  // refund's receipt: it no longer counts in the sliding window, nor in the
-  // fixed one simulated beside it, and is drawn as given back.
+  // remember files an admitted mark under its receipt, forgetting the
+  // oldest beyond MAX_RECEIPTS.
+  function remember(s, m) {
+    const same = s.receipts.get(m.receipt);
+    if (same) same.push(m); else s.receipts.set(m.receipt, [m]);
+    if (s.receipts.size > MAX_RECEIPTS) s.receipts.delete(s.receipts.keys().next().value);
+  }
+
+  // recall returns the latest admitted mark filed under receipt, and
+  // unfiles it.
+  function recall(s, receipt) {
+    const same = s.receipts.get(receipt);
+    if (!same) return null;
+    const m = same.pop();
+    if (same.length === 0) s.receipts.delete(receipt);
+    return m;
+  }
+
+  // onRefund takes back what a refund gave of the admitted request whose
+  // decision had the refund's receipt. All of it: the request no longer
+  // counts in the sliding window, nor in the fixed one simulated beside it,
+  // and is drawn as given back. Part of it, the weight a request reserved
+  // and did not use: the request still counts, at what it kept, and the
+  // next refund of it names it by the refund's rest.
   function onRefund(ev) {
     seenServerTime(ev.at);
-    state.feed.unshift(Object.assign({ refund: true }, ev));
+    const s = state.streams.get(ev.route + '\u0000' + ev.key);
+    const m = s && ev.receipt ? recall(s, ev.receipt) : null;
+    const given = typeof ev.given === 'number' ? ev.given : (m ? m.kept : 1);
+    state.feed.unshift(Object.assign({ refund: true, reserved: m ? m.w : null, given }, ev));
     if (state.feed.length > FEED_ROWS) state.feed.length = FEED_ROWS;
     state.feedDirty = true;
-    const s = state.streams.get(ev.route + '\u0000' + ev.key);
-    if (!s || !ev.receipt) return;
-    let m = null;
-    for (let i = s.marks.length - 1; i >= 0; i--) {
-      if (s.marks[i].receipt === ev.receipt && s.marks[i].ok) { m = s.marks[i]; break; }
+    if (!m) return; // its decision came before this page
+    const whole = !ev.rest;
+    const fixedIdx = Math.floor(m.t / s.policies[0].windowMs);
+    const fixedGiven = whole ? m.fkept : Math.min(given, m.fkept);
+    s.given += given;
+    m.kept = whole ? 0 : Math.max(0, m.kept - given);
+    m.receipt = ev.rest || '';
+    if (m.receipt) remember(s, m);
+    if (whole) {
+      m.ok = false;
+      m.back = true;
+      s.admitted--;
+      s.refunded++;
+      if (m.settled) s.settled--;
+      m.settled = false;
+    } else if (!m.settled) {
+      m.settled = true;
+      s.settled++;
     }
-    if (!m) return; // its decision came before this page, or left the drawing
-    m.ok = false;
-    m.back = true;
-    s.admitted--;
-    s.refunded++;
     if (m.fok) {
-      const idx = Math.floor(m.t / s.policies[0].windowMs);
-      const used = s.fCounts.get(idx) || 0;
-      if (used > 0) s.fCounts.set(idx, used - 1);
-      m.fok = false;
-      m.fback = true;
-      s.fAdmitted--;
+      const used = s.fCounts.get(fixedIdx) || 0;
+      if (used > 0) s.fCounts.set(fixedIdx, Math.max(0, used - fixedGiven));
+      m.fkept -= fixedGiven;
+      if (whole) {
+        m.fok = false;
+        m.fback = true;
+        s.fAdmitted--;
+      }
     }
+    s.lastSettle = { at: ev.at, reserved: m.w, given: m.w - m.kept, kept: m.kept, remaining: ev.remaining };
     state.dirty = true;
   }
 
@@ -269,10 +342,12 @@
 
   // The burst a route admits in full when its windows are empty.
   const smallestLimit = (r) => Math.min(...r.policies.map((p) => p.limit));
+  // The burst the page offers: the route's own, or that one.
+  const offeredBurst = (r) => r.burst || smallestLimit(r);
 
   function burstSize() {
     const n = parseInt($('burst-size').value, 10);
-    return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : smallestLimit(currentRoute());
+    return Number.isFinite(n) && n >= 1 ? Math.min(n, 200) : offeredBurst(currentRoute());
   }
 
   // shownKey resolves to the key the server's decisions for an API key come
@@ -422,12 +497,20 @@
       const kind = kindOf(m);
       out.push(kind === 'ok' || kind === 'back'
         ? '<circle class="m-' + kind + '" cx="' + cx + '" cy="' + cy.toFixed(1) + '" r="4.6"/>'
-        : '<path class="m-' + kind + '" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>');
+        : cross(kind, cx, cy));
     }
-    // One "+n" label per cluster of overflowing columns, so labels never overlap.
+    moreLabels(out, more, laneBottom - 9 - rows * 10.5 - 2);
+    return out.join('');
+  }
+
+  const cross = (kind, cx, cy) => '<path class="m-' + kind + '" d="M' + (cx - 3.6) + ' ' + (cy - 3.6).toFixed(1) + 'l7.2 7.2m0-7.2l-7.2 7.2"/>';
+
+  // moreLabels adds to out one "+n" label at height y per cluster of the
+  // columns that more counts marks left out of, so labels never overlap.
+  function moreLabels(out, more, y) {
     let label = null;
     const flush = () => {
-      if (label) out.push('<text class="more" text-anchor="middle" x="' + label.x + '" y="' + (laneBottom - 9 - rows * 10.5 - 2).toFixed(1) + '">+' + label.n + '</text>');
+      if (label) out.push('<text class="more" text-anchor="middle" x="' + label.x + '" y="' + y.toFixed(1) + '">+' + label.n + '</text>');
     };
     for (const col of [...more.keys()].sort((a, b) => a - b)) {
       if (label && col * 10 - label.x < 34) {
@@ -438,7 +521,84 @@
       }
     }
     flush();
+  }
+
+  // bars draws the marks of a route that weighs its requests, in columns of
+  // one bar's width: an admitted request is a bar as tall as its share of
+  // the limit, solid for what the lane still counts of it, stacked from the
+  // bottom, and dashed for what it reserved and gave back (all of it, when
+  // it gave all back), stacked above the solid ones; a refused one is a
+  // cross above its column. viewOf says how to draw a mark: { kind, held,
+  // back }, kind as stack's. The scale fits the limit, drawn as a line
+  // across [left, right], or the tallest column when one is taller (its
+  // given-back parts, or a fixed window's excess); crosses that do not fit
+  // below the lane's labels show as "+n".
+  function bars(marks, x, viewOf, laneBottom, height, limit, left, right) {
+    const cols = new Map();
+    for (const m of marks) {
+      const col = Math.round(x(m.t) / 10);
+      let c = cols.get(col);
+      if (!c) cols.set(col, (c = { units: 0, views: [] }));
+      const v = viewOf(m);
+      c.views.push(v);
+      if (v.kind === 'ok' || v.kind === 'back') c.units += v.held + v.back;
+    }
+    // Room above the bars for the most crosses of any column, up to 40%
+    // of the lane; more show as "+n".
+    const crosses = Math.max(0, ...[...cols.values()].map((c) => c.views.filter((v) => v.kind === 'no' || v.kind === 'other').length));
+    const barsHeight = height - Math.min(crosses > 0 ? crosses * 10.5 + 4 : 0, 0.4 * height);
+    const top = Math.max(limit, ...[...cols.values()].map((c) => c.units));
+    const px = (n) => Math.max(1.5, (n / top) * barsHeight);
+    const ly = (laneBottom - (limit / top) * barsHeight).toFixed(1);
+    const out = ['<line class="limit-line" x1="' + left + '" x2="' + right + '" y1="' + ly + '" y2="' + ly + '"/>'];
+    const more = new Map();
+    for (const [col, c] of cols) {
+      const cx = col * 10;
+      let used = 0;
+      const bar = (kind, n) => {
+        const h = px(n);
+        out.push('<rect class="b-' + kind + '" x="' + (cx - 4) + '" y="' + (laneBottom - used - h).toFixed(1) + '" width="8" height="' + h.toFixed(1) + '" data-weight="' + n + '"/>');
+        used += h;
+      };
+      for (const v of c.views) if (v.kind === 'ok' && (v.held > 0 || v.back === 0)) bar('ok', v.held);
+      for (const v of c.views) if ((v.kind === 'ok' || v.kind === 'back') && v.back > 0) bar('back', v.back);
+      let cy = laneBottom - used - 6;
+      for (const v of c.views) {
+        if (v.kind === 'ok' || v.kind === 'back') continue;
+        if (cy - 3.6 < laneBottom - height) {
+          more.set(col, (more.get(col) || 0) + 1);
+          continue;
+        }
+        out.push(cross(v.kind, cx, cy));
+        cy -= 10.5;
+      }
+    }
+    moreLabels(out, more, laneBottom - height - 2);
     return out.join('');
+  }
+
+  // What each lane draws of a mark on a route that weighs its requests.
+  const slidingView = (m) => (m.ok ? { kind: 'ok', held: m.kept, back: m.w - m.kept } : m.back ? { kind: 'back', held: 0, back: m.w } : { kind: 'no' });
+  const fixedView = (m) => (m.fok ? { kind: 'ok', held: m.fkept, back: m.w - m.fkept } : m.fback ? { kind: 'back', held: 0, back: m.w } : { kind: 'no' });
+
+  // heldIn returns the admitted marks in (now − w, now], oldest first, and
+  // the weight they still hold.
+  function heldIn(s, w, now) {
+    const marks = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : [];
+    return { marks, held: marks.reduce((a, m) => a + m.kept, 0) };
+  }
+
+  // roomIn returns how long until a window of length w that holds in (see
+  // heldIn) has room for one more unit of its limit: until enough of its
+  // oldest marks have left it; 0 when it has room now.
+  function roomIn(inWin, limit, w, now) {
+    let held = inWin.held;
+    if (held < limit) return 0;
+    for (const m of inWin.marks) {
+      held -= m.kept;
+      if (held < limit) return m.t + w - now;
+    }
+    return w;
   }
 
   function drawChart(r, s, now) {
@@ -468,7 +628,7 @@
       p.push('<rect class="lane-bg" x="' + left + '" y="' + y + '" width="' + plotW + '" height="' + laneH + '" rx="4"/>');
       p.push('<text class="lane-title" x="8" y="' + (y + 20) + '">' + title + '</text>');
       p.push('<text class="lane-sub" x="8" y="' + (y + 37) + '">' + sub + '</text>');
-      p.push('<text class="lane-sub" x="8" y="' + (y + 54) + '">' + r.limit + ' per ' + esc(span(w)) + '</text>');
+      p.push('<text class="lane-sub" x="8" y="' + (y + 54) + '">' + esc(inUnit(r, r.limit)) + ' per ' + esc(span(w)) + '</text>');
     }
     p.push('<text class="lane-sub" x="8" y="' + (lane2 + 71) + '">resets every ' + esc(span(w)) + '</text>');
     p.push('<text class="lane-sub" x="8" y="' + (lane1 + 71) + '">window ends now</text>');
@@ -495,22 +655,23 @@
       p.push('<line class="boundary" x1="' + xa.toFixed(1) + '" x2="' + xa.toFixed(1) + '" y1="' + (lane2 - 6) + '" y2="' + (lane2 + laneH) + '"/>');
       const n = s ? (s.fCounts.get(k) || 0) : 0;
       if (n > 0 && x(a) + 40 < left + plotW) {
-        p.push('<text class="fixed-count" x="' + (Math.max(xa, left) + 5).toFixed(1) + '" y="' + (lane2 + 14) + '">' + n + ' / ' + r.limit + '</text>');
+        p.push('<text class="fixed-count" x="' + (Math.max(xa, left) + 5).toFixed(1) + '" y="' + (lane2 + 14) + '">' + fmtOf(r)(n) + ' / ' + fmtOf(r)(r.limit) + '</text>');
       }
     }
 
     // the sliding window (now - w, now]
     const xs = x(now - w), xn = x(now);
     p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (lane1 + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
-    let inWin = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now).length + ' of ' + r.limit : '0 of ' + r.limit;
-    if (s && now < s.knownFrom[0]) inWin = (r.limit - s.last.remaining) + ' of ' + r.limit + ' (server’s count)';
-    p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + inWin + '</text>');
+    const fmt = fmtOf(r);
+    let inWin = fmt(heldIn(s, w, now).held) + ' of ' + inUnit(r, r.limit);
+    if (s && now < s.knownFrom[0]) inWin = fmt(r.limit - s.last.remaining) + ' of ' + inUnit(r, r.limit) + ' (server’s count)';
+    p.push('<text class="band-label" x="' + (xs + 8).toFixed(1) + '" y="' + (lane1 + 16) + '">window (now − ' + esc(span(w)) + ', now]: ' + esc(inWin) + '</text>');
 
     // excess in the fixed lane
     if (s && s.fMost && s.fMost.n > r.limit && s.fMost.to >= t0) {
       const xa = x(s.fMost.from) - 8, xb = x(s.fMost.to) + 8;
       p.push('<rect class="excess" x="' + xa.toFixed(1) + '" y="' + (lane2 + 22) + '" width="' + (xb - xa).toFixed(1) + '" height="' + (laneH - 26) + '" rx="4"/>');
-      const label = s.fMost.n + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' + (s.fMost.n - r.limit) + ' over the limit';
+      const label = inUnit(r, s.fMost.n) + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' + fmt(s.fMost.n - r.limit) + ' over the limit';
       const anchorEnd = xb > left + plotW / 2;
       p.push('<text class="excess-label" text-anchor="' + (anchorEnd ? 'end' : 'start') + '" x="' + (anchorEnd ? xb : xa).toFixed(1) + '" y="' + (lane2 - 8) + '">' + esc(label) + '</text>');
     }
@@ -522,8 +683,13 @@
     // marks
     if (s) {
       const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
-      p.push(stack(visible, x, (m) => (m.ok ? 'ok' : (m.back ? 'back' : 'no')), lane1 + laneH, rows));
-      p.push(stack(visible, x, (m) => (m.fok ? 'ok' : (m.fback ? 'back' : 'no')), lane2 + laneH, rows));
+      if (weighted(r)) {
+        p.push('<g data-lane="sliding">' + bars(visible, x, slidingView, lane1 + laneH - 3, laneH - 33, r.limit, left, left + plotW) + '</g>');
+        p.push('<g data-lane="fixed">' + bars(visible, x, fixedView, lane2 + laneH - 3, laneH - 33, r.limit, left, left + plotW) + '</g>');
+      } else {
+        p.push('<g data-lane="sliding">' + stack(visible, x, (m) => (m.ok ? 'ok' : (m.back ? 'back' : 'no')), lane1 + laneH, rows) + '</g>');
+        p.push('<g data-lane="fixed">' + stack(visible, x, (m) => (m.fok ? 'ok' : (m.fback ? 'back' : 'no')), lane2 + laneH, rows) + '</g>');
+      }
     }
     p.push('</g>');
 
@@ -543,41 +709,48 @@
 
   function drawStats(r, s, now) {
     const w = r.windowMs;
-    setText('s-most-label', 'Most in any ' + span(w));
-    setText('f-most-label', 'Most in any ' + span(w));
-    const admittedIn = s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : [];
+    const fmt = fmtOf(r);
+    const outOf = (n) => fmt(n) + ' / ' + fmt(r.limit);
+    // A route that weighs its requests says its unit once, in the labels.
+    const unit = weighted(r) ? ' (' + r.unit + ')' : '';
+    for (const [id, label] of [['s-inwindow', 'In window now'], ['f-inwindow', 'This fixed window'], ['s-reserved', 'Reserved'], ['s-given', 'Unused, given back'], ['s-cost', 'Cost']]) {
+      setText(id + '-label', label + unit);
+    }
+    setText('s-most-label', 'Most in any ' + span(w) + unit);
+    setText('f-most-label', 'Most in any ' + span(w) + unit);
+    const inWin = heldIn(s, w, now);
     const partial = s && now < s.knownFrom[0];
     if (partial) {
       // Joined mid-window: the server's figures as of its last decision.
       const l = s.last;
-      setText('s-inwindow', (r.limit - l.remaining) + ' / ' + r.limit + '*');
-      setText('s-remaining', l.remaining + '*');
+      setText('s-inwindow', outOf(r.limit - l.remaining) + '*');
+      setText('s-remaining', fmt(l.remaining) + '*');
       const left = l.at + l.retryAfterMs - now;
       setText('s-retry', !l.allowed && left > 0 ? ceilSeconds(left) + ' s' : 'none');
     } else {
-      setText('s-inwindow', admittedIn.length + ' / ' + r.limit);
-      setText('s-remaining', String(Math.max(0, r.limit - admittedIn.length)));
-      if (admittedIn.length >= r.limit) {
-        // The request after the limit fits once the oldest admitted one leaves.
-        const oldest = admittedIn[admittedIn.length - r.limit].t;
-        setText('s-retry', ceilSeconds(oldest + w - now) + ' s');
-      } else {
-        setText('s-retry', 'none');
-      }
+      setText('s-inwindow', outOf(inWin.held));
+      setText('s-remaining', fmt(Math.max(0, r.limit - inWin.held)));
+      // The request after the limit fits once enough of the oldest admitted ones leave.
+      const room = roomIn(inWin, r.limit, w, now);
+      setText('s-retry', room > 0 ? ceilSeconds(room) + ' s' : 'none');
     }
     setText('s-admitted', String(s ? s.admitted : 0));
     setText('s-refused', String(s ? s.refused : 0));
     setText('s-refunded', String(s ? s.refunded : 0));
-    setText('s-most', String(s && s.sMost[0] ? s.sMost[0].n : 0));
+    setText('s-settled', String(s ? s.settled : 0));
+    setText('s-reserved', fmt(s ? s.reserved : 0));
+    setText('s-given', fmt(s ? s.given : 0));
+    setText('s-cost', fmt(s ? s.reserved - s.given : 0));
+    setText('s-most', fmt(s && s.sMost[0] ? s.sMost[0].n : 0));
 
     const idx = Math.floor(now / w);
     const fNow = s ? (s.fCounts.get(idx) || 0) : 0;
-    setText('f-inwindow', fNow + ' / ' + r.limit);
+    setText('f-inwindow', outOf(fNow));
     setText('f-reset', ceilSeconds((idx + 1) * w - now) + ' s');
     setText('f-every', 'every ' + span(w));
     setText('f-admitted', String(s ? s.fAdmitted : 0));
     setText('f-refused', String(s ? s.fRefused : 0));
-    setText('f-most', String(s && s.fMost ? s.fMost.n : 0));
+    setText('f-most', fmt(s && s.fMost ? s.fMost.n : 0));
 
     const sv = $('s-verdict'), fv = $('f-verdict');
     if (!s) {
@@ -585,29 +758,43 @@
       setText('s-verdict', '');
       setText('f-verdict', '');
       setText('s-last', '');
+      setText('s-settle', '');
       return;
     }
     if (s.sMost[0].n > r.limit) {
       sv.dataset.kind = 'excess';
-      setText('s-verdict', s.sMost[0].n + ' admitted within ' + span(w) + ': over the limit of ' + r.limit + '.');
+      setText('s-verdict', inUnit(r, s.sMost[0].n) + ' admitted within ' + span(w) + ': over the limit of ' + fmt(r.limit) + '.');
     } else {
       sv.dataset.kind = 'held';
-      setText('s-verdict', 'Never more than ' + r.limit + ' in any ' + span(w) + '.');
+      setText('s-verdict', 'Never more than ' + inUnit(r, r.limit) + ' in any ' + span(w) + '.');
     }
     if (s.fMost.n > r.limit) {
       fv.dataset.kind = 'excess';
-      setText('f-verdict', s.fMost.n + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' +
-        (s.fMost.n - r.limit) + ' over the limit of ' + r.limit + ' per ' + span(w) + '.');
+      setText('f-verdict', inUnit(r, s.fMost.n) + ' admitted within ' + span(s.fMost.to - s.fMost.from) + ': ' +
+        fmt(s.fMost.n - r.limit) + ' over the limit of ' + fmt(r.limit) + ' per ' + span(w) + '.');
     } else {
       fv.dataset.kind = '';
       setText('f-verdict', 'No excess yet: try “Burst at the boundary”.');
     }
     const l = s.last;
-    let last = 'Last decision at ' + clock(l.at, true) + ': ' + (l.allowed ? 'admitted' : 'refused') +
-      ', server said Remaining ' + l.remaining;
+    let last = 'Last decision at ' + clock(l.at, true) + ': ' + (l.allowed ? 'admitted' : 'refused');
+    if (weighted(r)) {
+      last += ' at ' + inUnit(r, weightOf(l));
+      if (!l.allowed && l.retryAfterMs === 0 && !l.overflow) last += ', which can never fit';
+    }
+    last += ', server said Remaining ' + fmt(l.remaining);
     if (!l.allowed && l.retryAfterMs > 0) last += ', Retry-After ' + ceilSeconds(l.retryAfterMs) + ' s (exactly ' + (l.retryAfterMs / 1000).toFixed(3) + ' s)';
     if (l.overflow) last += ' (the limiter is tracking as many keys as it may)';
     setText('s-last', last + '.' + (partial ? ' * This page joined mid-window, so these are the server’s figures as of that decision; live counts resume at ' + clock(s.knownFrom[0]) + '.' : ''));
+    setText('s-settle', weighted(r) ? settleText(r, s.lastSettle) : '');
+  }
+
+  // settleText says what the last settle of a route that weighs its
+  // requests did: what the request reserved, gave back and kept.
+  function settleText(r, l) {
+    if (!l) return 'No request has settled yet: each gives back what it reserved and did not use.';
+    return 'Last settle at ' + clock(l.at, true) + ': reserved ' + inUnit(r, l.reserved) + ', gave back ' +
+      (l.kept === 0 ? 'all of them' : grouped(l.given)) + ', cost ' + grouped(l.kept) + '; server said Remaining ' + grouped(l.remaining) + '.';
   }
 
   // ---------- several policies ----------
@@ -642,7 +829,7 @@
       p.push('<g class="policy-lane" data-policy="' + esc(pol.name) + '"' + (refused ? ' data-refused="1"' : '') + '>');
       p.push('<rect class="lane-bg" x="' + left + '" y="' + y + '" width="' + plotW + '" height="' + laneH + '" rx="4"/>');
       p.push('<text class="lane-title" x="8" y="' + (y + 20) + '">' + esc(pol.name || r.name) + '</text>');
-      p.push('<text class="lane-sub" x="8" y="' + (y + 37) + '">' + pol.limit + ' per ' + esc(span(w)) + '</text>');
+      p.push('<text class="lane-sub" x="8" y="' + (y + 37) + '">' + esc(inUnit(r, pol.limit)) + ' per ' + esc(span(w)) + '</text>');
       if (parts && parts[i]) {
         p.push('<text class="' + (refused ? 'lane-refused' : 'lane-sub') + '" x="8" y="' + (y + 54) + '">' +
           (refused ? '✕ refused the last request' : (s.last.allowed ? 'admitted the last request' : 'had room for the last request')) + '</text>');
@@ -659,13 +846,18 @@
       }
       const xs = x(now - w), xn = x(now);
       p.push('<rect class="band" x="' + xs.toFixed(1) + '" y="' + (y + 1) + '" width="' + (xn - xs).toFixed(1) + '" height="' + (laneH - 2) + '" rx="3"/>');
-      const label = 'window (now − ' + span(w) + ', now]: ' + inWindowText(s, i, pol, now, ' of ');
+      const label = 'window (now − ' + span(w) + ', now]: ' + inWindowText(r, s, i, pol, now, ' of ');
       p.push('<text class="band-label" x="' + (Math.max(xs, left) + 8).toFixed(1) + '" y="' + (y + 16) + '">' + esc(label) + '</text>');
       p.push('<line class="now" x1="' + xn.toFixed(1) + '" x2="' + xn.toFixed(1) + '" y1="' + (y - (i === 0 ? 8 : 0)) + '" y2="' + (y + laneH) + '"/>');
       if (i === 0) p.push('<text class="now-label" text-anchor="middle" x="' + xn.toFixed(1) + '" y="' + (y - 11) + '">now</text>');
       if (s) {
         const visible = s.marks.filter((m) => m.t >= t0 - 1000 && m.t <= t1);
-        p.push(stack(visible, x, (m) => (m.ok ? 'ok' : m.back ? 'back' : (m.no && m.no[i] ? 'no' : 'other')), y + laneH, rows));
+        if (weighted(r)) {
+          const view = (m) => (m.ok || m.back ? slidingView(m) : { kind: m.no && m.no[i] ? 'no' : 'other' });
+          p.push(bars(visible, x, view, y + laneH - 3, laneH - 33, pol.limit, left, left + plotW));
+        } else {
+          p.push(stack(visible, x, (m) => (m.ok ? 'ok' : m.back ? 'back' : (m.no && m.no[i] ? 'no' : 'other')), y + laneH, rows));
+        }
       }
       p.push('</g></g>');
     });
@@ -676,17 +868,15 @@
     chart.innerHTML = p.join('');
   }
 
-  // admittedWithin returns the admitted marks in (now − w, now], oldest first.
-  const admittedWithin = (s, w, now) => (s ? s.marks.filter((m) => m.ok && m.t > now - w && m.t <= now) : []);
-
   // inWindowText says how many events policy i holds now: counted from the
   // marks, or the server's figure while the page has not yet seen a whole
   // window (see knownFrom).
-  function inWindowText(s, i, pol, now, sep) {
+  function inWindowText(r, s, i, pol, now, sep) {
+    const fmt = fmtOf(r);
     if (s && now < s.knownFrom[i] && s.lastParts && s.lastParts[i]) {
-      return (pol.limit - s.lastParts[i].remaining) + sep + pol.limit + '*';
+      return fmt(pol.limit - s.lastParts[i].remaining) + sep + inUnit(r, pol.limit) + '*';
     }
-    return admittedWithin(s, pol.windowMs, now).length + sep + pol.limit;
+    return fmt(heldIn(s, pol.windowMs, now).held) + sep + inUnit(r, pol.limit);
   }
 
   function policySummary(r, s, policies) {
@@ -718,25 +908,27 @@
       const tr = body.children[i];
       const cell = (c, text) => { const td = tr.querySelector('.' + c); if (td.textContent !== text) td.textContent = text; };
       const w = pol.windowMs;
-      const admittedIn = admittedWithin(s, w, now);
+      const inWin = heldIn(s, w, now);
       const partial = s && now < s.knownFrom[i] && s.lastParts && s.lastParts[i];
+      const fmt = fmtOf(r);
       cell('p-name', pol.name || r.name);
-      cell('p-limit', pol.limit + ' per ' + span(w));
-      cell('p-inwindow', inWindowText(s, i, pol, now, ' / '));
+      cell('p-limit', inUnit(r, pol.limit) + ' per ' + span(w));
+      cell('p-inwindow', inWindowText(r, s, i, pol, now, ' / '));
       if (partial) {
         const l = s.lastParts[i];
-        cell('p-remaining', l.remaining + '*');
+        cell('p-remaining', fmt(l.remaining) + '*');
         const left = s.last.at + l.retryAfterMs - now;
         cell('p-retry', !l.allowed && left > 0 ? ceilSeconds(left) + ' s' : 'none');
       } else {
-        cell('p-remaining', String(Math.max(0, pol.limit - admittedIn.length)));
-        // One more fits this policy once its oldest admitted event leaves.
-        cell('p-retry', admittedIn.length >= pol.limit ? ceilSeconds(admittedIn[admittedIn.length - pol.limit].t + w - now) + ' s' : 'none');
+        cell('p-remaining', fmt(Math.max(0, pol.limit - inWin.held)));
+        // One more fits this policy once enough of its oldest admitted events leave.
+        const room = roomIn(inWin, pol.limit, w, now);
+        cell('p-retry', room > 0 ? ceilSeconds(room) + ' s' : 'none');
       }
       cell('p-refused', String(s ? s.refusedBy[i] : 0));
       const most = s && s.sMost[i] ? s.sMost[i].n : 0;
-      cell('p-most', String(most));
-      cell('p-verdict', !s ? '' : most > pol.limit ? '⚠ ' + most + ' within ' + span(w) + ': over the limit' : '✓ never over');
+      cell('p-most', fmt(most));
+      cell('p-verdict', !s ? '' : most > pol.limit ? '⚠ ' + fmt(most) + ' within ' + span(w) + ': over the limit' : '✓ never over');
       tr.dataset.refused = s && s.lastParts && s.lastParts[i] && !s.lastParts[i].allowed ? '1' : '';
     });
     setText('m-admitted', String(s ? s.admitted : 0));
@@ -787,6 +979,15 @@
     return parts.length > 1 ? ' by ' + refusers(parts).join(' and ') : '';
   }
 
+  // settledText says what a refund on a route that weighs its requests gave
+  // back: part of what the request held, or all of it.
+  function settledText(r, ev) {
+    const held = weightOf(ev);
+    const of = ev.reserved !== null && ev.reserved !== held ? ' (it reserved ' + grouped(ev.reserved) + ')' : '';
+    if (!ev.rest) return '○ given back: all ' + inUnit(r, ev.given) + ' it held' + of;
+    return '◐ settled: ' + grouped(ev.given) + ' of ' + inUnit(r, held) + ' given back, ' + grouped(held - ev.given) + ' kept' + of;
+  }
+
   function drawFeed() {
     if (!state.feedDirty) return;
     state.feedDirty = false;
@@ -794,15 +995,17 @@
     const rows = state.feed.map((ev) => {
       const r = state.byName.get(ev.route);
       const tr = document.createElement('tr');
-      let result = ev.allowed ? '● admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : '✕ 429 refused' + byWhom(ev));
-      if (ev.refund) result = '○ given back (answered below 400)';
+      const never = !ev.allowed && !ev.refund && !ev.overflow && ev.retryAfterMs === 0; // 413: no wait would help
+      let result = ev.allowed ? '● admitted' : (ev.overflow ? '✕ 429 refused (too many keys)' : never ? '✕ 413 can never fit' : '✕ 429 refused' + byWhom(ev));
+      if (weighted(r) && !ev.refund) result += ', ' + inUnit(r, weightOf(ev)) + (ev.allowed ? ' reserved' : '');
+      if (ev.refund) result = weighted(r) ? settledText(r, ev) : '○ given back (answered below 400)';
       const cells = [
         clock(ev.at, true),
         r ? r.method + ' ' + r.path : ev.route,
         ev.key,
         result,
-        String(ev.remaining),
-        ev.allowed || ev.refund ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
+        fmtOf(r)(ev.remaining),
+        ev.allowed || ev.refund || never ? '' : ceilSeconds(ev.retryAfterMs) + ' s',
       ];
       cells.forEach((text, i) => {
         const td = document.createElement('td');
@@ -834,7 +1037,7 @@
     } else {
       // One policy: the sliding window beside a simulated fixed one.
       document.body.dataset.view = 'single';
-      const one = { name: r.name, method: r.method, path: r.path, limit: policies[0].limit, windowMs: policies[0].windowMs };
+      const one = { name: r.name, method: r.method, path: r.path, unit: r.unit, limit: policies[0].limit, windowMs: policies[0].windowMs };
       drawStats(one, s, now);
       drawChart(one, s, now);
     }
@@ -850,8 +1053,9 @@
   function selectRoute(name) {
     state.route = name;
     const r = currentRoute();
-    $('burst-size').value = String(smallestLimit(r));
+    $('burst-size').value = String(offeredBurst(r));
     document.body.dataset.refunds = r.refunds ? '1' : '';
+    document.body.dataset.settles = weighted(r) ? '1' : '';
     setText('route-note', r.note || '');
     const fields = Object.entries(r.form || {}).flatMap(([field, value]) => {
       const label = document.createElement('label');
@@ -892,7 +1096,7 @@
       state.byName.set(r.name, r);
       const o = document.createElement('option');
       o.value = r.name;
-      o.textContent = r.method + ' ' + r.path + ' (' + r.policies.map((p) => p.limit + ' per ' + span(p.windowMs)).join(' and ') + ')';
+      o.textContent = r.method + ' ' + r.path + ' (' + r.policies.map((p) => inUnit(r, p.limit) + ' per ' + span(p.windowMs)).join(' and ') + ')';
       sel.append(o);
     }
     // Without ?route=, show the route with the shortest window: its next

@@ -1,9 +1,4 @@
-// Package bypasstest checks that a client cannot lift its own limit through
-// the identity it sends: through httplimit, in both failure modes, with
-// identities too long or too empty for a store to place. Every backend runs
-// it: the in-process limiter and a stand-in with the Redis backend's key
-// rules in httplimit's tests, the real Redis backend in its own module.
-package bypasstest
+package backendtest
 
 import (
 	"errors"
@@ -18,23 +13,20 @@ import (
 	"github.com/keyrate/keyrate/middleware"
 )
 
-// NewBackend returns an empty backend that admits limit events per key in
-// any window, closed when the test ends.
-type NewBackend func(t *testing.T, limit int, window time.Duration) keyrate.Backend
-
-const (
-	limit    = 3
-	window   = time.Minute
-	requests = 10
-)
-
-// Run sends the same request ten times for each identity, under a limit of
-// three, and checks that at most three are served: exactly three for long
+// RunIdentities checks that a client cannot lift its own limit through the
+// identity it sends, behind httplimit, in both failure modes, with
+// identities too long or too empty for a store to place. It sends the same
+// request ten times for each identity, under a limit of three, and checks that at most three are served: exactly three for long
 // identities (bounded, never refused as invalid, never let through as a
 // store failure), none for an empty one (answered 400 and reported to
 // OnError), in FailOpen and FailClosed alike, with and without a route. Two
 // long identities that differ only in their last byte keep two budgets.
-func Run(t *testing.T, newBackend NewBackend) {
+func RunIdentities(t *testing.T, newBackend NewBackend) {
+	const (
+		limit    = 3
+		window   = time.Minute
+		requests = 10
+	)
 	long := strings.Repeat("k", 1<<10)
 	quarter := strings.Repeat("h", 256)
 	joined := http.Header{"A": {quarter}, "B": {quarter}, "C": {quarter}, "D": {quarter}}
@@ -64,7 +56,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 			for _, c := range cases {
 				t.Run(mode.name+"/route="+route+"/"+c.name, func(t *testing.T) {
 					var errs []error
-					m, err := httplimit.New(newBackend(t, limit, window),
+					m, err := httplimit.New(newBackend(t, limit, window, keyrate.NewManualClock(start)),
 						httplimit.WithWindow(window),
 						httplimit.WithRoute(route),
 						httplimit.WithFailureMode(mode.mode),

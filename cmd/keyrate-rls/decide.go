@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keyrate/keyrate"
+)
+
+// decide fills in the decisions of the items that count, for a request of
+// domain, and reports whether the request is refused (before SHADOW_MODE,
+// which only changes the answer); label is the domain as metrics and logs
+// name it.
+//
+// Each descriptor counts at its own weight, and one store call decides
+// them all, atomically: the common case is that one call. A request that
+// passes although some of its descriptors are over their limits (a
+// descriptor in shadow mode; in quota mode, some but not all) is let
+// through and recorded against the descriptors that have room and are
+// not in shadow mode, with a further call each time a race makes one of
+// those refuse too, each call itself atomic. A request that a descriptor
+// of weight 0 (checked, not counted) or a limit of 0 may refuse is first
+// checked whole, recording nothing, so that a refusal records nothing
+// anywhere. With the Redis deny cache, descriptors a cached refusal kept
+// from Redis are then checked there, so that their statuses tell how
+// they stand.
+func (s *service) decide(ctx context.Context, domain, label string, items []item) (bool, error) {
+	var live []int // the items the store decides: counted, not a limit of 0
+	check := false
+	for i := range items {
+		it := &items[i]
+		if !it.counts() {
+			continue
+		}
+		if it.rule.blocked {
+			it.over = true
+			check = check || !it.rule.shadow
+			continue
+		}
+		live = append(live, i)
+		check = check || it.weight == 0 && !it.rule.shadow
+	}
+	if len(live) == 0 {
+		refused := s.refuses(items)
+		s.observe(label, items, 0, false, refused)
+		return refused, nil
+	}
+	start := time.Now()
+	failed := func(err error) (bool, error) { return false, s.failed(ctx, label, err, start) }
+	if check {
+		if _, err := s.take(ctx, domain, items, live, true); err != nil {
+			return failed(err)
+		}
+		for _, i := range live {
+			it := &items[i]
+			it.over = it.d.Remaining < max(it.weight, 1)
+		}
+		if s.refuses(items) {
+			s.observe(label, items, time.Since(start), true, true)
+			return true, nil
+		}
+		counted := live[:0:0]
+		for _, i := range live {
+			if items[i].weight > 0 {
+				counted = append(counted, i)
+			}
+		}
+		live = counted
+	}
+	asked := live
+	refused := false
+	for len(live) > 0 {
+		ok, err := s.take(ctx, domain, items, live, false)
+		if err != nil {
+			return failed(err)
+		}
+		if ok {
+			for _, i := range live {
+				items[i].over, items[i].recorded = false, true
+			}
+			break
+		}
+		for _, i := range live {
+			items[i].over = !items[i].d.Allowed
+		}
+		if refused = s.refuses(items); refused {
+			break
+		}
+		// Let through: record it against what has room and is enforced.
+		// Each round leaves out at least the item that refused the last.
+		next := live[:0:0]
+		for _, i := range live {
+			if it := &items[i]; !it.over && !it.rule.shadow {
+				next = append(next, i)
+			}
+		}
+		live = next
+	}
+	var unasked []int
+	for _, i := range asked {
+		if it := &items[i]; !it.recorded && len(it.d.Policies()) == 0 {
+			unasked = append(unasked, i)
+		}
+	}
+	if len(unasked) > 0 {
+		// Only to describe them: the request is decided, and may have been
+		// recorded, so an error here leaves them undescribed.
+		if _, err := s.take(ctx, domain, items, unasked, true); err != nil {
+			unasked = nil
+		}
+		for _, i := range unasked {
+			it := &items[i]
+			it.over = it.d.Remaining < max(it.weight, 1)
+		}
+	}
+	s.observe(label, items, time.Since(start), true, refused)
+	return refused, nil
+}
+
+// refuses applies the rule of the overall code to the items' over flags:
+// a request is refused when a descriptor in neither shadow nor quota mode
+// is over its limit, or when it has descriptors in quota mode and every
+// one of them is over, as envoyproxy/ratelimit decides it (a descriptor
+// in both shadow and quota mode counts as a quota descriptor that passes).
+func (s *service) refuses(items []item) bool {
+	quotas, quotasOver := 0, 0
+	for i := range items {
+		it := &items[i]
+		if !it.counts() {
+			continue
+		}
+		switch {
+		case it.rule.quota || s.opts.quota:
+			quotas++
+			if it.over && !it.rule.shadow {
+				quotasOver++
+			}
+		case it.rule.shadow:
+		case it.over:
+			return true
+		}
+	}
+	return quotas > 0 && quotas == quotasOver
+}
+
+// take asks the store about the items at idx, each at its weight, or at 0
+// when check is set (recording nothing), and sets their decisions. It
+// reports whether the store admitted the request.
+func (s *service) take(ctx context.Context, domain string, items []item, idx []int, check bool) (bool, error) {
+	hits := make([]keyrate.Hit, len(idx))
+	for j, i := range idx {
+		hits[j] = keyrate.Hit{Key: items[i].key}
+		if !check {
+			hits[j].N = items[i].weight
+		}
+	}
+	ds, ok, err := s.store.TakeAll(ctx, domain, hits)
+	if err != nil {
+		return false, err
+	}
+	for j, i := range idx {
+		items[i].d = ds[j]
+	}
+	return ok, nil
+}
+
+// failed answers a request the store could not decide: with the status of
+// ctx, the request's, when it ended (the client gave up), else
+// UNAVAILABLE, a store past its time budget included.
+func (s *service) failed(ctx context.Context, domain string, err error, start time.Time) error {
+	s.metrics.storeError(domain, err, time.Since(start))
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+}

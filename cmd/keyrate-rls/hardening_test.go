@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The tests in this file attack the binary as a client could: with idle
+// connections, stalled calls, a slow Redis and weights as large as the
+// protocol carries. Each talks to loopback only, bounded in count and
+// time.
+
+// raiseFileLimit makes sure this process may hold n more files open, up
+// to its hard limit, and skips the test when that is too low.
+func raiseFileLimit(t *testing.T, n int) {
+	t.Helper()
+	var r syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r))
+	want := uint64(n + 512)
+	if r.Cur >= want {
+		return
+	}
+	if r.Max < want {
+		t.Skipf("this test holds %d connections; the hard limit of open files is %d (raise it: ulimit -Hn %d)", n, r.Max, want)
+	}
+	r.Cur = want
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r))
+}
+
+// loopbackDialer dials from 127.0.0.x: loopback has all of 127.0.0.0/8,
+// so that one machine's test can be many clients.
+func loopbackDialer(x int) *net.Dialer {
+	return &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(x))}}
+}
+
+// http2Preface is what an HTTP/2 client sends first: the preface and an
+// empty SETTINGS frame. A connection that sent it and nothing more is an
+// idle HTTP/2 connection to the server.
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+// holdIdle opens n connections to addr from `from` loopback addresses in
+// turn (127.0.0.10 on), writing hello on each, and keeps them open until
+// the test ends.
+func holdIdle(t *testing.T, addr string, n, from int, hello string) {
+	t.Helper()
+	var mu sync.Mutex
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range from { // an opener per address, all at once
+		wg.Go(func() {
+			d := loopbackDialer(10 + w)
+			d.Timeout = time.Second
+			for range n / from {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					continue // the server's backlog or a cap: the test counts on the server, not on these
+				}
+				c.Write([]byte(hello))
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Greater(t, len(conns), n/2, "connections opened")
+}
+
+// rss returns a process's resident set in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc to read a process's memory from: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/PID/status")
+	return 0
+}
+
+// While 5,000 idle connections from 40 addresses are held on either port,
+// a client from another address is still served, at once, on both; the
+// service holds a bounded number of them. The binary runs with 2,048 open
+// files, so that an unbounded server would run out long before.
+func TestIdleConnectionsLockNoOneOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds 5,000 connections")
+	}
+	const held, from = 5000, 40
+	raiseFileLimit(t, 2*held)
+	s := startBinaryUnder(t, []string{"/bin/sh", "-c", `ulimit -n 2048 && exec "$0" "$@"`}, nil,
+		"-config", writeTemp(t, binaryConfig(t)), "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0", "-reload-interval", "0")
+	before := rss(t, s.cmd.Process.Pid)
+	grpcClient := func(x int) rlspb.RateLimitServiceClient {
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return loopbackDialer(x).DialContext(ctx, "tcp", addr)
+			}))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		return rlspb.NewRateLimitServiceClient(conn)
+	}
+	served := func(x int) {
+		t.Helper()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := grpcClient(x).ShouldRateLimit(ctx, request("d", desc("b", "from-"+strconv.Itoa(x))))
+		if assert.NoError(t, err, "gRPC from 127.0.0.%d", x) {
+			assert.Equal(t, rlspb.RateLimitResponse_OK, resp.GetOverallCode())
+		}
+		assert.Less(t, time.Since(start), time.Second)
+
+		start = time.Now()
+		hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: loopbackDialer(x + 1).DialContext}}
+		hr, err := hc.Get(s.httpBase + "/healthcheck")
+		if assert.NoError(t, err, "HTTP from 127.0.0.%d", x+1) {
+			hr.Body.Close()
+			assert.Equal(t, http.StatusOK, hr.StatusCode)
+		}
+		assert.Less(t, time.Since(start), time.Second)
+	}
+
+	holdIdle(t, s.grpcAddr, held, from, http2Preface)
+	served(200)
+	holdIdle(t, strings.TrimPrefix(s.httpBase, "http://"), held, from, "")
+	served(210)
+	grew := rss(t, s.cmd.Process.Pid) - before
+	t.Logf("memory grew by %d MB, holding %d connections of %d opened", grew>>20, s.metric(t, "keyrate_rls_connections"), 2*held)
+	assert.Less(t, grew, int64(200<<20), "memory held for the connections")
+	assert.Contains(t, s.log.String(), "-max-conns lowered to what the limit of open files allows")
+}
+
+// writeTemp writes content to a new file and returns its path.
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	path := t.TempDir() + "/rules.yaml"
+	write(t, path, content)
+	return path
+}
+
+// Calls whose request never comes hold at most -max-in-flight places, and
+// -max-streams-per-conn on one connection: past them a call is refused at
+// once, and once they end, calls are served again.
+func TestStalledCallsAreBounded(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-max-in-flight", "8", "-max-streams-per-conn", "4")
+	const method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 { // three connections, each with as many stalled calls as it may have
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		for range 4 {
+			// Headers, no message: the call waits for its request.
+			_, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, method)
+			require.NoError(t, err)
+		}
+	}
+	var err error
+	require.Eventually(t, func() bool {
+		callCtx, callCancel := context.WithTimeout(context.Background(), time.Second)
+		defer callCancel()
+		_, err = s.client.ShouldRateLimit(callCtx, request("d", desc("b", "stalled")))
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond, "a call past -max-in-flight is refused")
+	assert.Equal(t, codes.Unavailable, status.Code(err), "a call past -max-in-flight: %v", err)
+
+	cancel() // the stalled calls end
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := s.client.ShouldRateLimit(ctx, request("d", desc("b", "after")))
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "served once the stalled calls ended")
+}
+
+// A slow Redis (every client paused for 400ms, as a saturated host is) is
+// waited for by default: the call is answered, not failed with the
+// UNAVAILABLE that Envoy admits unlimited.
+func TestSlowRedisIsWaitedFor(t *testing.T) {
+	addr := startRedis(t)
+	s := startServer(t, binaryConfig(t), "-redis", addr)
+	r := request("d", desc("b", "slow"))
+	require.Equal(t, "OK | OK 4/5 HOUR", s.ask(t, r))
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	require.NoError(t, c.ClientPause(context.Background(), 400*time.Millisecond).Err())
+	start := time.Now()
+	got := s.ask(t, r)
+	took := time.Since(start)
+	assert.Equal(t, "OK | OK 3/5 HOUR", got)
+	assert.Greater(t, took, 250*time.Millisecond, "the call waited for the paused Redis")
+}
+
+// bombs are seven requests of the largest weight and limit the protocol
+// carries, 2^31-1, that a client can send: a descriptor's hits_addend on
+// a rule of that limit, and limit overrides of it.
+func bombs() []*rlspb.RateLimitRequest {
+	var rs []*rlspb.RateLimitRequest
+	for i := range 7 {
+		d := desc("huge", "k"+strconv.Itoa(i))
+		d.HitsAddend = wrapperspb.UInt64(math.MaxInt32)
+		if i%2 == 1 {
+			d = desc("b", "k"+strconv.Itoa(i))
+			d.HitsAddend = wrapperspb.UInt64(math.MaxInt32)
+			d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: math.MaxInt32, Unit: typev3.RateLimitUnit_HOUR}
+		}
+		rs = append(rs, request("d", d))
+	}
+	return rs
+}
+
+// Seven requests of weight 2^31-1 leave the service's memory within 300 MB
+// of where it was, each answered within 2s: in process, and in the local
+// fallback while Redis is down. When a decision of weight n cost n
+// entries, seven such requests took the service to 11.5 GB.
+func TestWeightBomb(t *testing.T) {
+	config := binaryConfig(t) + "\n  - key: huge\n    rate_limit: {unit: hour, requests_per_unit: 2147483647}\n"
+	bomb := func(t *testing.T, s *server) {
+		before := rss(t, s.cmd.Process.Pid)
+		for i, r := range bombs() {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			resp, err := s.client.ShouldRateLimit(ctx, r)
+			cancel()
+			require.NoError(t, err, "request %d", i)
+			assert.Equal(t, rlspb.RateLimitResponse_OK, resp.GetOverallCode(), "request %d: the weight fits the limit", i)
+			assert.Less(t, time.Since(start), 2*time.Second, "request %d", i)
+		}
+		grew := rss(t, s.cmd.Process.Pid) - before
+		t.Logf("memory grew by %d MB", grew>>20)
+		assert.Less(t, grew, int64(300<<20), "memory grew by %d MB", grew>>20)
+	}
+	t.Run("InProcess", func(t *testing.T) {
+		bomb(t, startServer(t, config))
+	})
+	t.Run("RedisFallback", func(t *testing.T) {
+		addr := startRedis(t)
+		s := startServer(t, config, "-redis", addr, "-redis-fallback", "1", "-redis-timeout", "100ms")
+		pid := redisPID(t, addr)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+		defer syscall.Kill(pid, syscall.SIGCONT)
+		// The first call waits out the budget and opens the breaker; the
+		// fallback decides from then on.
+		s.ask(t, request("d", desc("b", "open-the-breaker")))
+		bomb(t, s)
+	})
+}

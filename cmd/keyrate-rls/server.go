@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// Connection defaults. A connection costs a file descriptor and some 20 to
+// 40 KB once idle; Envoy holds one or a few per worker thread to each
+// replica, so the defaults leave ample room for a fleet of Envoys and
+// bound a flood of idle connections to about 150 MB.
+const (
+	defaultMaxConns        = 4096
+	defaultMaxConnsPerAddr = 256
+	// fileReserve is the file descriptors kept for all but client
+	// connections (Redis, the rules, logs) when the limit of open files
+	// bounds -max-conns.
+	fileReserve = 256
+)
+
+// grpcLimits bound what gRPC clients hold.
+type grpcLimits struct {
+	// streamsPerConn is the concurrent calls a connection may have (the
+	// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS the server sends): Envoy
+	// opens another connection when it needs more.
+	streamsPerConn int
+	// inFlight bounds the calls in flight on all connections together,
+	// each a goroutine and buffers, counted from its headers on, so that
+	// calls whose request never comes cannot pile up.
+	inFlight int
+	// maxAge and maxAgeGrace are GRPC_MAX_CONNECTION_AGE and its _GRACE:
+	// how long a connection lives before the server asks its client to
+	// move to a new one, and how long it then has.
+	maxAge, maxAgeGrace time.Duration
+	// idle closes a connection with no call for that long.
+	idle time.Duration
+}
+
+// defaultGRPCLimits: 128 concurrent calls per connection is more than an
+// Envoy worker has in flight to one replica at tens of thousands of
+// requests a second; 4,096 calls in flight is some 50 MB at most.
+var defaultGRPCLimits = grpcLimits{
+	streamsPerConn: 128,
+	inFlight:       4096,
+	maxAge:         24 * time.Hour, // envoyproxy/ratelimit's defaults
+	maxAgeGrace:    time.Hour,
+	idle:           5 * time.Minute,
+}
+
+// The keepalive policy: the server pings a connection idle for
+// keepaliveTime and closes it when no answer comes within keepaliveTimeout
+// (a client gone without closing); a client that pings more often than
+// every minPingInterval is told to go away (a ping flood costs the server
+// a reply each).
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	minPingInterval  = 5 * time.Second
+	// handshakeTimeout closes a connection that has not sent the HTTP/2
+	// preface by then.
+	handshakeTimeout = 10 * time.Second
+	// maxMessage bounds a request's size and its headers'. A request with
+	// every descriptor Envoy allows fits many times over.
+	maxMessage = 1 << 20
+)
+
+// servers are the service's listeners and servers: gRPC, HTTP, and the
+// optional debug and Prometheus ones, all under one connection pool.
+type servers struct {
+	pool                   *connPool
+	grpcLn, httpLn         net.Listener
+	debugLn, promLn        net.Listener // nil when not served
+	gs                     *grpc.Server
+	hs                     *health.Server
+	hsrv, debugSrv, prmSrv *http.Server
+	healthyWithConfig      bool
+	ready, hasDomains      atomic.Bool
+	rules                  atomic.Pointer[ruleSet]
+}
+
+// newRegistry returns the metrics for o, and their registry.
+func newRegistry(o options) (*metrics, *prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.nearRatio, m.responseMillis, m.redis = o.nearRatio, o.responseMillis, o.redis != nil
+	return m, reg, nil
+}
+
+// newServers listens on o's addresses and returns the servers of svc,
+// not yet serving.
+func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, log *slog.Logger) (*servers, error) {
+	total := o.maxConns
+	if limit := fileLimit(); limit > 0 && total > limit-fileReserve {
+		total = max(limit-fileReserve, 64)
+		log.Warn("-max-conns lowered to what the limit of open files allows", "max_conns", total, "open_files", limit)
+	}
+	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr), healthyWithConfig: o.healthyWithConfig}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_connections",
+		Help: "Connections open on all ports, at most -max-conns.",
+	}, func() float64 { return float64(s.pool.Open()) }))
+	ok := false
+	defer func() {
+		if !ok {
+			s.close()
+		}
+	}()
+	var err error
+	if o.grpcUDS != "" {
+		if fi, err := os.Lstat(o.grpcUDS); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(o.grpcUDS) // left by a process that did not exit cleanly
+		}
+		s.grpcLn, err = net.Listen("unix", o.grpcUDS)
+	} else {
+		s.grpcLn, err = net.Listen("tcp", o.grpcAddr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.httpLn, err = net.Listen("tcp", o.httpAddr); err != nil {
+		return nil, err
+	}
+	if o.debugAddr != "" {
+		if s.debugLn, err = net.Listen("tcp", o.debugAddr); err != nil {
+			return nil, err
+		}
+	}
+	if o.promAddr != "" {
+		if s.promLn, err = net.Listen("tcp", o.promAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	var inFlight atomic.Int64
+	g := o.grpc
+	s.gs = grpc.NewServer(
+		grpc.MaxConcurrentStreams(uint32(g.streamsPerConn)),
+		grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+			if inFlight.Add(1) > int64(g.inFlight) {
+				inFlight.Add(-1)
+				return nil, status.Error(codes.Unavailable, "too many calls in flight")
+			}
+			// The call's context ends when the call does, however it ends.
+			context.AfterFunc(ctx, func() { inFlight.Add(-1) })
+			return ctx, nil
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     g.idle,
+			MaxConnectionAge:      g.maxAge,
+			MaxConnectionAgeGrace: g.maxAgeGrace,
+			Time:                  keepaliveTime,
+			Timeout:               keepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.MaxHeaderListSize(maxMessage),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			start := time.Now()
+			resp, err := h(ctx, req)
+			m.served(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:], time.Since(start))
+			return resp, err
+		}),
+	)
+	rlspb.RegisterRateLimitServiceServer(s.gs, svc)
+	s.hs = health.NewServer()
+	healthpb.RegisterHealthServer(s.gs, s.hs)
+	reflection.Register(s.gs) // so that grpcurl lists and describes the services
+	s.hsrv = httpServer(newHTTPHandler(svc, s.healthy, reg), 15*time.Second)
+	if s.debugLn != nil {
+		s.debugSrv = httpServer(s.debugHandler(reg), time.Minute) // a CPU profile takes 30s
+	}
+	if s.promLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+o.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		s.prmSrv = httpServer(mux, 15*time.Second)
+	}
+	ok = true
+	return s, nil
+}
+
+// httpServer returns a server of h with timeouts that keep idle and slow
+// clients from holding its connections.
+func httpServer(h http.Handler, write time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      write,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// debugHandler serves envoyproxy/ratelimit's debug endpoints that mean
+// something here: /rlconfig (the rules loaded), /metrics and the pprof
+// profiles.
+func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	endpoints := map[string]string{
+		"/rlconfig":     "print out the currently loaded configuration for debugging",
+		"/metrics":      "the metrics, in Prometheus's format",
+		"/debug/pprof/": "root of various pprof endpoints. hit for help.",
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		for _, p := range []string{"/debug/pprof/", "/metrics", "/rlconfig"} {
+			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
+		}
+	})
+	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if rs := s.rules.Load(); rs != nil {
+			io.WriteString(w, rs.dump())
+		}
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// setRules records the rules loaded, for /rlconfig and the health checks.
+func (s *servers) setRules(rs *ruleSet) {
+	s.rules.Store(rs)
+	s.hasDomains.Store(len(rs.domains) > 0)
+	s.updateHealth()
+}
+
+// healthy reports whether /healthcheck answers 200: serving, and with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, with a domain loaded.
+func (s *servers) healthy() bool {
+	return s.ready.Load() && (!s.healthyWithConfig || s.hasDomains.Load())
+}
+
+func (s *servers) updateHealth() {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.healthy() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.hs.SetServingStatus("", st)
+}
+
+// serve starts every server; the channel gets the first one's error.
+func (s *servers) serve() <-chan error {
+	served := make(chan error, 4)
+	go func() { served <- s.gs.Serve(s.pool.listen(s.grpcLn)) }()
+	go func() { served <- s.hsrv.Serve(s.pool.listen(s.httpLn)) }()
+	if s.debugSrv != nil {
+		go func() { served <- s.debugSrv.Serve(s.pool.listen(s.debugLn)) }()
+	}
+	if s.prmSrv != nil {
+		go func() { served <- s.prmSrv.Serve(s.pool.listen(s.promLn)) }()
+	}
+	s.ready.Store(true)
+	s.updateHealth()
+	return served
+}
+
+// notReady makes the health checks fail, for a shutdown.
+func (s *servers) notReady() {
+	s.ready.Store(false)
+	s.hs.Shutdown()
+}
+
+// shutdown stops the servers gracefully, waiting up to timeout for the
+// calls in flight.
+func (s *servers) shutdown(timeout time.Duration, log *slog.Logger) {
+	stopped := make(chan struct{})
+	go func() {
+		s.gs.GracefulStop()
+		close(stopped)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, h := range []*http.Server{s.hsrv, s.debugSrv, s.prmSrv} {
+		if h != nil {
+			if err := h.Shutdown(ctx); err != nil {
+				log.Warn("HTTP calls still in flight at the shutdown timeout were cut", "err", err)
+			}
+		}
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		log.Warn("gRPC calls still in flight at the shutdown timeout were cut")
+		s.gs.Stop()
+		<-stopped
+	}
+}
+
+// err returns what run reports of serveErr, a server's error that ended
+// serving: nil for a server closed by the shutdown.
+func (s *servers) err(serveErr error) error {
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return serveErr
+	}
+	return nil
+}
+
+// close closes the listeners.
+func (s *servers) close() {
+	for _, ln := range []net.Listener{s.grpcLn, s.httpLn, s.debugLn, s.promLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/keyrate/keyrate"
+)
+
+// Transport is an http.RoundTripper that holds the calls a service makes
+// to someone else's API to that API's limits: each upstream (by host, or
+// WithUpstreamKey) to a budget in a keyrate.Backend, and to what the
+// upstream itself says of its limits. Put it in an http.Client; it is safe
+// for concurrent use, and every caller sharing it shares what it learns.
+//
+// A request waits for its budget, within its context, before it is sent,
+// so that the upstream never sees more than the backend's policies admit:
+// on a *keyrate.Limiter, through its WaitN; on any other backend (the
+// Redis one, which replicas share, so that an API's limit per account
+// holds however many replicas call it), by taking the budget and, when
+// refused, waiting the Decision's RetryAfter and asking again.
+// WithFailFast refuses instead of waiting.
+//
+// It learns from the answers. A 429 Too Many Requests or 503 Service
+// Unavailable with a Retry-After (seconds, or an HTTP date, read against
+// the answer's Date) pauses the upstream: no request is sent to it until
+// then, by any caller. The IETF RateLimit field (the member with the least
+// remaining), the older RateLimit-Remaining and RateLimit-Reset, and the
+// common X-RateLimit-Remaining and X-RateLimit-Reset (the latter in
+// seconds, or a Unix time in seconds when it reads as one, as GitHub's
+// does) hold it to what the upstream says is left: with r remaining until
+// a reset, at most r more requests are sent before it, and with none
+// remaining, none. The answers themselves, a 429 included, are returned
+// to the caller as they are: a request that may not be idempotent is never
+// sent twice (WithRetries retries those that are, on request).
+//
+// What it learns is kept in this process, per upstream key, until it
+// lapses: replicas sharing a Redis budget each learn from their own
+// answers, at the cost of one refused request per replica when a pause
+// begins. (Sharing it would need the store to keep a pause beside the
+// budget, which its decision script does not, or another round trip per
+// request.)
+type Transport struct {
+	base      http.RoundTripper
+	backend   keyrate.Backend
+	limiter   *keyrate.Limiter // backend, when it is one: WaitN waits for it
+	upstreams *xsync.MapOf[string, *upstream]
+	err       error // a configuration error, returned by every RoundTrip
+	transportConfig
+}
+
+// NewTransport returns a Transport that sends through base
+// (http.DefaultTransport when nil) the requests b admits. A nil b, or an
+// invalid option, is reported by every RoundTrip, as an error wrapping
+// keyrate.ErrConfig, and nothing is sent.
+func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOption) *Transport {
+	t := &Transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
+	t.key, t.clock = upstreamHost, wallClock{}
+	for _, o := range opts {
+		if o != nil {
+			o(&t.transportConfig)
+		}
+	}
+	if t.base == nil {
+		t.base = http.DefaultTransport
+	}
+	t.limiter, _ = b.(*keyrate.Limiter)
+	switch {
+	case b == nil:
+		t.err = fmt.Errorf("%w: httplimit: transport: backend is nil", keyrate.ErrConfig)
+	case t.keySet && t.key == nil:
+		t.err = fmt.Errorf("%w: httplimit: transport: upstream key function is nil", keyrate.ErrConfig)
+	case t.clockSet && t.clock == nil:
+		t.err = fmt.Errorf("%w: httplimit: transport: clock is nil", keyrate.ErrConfig)
+	case t.retries < 0 || t.retries > maxRetries:
+		t.err = fmt.Errorf("%w: httplimit: transport: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
+	}
+	return t
+}
+
+// LimitedError is the error of a request that a Transport with
+// WithFailFast did not send: its budget was spent, or the upstream had
+// asked for a pause or had none left. RetryAfter is how long it would
+// have waited.
+type LimitedError struct {
+	RetryAfter time.Duration
+}
+
+func (e *LimitedError) Error() string {
+	return "httplimit: transport: the upstream's budget is spent; retry in " + e.RetryAfter.String()
+}
+
+// RoundTrip sends req once its upstream's budget and pause allow, and
+// learns from the answer. It returns the upstream's answer, whatever its
+// status, or an error without sending req: req's context ended first (its
+// error; at once when its deadline comes before the wait would end,
+// with an error wrapping context.DeadlineExceeded), a *LimitedError with
+// WithFailFast, an error wrapping keyrate.ErrExceedsLimit when no request
+// can ever fit the budget, keyrate.ErrInvalidKey for a request with no
+// upstream key, the backend's error when it could not decide, or a
+// configuration error (see NewTransport). Errors never name the key.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.err != nil {
+		closeBody(req)
+		return nil, t.err
+	}
+	key := t.key(req)
+	if key == "" {
+		closeBody(req)
+		return nil, fmt.Errorf("httplimit: transport: %w: the request has no upstream key", keyrate.ErrInvalidKey)
+	}
+	send := req
+	for try := 0; ; try++ {
+		if err := t.admit(req.Context(), key); err != nil {
+			closeBody(send)
+			return nil, err
+		}
+		resp, err := t.base.RoundTrip(send)
+		if err != nil {
+			return nil, err // base closed the body
+		}
+		paused := t.learn(key, resp)
+		if !paused || try >= t.retries || !retryable(req) {
+			return resp, nil
+		}
+		next, err := rewound(req)
+		if err != nil {
+			return resp, nil // the body cannot be read again: the answer stands
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so that the connection can be kept
+		resp.Body.Close()
+		send = next
+	}
+}
+
+// admit waits until a request for key may be sent: the upstream's pause
+// and hold are over, and the backend admitted it.
+func (t *Transport) admit(ctx context.Context, key string) error {
+	for {
+		if wait := t.held(key, t.clock.Now()); wait > 0 {
+			if err := t.await(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.take(ctx, key); err != nil {
+			return err
+		}
+		if t.spend(key, t.clock.Now()) {
+			return nil
+		}
+		// A pause began while the request waited for its budget: the
+		// budget it took stays spent, as sending it later could bunch it
+		// with the requests after the pause.
+	}
+}
+
+// take takes one request's budget for key, waiting for it unless the
+// Transport fails fast.
+func (t *Transport) take(ctx context.Context, key string) error {
+	if t.limiter != nil && !t.failFast {
+		if err := t.limiter.WaitN(ctx, key, 1); err != nil {
+			return fmt.Errorf("httplimit: transport: %w", err)
+		}
+		return nil
+	}
+	for {
+		d, err := t.backend.TakeContext(ctx, key, 1)
+		switch {
+		case err != nil:
+			return fmt.Errorf("httplimit: transport: the budget could not be had: %w", err)
+		case d.Allowed:
+			return nil
+		case d.RetryAfter <= 0 && !d.Overflow:
+			return fmt.Errorf("httplimit: transport: %w: the budget's limit is %d", keyrate.ErrExceedsLimit, d.Limit)
+		}
+		if err := t.await(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// await waits d on the Transport's clock within ctx, or refuses to: with
+// WithFailFast, and when ctx's deadline comes first.
+func (t *Transport) await(ctx context.Context, d time.Duration) error {
+	if t.failFast {
+		return &LimitedError{RetryAfter: d}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+		return fmt.Errorf("httplimit: transport: a wait of %v would pass the context deadline: %w", d, context.DeadlineExceeded)
+	}
+	var wake <-chan time.Time
+	if c, ok := t.clock.(interface {
+		After(time.Duration) <-chan time.Time
+	}); ok {
+		wake = c.After(d)
+	} else {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		wake = timer.C
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// upstreamHost is the default upstream key: the request's host in lower
+// case, without the scheme's default port.
+func upstreamHost(r *http.Request) string {
+	host := strings.ToLower(r.URL.Host)
+	if h, port, err := net.SplitHostPort(host); err == nil &&
+		(port == "443" && r.URL.Scheme == "https" || port == "80" && r.URL.Scheme == "http") {
+		if strings.Contains(h, ":") {
+			return "[" + h + "]"
+		}
+		return h
+	}
+	return host
+}
+
+// retryable reports whether req may be sent again: its method is
+// idempotent (RFC 9110, section 9.2.2) and its body can be read again.
+func retryable(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	}
+	return false
+}
+
+// rewound returns a copy of req to send again, with its body from the
+// start.
+func rewound(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		next.Body = body
+	}
+	return next, nil
+}
+
+// closeBody closes the body of a request that is not sent, as a
+// RoundTripper must.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the underlying
+// transport, when it has that method, as http.Client.CloseIdleConnections
+// expects of its Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// wallClock is the default clock: the system's.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
