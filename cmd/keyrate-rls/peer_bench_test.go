@@ -71,8 +71,8 @@ func TestRedisPeerTable(t *testing.T) {
 	kr := startServer(t, peerConfig, "-redis", addr, "-log-level", "warn")
 	services := []service{
 		{"keyrate-rls", kr.conn.Target()},
-		{"envoyproxy/ratelimit", startPeer(t, peer, addr, "0")},
-		{"envoyproxy/ratelimit, 150µs pipeline window", startPeer(t, peer, addr, "150us")},
+		{"envoyproxy/ratelimit", startBenchPeer(t, peer, addr, "0")},
+		{"envoyproxy/ratelimit, 150µs pipeline window", startBenchPeer(t, peer, addr, "150us")},
 	}
 	results := map[string][]peerLoad{}
 	for range rounds {
@@ -99,10 +99,10 @@ func TestRedisPeerTable(t *testing.T) {
 	t.Logf("64 concurrent calls, every request admitted, median of %d rounds of %ds:\n%s", rounds, seconds, b.String())
 }
 
-// startPeer starts envoyproxy/ratelimit's binary on free loopback ports,
+// startBenchPeer starts envoyproxy/ratelimit's binary on free loopback ports,
 // its budgets in the redis-server at addr, with the pipeline window given
 // ("0": none, its default), and returns its gRPC address once it answers.
-func startPeer(t *testing.T, bin, addr, window string) string {
+func startBenchPeer(t *testing.T, bin, addr, window string) string {
 	t.Helper()
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
