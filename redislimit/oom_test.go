@@ -41,7 +41,8 @@ func fillRedis(t *testing.T, client *redis.Client) {
 // under the noeviction policy: an admission, which must write, fails with
 // an error wrapping ErrOutOfMemory (and keyrate.ErrOutOfMemory) that does
 // not quote the key, while a key already at its limit is still refused,
-// as a refusal writes nothing.
+// as a refusal's one write, the instant it decided at, is left undone
+// when Redis refuses it.
 func TestOutOfMemory(t *testing.T) {
 	srv := redistest.StartT(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	client := srv.Client(t)

@@ -16,7 +16,9 @@ import (
 // each key as given, not the context's identity): it is admitted only when
 // every key has room for its weight, and then recorded against every key,
 // in one script run, one round trip, at one instant of the Redis server's
-// clock. A refusal by one key records nothing against the others. It
+// clock; the run and the round trip are shared with the concurrent calls
+// of the Limiter (see TakeContext). A refusal by one key records nothing
+// against the others. It
 // returns each hit's Decision, in the order of hits, and whether the
 // request was admitted. The semantics are the in-process
 // keyrate.Limiter.TakeAll's.
