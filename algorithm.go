@@ -284,13 +284,18 @@ func floorDiv(a, b int64) int64 {
 //
 // Under GCRA, d's request took the span [E-n*T, E] of a policy's timeline
 // of refills, T its ticks between refills and E the theoretical arrival
-// time it left, which d's ResetAfter tells: at + ResetAfter. By now the
-// part of that span before now has been refilled; the rest, min(n*T, E -
-// now), is what the request still holds, and what it gives back. A later
-// request that found the bucket full began a span of its own, and keeps it.
+// time it left, which d's ResetAfter tells: at + ResetAfter. A refund of
+// weight ahead of it since moved the span earlier by that weight's ticks;
+// the log counts every weight given back (refunded, in g.n) and d's Receipt
+// the count at d, so the span ends at most (refunded since) * T before E.
+// By now the part of the span before now has been refilled; the rest is
+// what the request still holds, and what it gives back, never more. A
+// later request that found the bucket full began a span of its own, and
+// keeps it.
 func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) bool {
 	now, c := g.advance(now, t)
 	parts := d.Policies()
+	since := int64(g.n - d.Receipt.mark) // weight refunded since d, mod 2^32: see refunded
 	gave := false
 	for i := range c {
 		if i >= len(parts) || parts[i].Policy != t.policies[i] || c[i] == 0 {
@@ -304,12 +309,21 @@ func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) boo
 			continue
 		}
 		// In ticks from now's, as the TAT is kept.
-		end := t.scale.floor(at + int64(parts[i].ResetAfter))
+		end := t.scale.floor(at+int64(parts[i].ResetAfter)) - since*t.refill[i]
 		left := min(int64(n)*t.refill[i], end-t.scale.ceil(now), int64(c[i]))
 		if left > 0 {
 			c[i] -= uint32(left)
 			gave = true
 		}
 	}
+	if gave && t.algorithm == GCRA {
+		g.refunded(n)
+	}
 	return gave
 }
+
+// refunded counts n more weight given back by a key's GCRA refunds. An O(1)
+// log keeps no entries, so its n holds the count; it runs mod 2^32, as a
+// receipt is worth refunding only while its tokens may be out, within about
+// a window of its decision, in which less than 2^32 is ever given back.
+func (g *eventLog) refunded(n int) { g.n += uint32(n) }

@@ -87,10 +87,11 @@ type Decision struct {
 // that holds them, in terms only the backend that made it reads. Backends
 // other than *Limiter make theirs with NewReceipt.
 type Receipt struct {
-	at  int64 // nanoseconds since the Unix epoch: 8 bytes, where a time.Time takes 24
-	n   int
-	id  uint64
-	log *eventLog // *Limiter's: the log that holds the events
+	at   int64 // nanoseconds since the Unix epoch: 8 bytes, where a time.Time takes 24
+	n    int
+	id   uint64
+	log  *eventLog // *Limiter's: the log that holds the events
+	mark uint32    // *Limiter's under GCRA: the weight its key had given back before
 }
 
 // NewReceipt returns the Receipt of n events recorded at instant at, in

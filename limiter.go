@@ -210,7 +210,11 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 // It holds g itself, so that no later log can take g's place in memory and
 // be mistaken for it. Called with g.mu held.
 func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	return Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
+	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
+	if l.algorithm == GCRA {
+		r.mark = g.n // the weight the key's refunds gave back so far: see refundCounted
+	}
+	return r
 }
 
 // ErrNothingToRefund is wrapped by Refund's and RefundN's error when they

@@ -51,14 +51,17 @@ type modelKey struct {
 	events []modelEvent
 	count  [MaxPolicies]int64 // FixedWindow
 	tat    [MaxPolicies]int64 // GCRA: when each bucket is full again
+	given  int64              // GCRA: the weight its refunds gave back
 }
 
-// modelEvent is an admitted decision of the sliding log: its instant and
-// the weight it still holds; id names it for refunds.
+// modelEvent is an admitted decision: its instant and the weight it still
+// holds; id names it for refunds. Under GCRA, back is what its refunds gave
+// back of each policy's bucket, in nanoseconds of refill.
 type modelEvent struct {
-	at int64
-	w  int
-	id int
+	at   int64
+	w    int
+	id   int
+	back [MaxPolicies]int64
 }
 
 func newModel(policies []Policy) *model {
@@ -175,12 +178,7 @@ func (m *model) decideOn(k *modelKey, key, name string, policies []Policy, n int
 		id = m.gens
 		switch m.algorithm {
 		case SlidingLog:
-			k.events = append(k.events, modelEvent{now, n, id})
-			m.history[key] = append(m.history[key], modelEvent{now, n, id})
-			if m.used[key] == nil {
-				m.used[key] = map[string]bool{}
-			}
-			m.used[key][name] = true
+			k.events = append(k.events, modelEvent{at: now, w: n, id: id})
 		case FixedWindow:
 			for i := range policies {
 				k.count[i] += int64(n)
@@ -190,6 +188,11 @@ func (m *model) decideOn(k *modelKey, key, name string, policies []Policy, n int
 				k.tat[i] = max(k.tat[i], now) + int64(n)*m.every(p)
 			}
 		}
+		m.history[key] = append(m.history[key], modelEvent{at: now, w: n, id: id})
+		if m.used[key] == nil {
+			m.used[key] = map[string]bool{}
+		}
+		m.used[key][name] = true
 	}
 	if admitted {
 		for i := range parts {
@@ -414,6 +417,7 @@ type taken struct {
 	id   int
 	at   int64
 	left int
+	mark int64 // GCRA: the weight the key's refunds had given back
 	d    Decision
 }
 
@@ -457,17 +461,24 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 				k.count[i] -= min(int64(n), k.count[i])
 				gave = true
 			case m.algorithm == GCRA && k.tat[i] > now:
-				// The part of the decision's tokens not yet refilled.
-				end := floorDiv(tk.at+int64(parts[i].ResetAfter), m.unit) * m.unit
+				// The part of the decision's tokens not yet refilled, its
+				// span moved earlier by all weight given back since.
+				end := floorDiv(tk.at+int64(parts[i].ResetAfter), m.unit)*m.unit - (k.given-tk.mark)*m.every(p)
 				if back := min(int64(n)*m.every(p), end-now, k.tat[i]-now); back > 0 {
 					k.tat[i] -= back
 					gave = true
+					h := m.history[on]
+					j := slices.IndexFunc(h, func(e modelEvent) bool { return e.id == tk.id })
+					h[j].back[i] += back
 				}
 			}
 		}
 	}
 	if !gave {
 		return ErrNothingToRefund
+	}
+	if m.algorithm == GCRA {
+		k.given += int64(n)
 	}
 	tk.left -= n
 	return nil
@@ -572,7 +583,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 		changed := false
 		keep := func(key string, d Decision, id int) {
 			k := m.keys[key]
-			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), d: d})
+			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), mark: k.given, d: d})
 		}
 		atBound := func(key string) bool {
 			_, tracked := m.keys[key]
@@ -696,8 +707,12 @@ func TestMatchesReferenceModel(t *testing.T) {
 			require.Equal(t, len(m.keys), l.Len(), "step %d: tracked keys", i)
 			checkLogs(t, l)
 		}
-		if !changed && algorithm == SlidingLog {
+		switch {
+		case changed:
+		case algorithm == SlidingLog:
 			m.checkExact(t)
+		case algorithm == GCRA:
+			m.checkGCRA(t)
 		}
 	})
 }
@@ -731,6 +746,36 @@ func checkLogs(t require.TestingT, l *Limiter) {
 		}
 		return true
 	})
+}
+
+// checkGCRA asserts what GCRA promises, refunds included: over any span
+// [a, b] of instants that decisions of a key were made at, what they
+// admitted and kept (less what their refunds gave back) is at most a full
+// bucket and what refilled in between: limit*T + (b-a) in nanoseconds of
+// refill, T each token's. Like checkExact, it holds only for keys decided
+// under one tier whose policies never changed.
+func (m *model) checkGCRA(t require.TestingT) {
+	for key, h := range m.history {
+		if len(m.used[key]) > 1 {
+			continue
+		}
+		name := ""
+		for n := range m.used[key] {
+			name = n
+		}
+		for i, p := range m.tiers[name] {
+			every := m.every(p)
+			for a := range h {
+				held := int64(0)
+				for b := a; b < len(h); b++ {
+					held += int64(h[b].w)*every - h[b].back[i]
+					require.LessOrEqual(t, held, int64(p.Limit)*every+h[b].at-h[a].at,
+						"key %q, policy %+v: the decisions from %v to %v hold more than a bucket and its refill",
+						key, p, time.Duration(h[a].at), time.Duration(h[b].at))
+				}
+			}
+		}
+	}
 }
 
 // tiersBut returns tiers without the one called name.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 )
 
 // The tests of this file each pin a way a key's log was once rewritten or
@@ -218,4 +219,92 @@ func TestResetAfterWithinWindow(t *testing.T) {
 			assert.Equal(t, time.Minute, d.Policies()[0].ResetAfter)
 		}
 	}
+}
+
+// TestGCRARefundAfterAnEarlierRefund refunds a decision after a refund of
+// one ahead of it moved its tokens earlier: under 10 per 10s, z(5) and a(5)
+// at 0s, z given back; a's tokens are then the first five, back by 5s, so
+// that at 7s a bucket of 10 is full, and a's refund gives nothing back: no
+// eleventh token at 7s.
+func TestGCRARefundAfterAnEarlierRefund(t *testing.T) {
+	l, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
+	z, a := l.Take("k", 5), l.Take("k", 5)
+	require.True(t, z.Allowed && a.Allowed)
+	require.NoError(t, l.Refund("k", &z))
+	c.Advance(7 * time.Second)
+	require.True(t, l.AllowN("k", 10), "a full bucket at 7s")
+	require.ErrorIs(t, l.Refund("k", &a), ErrNothingToRefund)
+	assert.False(t, l.Allow("k"), "an eleventh token at 7s")
+}
+
+// TestGCRARefundNTwice gives a decision back in two parts: the second
+// counts the decision's tokens as ending where the first left them, so it
+// gives back nothing once those have come back, whatever later decisions
+// hold.
+func TestGCRARefundNTwice(t *testing.T) {
+	l, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
+	d := l.Take("a", 10)
+	require.NoError(t, l.RefundN("a", &d, 4))
+	assert.Equal(t, 4, l.Peek("a").Remaining+1)
+	require.NoError(t, l.RefundN("a", &d, 6))
+	assert.Equal(t, 10, l.Peek("a").Remaining+1, "both parts at once: the whole decision back")
+
+	d = l.Take("b", 10)
+	require.NoError(t, l.RefundN("b", &d, 9)) // one token left, back at 1s
+	c.Advance(5 * time.Second)
+	require.True(t, l.AllowN("b", 10))
+	require.ErrorIs(t, l.RefundN("b", &d, 1), ErrNothingToRefund)
+	assert.False(t, l.Allow("b"), "an eleventh token at 5s")
+}
+
+// TestGCRARefundsNeverOverAdmit takes, refunds and refunds in part at
+// random on one GCRA key, and checks what GCRA promises against what the
+// limiter admitted: over any span [a, b] of the instants it admitted at,
+// the weight it admitted and kept (less all that was asked back, which is
+// at least what came back) is at most a full bucket and what refilled in
+// between, limit + (b-a)/T tokens. A refund that gave back tokens already
+// refilled, or ones a refund ahead of it had moved, would let a span hold
+// more.
+func TestGCRARefundsNeverOverAdmit(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		limit := rapid.IntRange(1, 10).Draw(t, "limit")
+		window := time.Duration(rapid.IntRange(1, 10).Draw(t, "window")) * time.Second
+		c := NewManualClock(t0)
+		l, err := New(limit, window, WithClock(c), WithJanitorInterval(0), WithAlgorithm(GCRA))
+		require.NoError(t, err)
+		defer l.Close()
+		every := l.tiers.Load().def.refill[0] * l.scale.unit // ns per token
+		type admission struct {
+			at   int64
+			kept int64 // weight, less what was asked back
+			d    Decision
+		}
+		var held []*admission
+		for range rapid.IntRange(1, 100).Draw(t, "steps") {
+			c.Advance(time.Duration(rapid.IntRange(0, 8).Draw(t, "step")) * window / 8)
+			now := int64(c.Now().Sub(t0))
+			if len(held) > 0 && rapid.IntRange(0, 2).Draw(t, "refund") == 0 {
+				a := rapid.SampledFrom(held).Draw(t, "decision")
+				if left := a.d.Receipt.N(); left > 0 {
+					n := rapid.IntRange(1, left).Draw(t, "refund n")
+					if l.RefundN("k", &a.d, n) == nil {
+						a.kept -= int64(n)
+					}
+				}
+				continue
+			}
+			n := rapid.IntRange(1, limit).Draw(t, "n")
+			if d := l.Take("k", n); d.Allowed {
+				held = append(held, &admission{at: now, kept: int64(n), d: d})
+			}
+		}
+		for i, a := range held {
+			sum := int64(0)
+			for _, b := range held[i:] {
+				sum += b.kept
+				require.LessOrEqual(t, sum*every, int64(limit)*every+b.at-a.at,
+					"the admissions from %v to %v keep %d tokens", time.Duration(a.at), time.Duration(b.at), sum)
+			}
+		}
+	})
 }
