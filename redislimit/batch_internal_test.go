@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/stretchr/testify/require"
 )
 

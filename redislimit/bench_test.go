@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -165,7 +164,7 @@ func BenchmarkBatchShape(b *testing.B) {
 					b.Fatal(err)
 				}
 				var next atomic.Int64
-				before, cpu := rt.Load(), serverCPU(b, client)
+				before, cpu := rt.Load(), redistest.ServerCPU(b, client)
 				b.ResetTimer()
 				b.SetParallelism(callers / runtime.GOMAXPROCS(0))
 				b.RunParallel(func(pb *testing.PB) {
@@ -178,31 +177,10 @@ func BenchmarkBatchShape(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
+				b.ReportMetric((redistest.ServerCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
 				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
 		}
 	}
-}
-
-// serverCPU returns the CPU time the Redis server has used, user and
-// system (INFO cpu).
-func serverCPU(tb testing.TB, client *redis.Client) time.Duration {
-	info, err := client.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total time.Duration
-	for _, line := range strings.Split(info, "\n") {
-		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			s, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				tb.Fatalf("INFO cpu: %s: %v", line, err)
-			}
-			total += time.Duration(s * float64(time.Second))
-		}
-	}
-	return total
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // TestConcurrencyHelperProcess is not a test: run by

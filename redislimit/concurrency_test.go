@@ -19,7 +19,7 @@ import (
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 var _ middleware.InFlight = (*redislimit.Concurrency)(nil)

@@ -7,7 +7,7 @@ import (
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/backendtest"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // TestIdentitiesSuite checks behind httplimit that no identity a client

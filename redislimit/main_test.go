@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // TestMain starts one redis-server for the package's tests and benchmarks

@@ -7,7 +7,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // TestMemoryPerKey checks what Redis itself reports (MEMORY USAGE, the

@@ -16,7 +16,7 @@ import (
 
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/redislimit"
-	"github.com/keyrate/keyrate/redislimit/internal/redistest"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // Two replicas call one paid API through httplimit.Transport, each over

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -233,12 +234,12 @@ func runPeerLoad(t *testing.T, admin *redis.Client, addr string, descriptors int
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cpu := redisCPU(t, admin)
+	cpu := redistest.ServerCPU(t, admin)
 	lat := make([][]time.Duration, callers)
 	begin := time.Now()
 	n := run(d, lat)
 	elapsed := time.Since(begin)
-	cpu = redisCPU(t, admin) - cpu
+	cpu = redistest.ServerCPU(t, admin) - cpu
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	r := peerLoad{rate: float64(n) / elapsed.Seconds(), cpuUs: cpu.Seconds() * 1e6 / float64(n)}
@@ -247,27 +248,6 @@ func runPeerLoad(t *testing.T, admin *redis.Client, addr string, descriptors int
 	}
 	r.commands = redisCommands(t, admin, n)
 	return r
-}
-
-// redisCPU returns the CPU time the Redis server has used, user and
-// system (INFO cpu).
-func redisCPU(t *testing.T, c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total time.Duration
-	for _, line := range strings.Split(info, "\n") {
-		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			s, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				t.Fatalf("INFO cpu: %s: %v", line, err)
-			}
-			total += time.Duration(s * float64(time.Second))
-		}
-	}
-	return total
 }
 
 // redisCommands returns the commands Redis ran per request over n

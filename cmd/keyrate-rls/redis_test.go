@@ -11,12 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// startRedis runs a redis-server until tb ends and returns its address
+// (see redistest.StartT).
+func startRedis(tb testing.TB) string { return redistest.StartT(tb).Addr() }
 
 // stores runs f against the binary with budgets in process, and with
 // budgets in a redis-server of the test's own (which the test skips

@@ -2,16 +2,14 @@ package benchcmp_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
@@ -89,7 +87,7 @@ var contenders = []contender{
 // period of an hour, GCRA's emission interval (36s) is far longer than the
 // test, so its answer is as exact as the others'.
 func TestSameBudget(t *testing.T) {
-	addr := redisserver.Start(t)
+	addr := redistest.StartT(t).Addr()
 	for _, c := range contenders {
 		t.Run(c.name, func(t *testing.T) {
 			const limit = 100
@@ -143,7 +141,7 @@ var workloads = []workload{
 // BenchmarkAllow runs every contender through the same workloads against
 // one local redis-server, serial and parallel (16 goroutines per CPU), and
 // reports decisions per second, the server's CPU time per decision (see
-// serverCPU), round trips per decision (counted by a go-redis hook that
+// redistest.ServerCPU), round trips per decision (counted by a go-redis hook that
 // leaves out connection handshakes) and the share of calls admitted, which
 // shows what each workload measured.
 //
@@ -152,7 +150,7 @@ var workloads = []workload{
 // decisions per second with the deny cache against redis_rate's (HotKey,
 // keyrate-SlidingLog-DenyCache); and round trips per decision everywhere.
 func BenchmarkAllow(b *testing.B) {
-	addr := redisserver.Start(b)
+	addr := redistest.StartT(b).Addr()
 	for _, work := range workloads {
 		for _, c := range contenders {
 			// key=value names let benchstat put the libraries side by side:
@@ -163,7 +161,7 @@ func BenchmarkAllow(b *testing.B) {
 				if err := client.FlushDB(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				var rt roundTrips
+				var rt redistest.RoundTrips
 				client.AddHook(&rt)
 				allow := c.new(b, client, work.limit, time.Minute)
 				if _, err := allow(ctx, "warm-up"); err != nil {
@@ -176,7 +174,7 @@ func BenchmarkAllow(b *testing.B) {
 					return benchKeys[i%len(benchKeys)]
 				}
 				var admitted atomic.Int64
-				before, cpu := rt.Load(), serverCPU(b, client)
+				before, cpu := rt.Load(), redistest.ServerCPU(b, client)
 				b.ResetTimer()
 				if work.parallel {
 					b.SetParallelism(16)
@@ -204,7 +202,7 @@ func BenchmarkAllow(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				b.ReportMetric((serverCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
+				b.ReportMetric((redistest.ServerCPU(b, client)-cpu).Seconds()*1e6/float64(b.N), "server-µs/op")
 				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "roundtrips/op")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 				b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
@@ -213,76 +211,10 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-// serverCPU returns the CPU time the Redis server has used since it
-// started, user and system (INFO cpu): its difference over a run, per
-// decision, is what a decision costs the server, which bounds how many a
-// server can decide per second, and which the client's wall time, shared
-// with the benchmark's own goroutines on a small machine, blurs.
-func serverCPU(tb testing.TB, client *redis.Client) time.Duration {
-	info, err := client.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total time.Duration
-	for _, line := range strings.Split(info, "\n") {
-		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			s, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				tb.Fatalf("INFO cpu: %s: %v", line, err)
-			}
-			total += time.Duration(s * float64(time.Second))
-		}
-	}
-	return total
-}
-
 // newClient returns a go-redis client of the server at addr, closed when tb
 // ends, with ContextTimeoutEnabled on as redislimit recommends.
 func newClient(tb testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { c.Close() })
 	return c
-}
-
-// roundTrips is a go-redis hook that counts round trips: each command sent
-// on its own is one, and so is each pipeline. The handshake go-redis sends
-// on every new connection (HELLO, CLIENT SETINFO, AUTH, SELECT) is left out,
-// being a cost of the pool, not of any decision.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) Load() int64 { return r.n.Load() }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !isHandshake(cmd) {
-			r.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if !isHandshake(c) {
-				r.n.Add(1)
-				break
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func isHandshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "auth", "select", "readonly":
-		return true
-	case "client":
-		args := cmd.Args()
-		return len(args) > 1 && strings.EqualFold(fmt.Sprint(args[1]), "setinfo")
-	}
-	return false
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // TestGCRAMatchesRedisRate plays the same weights on redislimit's GCRA and
@@ -32,7 +32,7 @@ import (
 // by both, with a RetryAfter here of 0, as it can never fit (redis_rate
 // gives the time it would take to refill past the burst).
 func TestGCRAMatchesRedisRate(t *testing.T) {
-	client := newClient(t, redisserver.Start(t))
+	client := newClient(t, redistest.StartT(t).Addr())
 	ctx := context.Background()
 	rr := redis_rate.NewLimiter(client)
 	for i, c := range []struct {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
 	"github.com/keyrate/keyrate/redislimit"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
@@ -153,7 +153,7 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Skipf("set %s=1 to measure memory per key (about four minutes)", memoryEnv)
 	}
 	const keys = 8
-	addr := redisserver.Start(t)
+	addr := redistest.StartT(t).Addr()
 	ctx := context.Background()
 	client := newClient(t, addr)
 	var b strings.Builder

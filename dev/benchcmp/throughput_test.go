@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +41,7 @@ func TestThroughput(t *testing.T) {
 	seconds := envInt(t, "KEYRATE_THROUGHPUT_SECONDS", 2)
 	rounds := envInt(t, "KEYRATE_THROUGHPUT_ROUNDS", 3)
 	only := os.Getenv("KEYRATE_THROUGHPUT_LIBS") // comma-separated names; "": all
-	addr := redisserver.Start(t)
+	addr := redistest.StartT(t).Addr()
 	callers := []int{1, 32, 128}
 	var libs []contender
 	for _, c := range contenders {
@@ -128,12 +128,12 @@ func runLoad(t *testing.T, client *redis.Client, allow allowFunc, callers int, d
 	if err := client.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cpu := serverCPU(t, client)
+	cpu := redistest.ServerCPU(t, client)
 	lat := make([][]time.Duration, callers)
 	begin := time.Now()
 	n := run(d, lat)
 	elapsed := time.Since(begin)
-	cpu = serverCPU(t, client) - cpu
+	cpu = redistest.ServerCPU(t, client) - cpu
 	stats := commandStats(t, client)
 	all := slices.Concat(lat...)
 	slices.Sort(all)

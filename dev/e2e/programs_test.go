@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
 // build compiles the command in the repository directory dir (such as
@@ -105,5 +105,5 @@ func runDemo(t *testing.T, bin string, flags ...string) string {
 }
 
 // startRedis runs a redis-server on a free loopback port until the test
-// ends and returns its address (see redisserver.Start).
-func startRedis(t *testing.T) string { return redisserver.Start(t) }
+// ends and returns its address (see redistest.StartT).
+func startRedis(t *testing.T) string { return redistest.StartT(t).Addr() }

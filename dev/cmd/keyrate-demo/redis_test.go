@@ -11,15 +11,15 @@ import (
 	"testing"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/dev/internal/redisserver"
+	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // startRedis runs a redis-server on a free loopback port for the test (see
-// redisserver.Start) and returns a client of it, as dialRedis makes one.
+// redistest.StartT) and returns a client of it, as dialRedis makes one.
 func startRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	addr := redisserver.Start(t)
+	addr := redistest.StartT(t).Addr()
 	c, err := dialRedis(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,18 @@
-// Package redistest starts and stops real redis-server processes for tests
-// and benchmarks, on free loopback ports in temporary directories: single
-// servers, and three-master Redis Clusters joined with redis-cli. It also
-// counts the round trips a go-redis client makes.
+// Package redistest starts and stops real redis-server processes for the
+// tests and benchmarks of every keyrate module, on free loopback ports in
+// temporary directories: single servers, one shared by a whole test binary
+// (Main), and three-master Redis Clusters joined with redis-cli. It also
+// counts the round trips a go-redis client makes, and reads the CPU time a
+// server has used.
 //
 // When redis-server (or, for a Cluster, redis-cli) is not on PATH, tests
 // that need it skip with a message saying how to install it, and fail
 // instead when KEYRATE_INTEGRATION=1 is set, so that CI can never pass by
 // skipping them.
+//
+// It is public so that the modules that require the Redis backend (the
+// development module, keyrate-rls) start their servers the same way; it is
+// for tests, not for production code.
 package redistest
 
 import (
@@ -321,8 +327,9 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 
 // RoundTrips is a go-redis hook that counts round trips: each command sent
 // on its own is one, and so is each pipeline. The handshake go-redis sends
-// on every new connection (HELLO, CLIENT SETINFO, AUTH, SELECT) is left out,
-// being a cost of the pool, not of any decision. Add it with AddHook.
+// on every new connection (HELLO, CLIENT SETINFO, CLIENT
+// MAINT_NOTIFICATIONS, AUTH, SELECT) is left out, being a cost of the pool,
+// not of any decision. Add it with AddHook.
 type RoundTrips struct{ n atomic.Int64 }
 
 // Load returns the round trips counted so far.
@@ -360,7 +367,11 @@ func isHandshake(cmd redis.Cmder) bool {
 		return true
 	case "client":
 		args := cmd.Args()
-		return len(args) > 1 && strings.EqualFold(fmt.Sprint(args[1]), "setinfo")
+		if len(args) < 2 {
+			return false
+		}
+		sub := fmt.Sprint(args[1])
+		return strings.EqualFold(sub, "setinfo") || strings.EqualFold(sub, "maint_notifications")
 	}
 	return false
 }
