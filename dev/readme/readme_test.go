@@ -3,7 +3,8 @@
 // of a package at or below the file's directory, either its body (with or
 // without its output comment) or declarations of a file that holds an
 // Example, as a whole-file example does. To change a README's code, change
-// the Example and paste it.
+// the Example and paste it. It also builds every module from a module
+// outside the clone with the root README's replace lines (clone_test.go).
 package readme
 
 import (
