@@ -22,7 +22,7 @@ type Limiter struct {
 	timed    bool              // a hook or an Observer is set: measure Event.Duration
 	config                     // mdKey in lower case
 
-	slots *middleware.Slots // WithInFlight's; nil without
+	slots *middleware.SlotGate // WithInFlight's; nil without
 }
 
 // backend is one store and what it says about its policies.
@@ -80,7 +80,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots, err := newSlots(&c)
+	slots, err := c.inFlight.Gate(c.failure, c.shadow, c.hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		}
 		l.methods[method] = newRoute(method, nb, true)
 	}
-	l.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
+	l.timed = c.hooks.Timed()
 	return l, nil
 }
 
@@ -213,11 +213,7 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	}
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
-	report(l.onDecision, ev)
-	if !d.Allowed {
-		report(l.onLimited, ev)
-	}
-	l.observe(ev)
+	l.hooks.Decided(ev)
 	md := r.fields(&d, l.revision, ev.Cost)
 	reserve := l.cost != nil && r.caller.CanRefundPart()
 	if d.Allowed && (l.refund != nil || reserve) && d.Receipt.N() > 0 {
@@ -255,19 +251,6 @@ func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res
 	}
 	if err := r.caller.RefundN(ctx, ev.Key, &ev.Decision, n); err != nil {
 		ev.Err = err
-		report(l.onError, ev)
-		l.observe(ev)
-	}
-}
-
-func report(hook func(middleware.Event), ev middleware.Event) {
-	if hook != nil {
-		hook(ev)
-	}
-}
-
-func (l *Limiter) observe(ev middleware.Event) {
-	if l.observer != nil {
-		l.observer.Observe(ev)
+		l.hooks.Failed(ev)
 	}
 }

@@ -15,23 +15,18 @@ import (
 type Option func(*config)
 
 type config struct {
-	mdKey      string
-	methods    map[string]keyrate.Backend
-	cost       func(ctx context.Context, method string, req any) int
-	budget     time.Duration
-	budgetSet  bool // WithTimeBudget was given
-	failure    middleware.FailureMode
-	shadow     bool
-	onDecision func(middleware.Event)
-	onLimited  func(middleware.Event)
-	onError    func(middleware.Event)
-	observer   middleware.Observer
-	refund     func(codes.Code) bool
-	revision   ratelimitfield.Revision
+	mdKey     string
+	methods   map[string]keyrate.Backend
+	cost      func(ctx context.Context, method string, req any) int
+	budget    time.Duration
+	budgetSet bool // WithTimeBudget was given
+	failure   middleware.FailureMode
+	shadow    bool
+	hooks     middleware.Hooks // WithOnDecision, WithOnLimited, WithOnError, WithObserver
+	refund    func(codes.Code) bool
+	revision  ratelimitfield.Revision
 
-	inFlight     middleware.InFlight // WithInFlight's
-	inFlightWait time.Duration
-	inFlightSet  bool
+	inFlight middleware.SlotConfig // WithInFlight's
 }
 
 // WithMetadataKey identifies a client by the first value of the named
@@ -120,11 +115,13 @@ func WithShadow() Option { return func(c *config) { c.shadow = true } }
 // WithOnDecision sets a hook called for every call the backend decided,
 // admitted or refused, before the call is served or refused. It runs on
 // the call's goroutine, so keep it quick. Default: none.
-func WithOnDecision(f func(middleware.Event)) Option { return func(c *config) { c.onDecision = f } }
+func WithOnDecision(f func(middleware.Event)) Option {
+	return func(c *config) { c.hooks.OnDecision = f }
+}
 
 // WithOnLimited sets a hook called for every refused call, after
 // OnDecision and before the call is failed. Default: none.
-func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.onLimited = f } }
+func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.hooks.OnLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the store
 // was unavailable (answered per the failure mode), the call could not be
@@ -132,13 +129,13 @@ func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c
 // or its client had gone (Event.Err matches middleware.ErrClientGone;
 // never served, failed with its own context's status). Default: none;
 // errors then pass silently, which under FailOpen means unnoticed.
-func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.onError = f } }
+func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.hooks.OnError = f } }
 
 // WithObserver sets an Observer told of every decision and every error,
 // as metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one.
 // It is called after the hooks, in addition to them, never in their place:
 // set both as needed. Default: none.
-func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o middleware.Observer) Option { return func(c *config) { c.hooks.Observer = o } }
 
 // WithRefund counts only the calls whose outcome should count: after the
 // handler has served an admitted call, a status code for which refund
@@ -163,4 +160,40 @@ func WithRefund(refund func(codes.Code) bool) Option {
 // unknown revision gives New an error wrapping keyrate.ErrConfig.
 func WithFieldRevision(v ratelimitfield.Revision) Option {
 	return func(c *config) { c.revision = v }
+}
+
+// WithInFlight holds every method to a number of calls per client in
+// flight at once, beside its rate policies, as httplimit.WithInFlight
+// holds a route: a call takes one of its key's slots in s (a
+// *keyrate.Concurrency, or the Redis backend's Concurrency, shared by
+// replicas) before anything else, and gives it back when its handler
+// returns, whether it returns normally, panics, or ends because the client
+// cancelled; a stream holds its slot until it ends. The key is the rate
+// limit's (the full method and the identity), so each method has slots of
+// its own, and a store's tier function sees the identity.
+//
+// When the key holds its limit, the call waits up to wait for a slot (0,
+// the default: not at all), within its own context, first come first
+// served; then it fails with ResourceExhausted and a RetryInfo of a second
+// (middleware.SlotRetryAfter: nothing knows when a call in flight will
+// end), without asking the rate backend, so that the refusal costs the
+// client no rate budget. A call whose client goes while it waits is never
+// served, and fails with its own context's status.
+//
+// ratelimit-policy lists the in-flight limit beside the rate policies, as
+// a policy named method + "-inflight", with the key's number of slots and
+// the draft's unit, with no window:
+//
+//	ratelimit-policy: "/pkg.Service/Method-inflight";q=3;qu="concurrent-requests"
+//
+// The hooks, the Observer, the failure mode and shadow mode treat it as
+// httplimit does: one Event per call, a refusal for want of a slot being
+// one whose Decision names the in-flight policy (middleware.SlotRefusal);
+// a store that cannot answer goes to OnError, then FailOpen goes on
+// without a slot and FailClosed fails the call with Unavailable; shadow
+// mode holds no call up, and serves one for a full key without a slot and
+// without a rate decision. A nil s or a negative wait make New return an
+// error wrapping keyrate.ErrConfig. Default: no in-flight limit.
+func WithInFlight(s middleware.InFlight, wait time.Duration) Option {
+	return func(c *config) { c.inFlight.Set(s, wait) }
 }

@@ -41,8 +41,7 @@ func (l *Limiter) failed(ctx context.Context, r *route, ev middleware.Event) (me
 	var refusal error
 	switch {
 	case errors.Is(ev.Err, middleware.ErrClientGone):
-		report(l.onError, ev)
-		l.observe(ev)
+		l.hooks.Failed(ev)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(ev.Err, keyrate.ErrInvalidKey):
 		refusal = status.Error(codes.InvalidArgument, "keyrate: the call cannot be rate-limited: its client identity is not a valid key")
@@ -52,8 +51,7 @@ func (l *Limiter) failed(ctx context.Context, r *route, ev middleware.Event) (me
 	if refusal != nil && l.shadow {
 		ev.Shadow, refusal = true, nil
 	}
-	report(l.onError, ev)
-	l.observe(ev)
+	l.hooks.Failed(ev)
 	if refusal != nil {
 		return nil, refusal
 	}

@@ -50,7 +50,7 @@ type Middleware struct {
 	policy   string           // "" when unknown
 	fallback time.Duration    // the window of a decision that gives none
 
-	slots *middleware.Slots // WithInFlight's; nil without
+	slots *middleware.SlotGate // WithInFlight's; nil without
 }
 
 // New returns a Middleware that asks b about every request. How b is
@@ -112,7 +112,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if c.refund != nil && !caller.CanRefund() {
 		return nil, fmt.Errorf("%w: httplimit: WithRefund, but the backend cannot refund", keyrate.ErrConfig)
 	}
-	slots, err := newSlots(&c)
+	slots, err := c.inFlight.Gate(c.failure, c.shadow, c.hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.fallback = policies[0].Window
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
-	m.timed = c.onDecision != nil || c.onLimited != nil || c.onError != nil || c.observer != nil
+	m.timed = c.hooks.Timed()
 	m.reserve = c.cost != nil && caller.CanRefundPart()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
@@ -198,9 +198,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
 	m.setHeaders(h, &d, ev.Cost)
-	report(m.onDecision, ev)
+	m.hooks.Decided(ev)
 	if d.Allowed {
-		m.observe(ev)
 		if (m.refund != nil || m.reserve) && d.Receipt.N() > 0 {
 			m.serveSettled(w, r, next, ev)
 			return
@@ -208,8 +207,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	report(m.onLimited, ev)
-	m.observe(ev)
 	if m.shadow {
 		next.ServeHTTP(w, r)
 		return
@@ -282,8 +279,7 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 		// its limit by giving up on its requests. No one may be there to
 		// read the answer; a client still waiting behind a server-side
 		// deadline gets one it can act on.
-		report(m.onError, ev)
-		m.observe(ev)
+		m.hooks.Failed(ev)
 		writeProblem(w, http.StatusServiceUnavailable, detailGone)
 		return
 	}
@@ -292,8 +288,7 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 	clientCaused := errors.Is(err, keyrate.ErrInvalidKey)
 	refuse := clientCaused || m.failure == middleware.FailClosed
 	ev.Shadow = m.shadow && refuse
-	report(m.onError, ev)
-	m.observe(ev)
+	m.hooks.Failed(ev)
 	switch {
 	case !refuse || m.shadow:
 		m.setPolicy(w.Header())
@@ -302,18 +297,6 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 		writeProblem(w, http.StatusBadRequest, detailNoIdentity)
 	default:
 		writeUnavailable(w)
-	}
-}
-
-func report(hook func(middleware.Event), ev middleware.Event) {
-	if hook != nil {
-		hook(ev)
-	}
-}
-
-func (m *Middleware) observe(ev middleware.Event) {
-	if m.observer != nil {
-		m.observer.Observe(ev)
 	}
 }
 
@@ -381,8 +364,7 @@ func (s *statusWriter) settle(status int, fresh bool) {
 	err := m.backend.RefundN(ctx, ev.Key, &ev.Decision, n)
 	if err != nil {
 		ev.Err = err
-		report(m.onError, *ev)
-		m.observe(*ev)
+		m.hooks.Failed(*ev)
 		return
 	}
 	s.given += give

@@ -12,28 +12,23 @@ import (
 type Option func(*config)
 
 type config struct {
-	route      string
-	key        KeyFunc
-	cost       func(*http.Request) int
-	skip       func(*http.Request) bool
-	window     time.Duration
-	budget     time.Duration
-	budgetSet  bool // WithTimeBudget was given
-	failure    middleware.FailureMode
-	headers    HeaderSet
-	revision   ratelimitfield.Revision
-	onDecision func(middleware.Event)
-	onLimited  func(middleware.Event)
-	onError    func(middleware.Event)
-	observer   middleware.Observer
-	shadow     bool
-	unit       string
-	limited    func(http.ResponseWriter, *http.Request, middleware.Event)
-	refund     func(status int) bool
+	route     string
+	key       KeyFunc
+	cost      func(*http.Request) int
+	skip      func(*http.Request) bool
+	window    time.Duration
+	budget    time.Duration
+	budgetSet bool // WithTimeBudget was given
+	failure   middleware.FailureMode
+	headers   HeaderSet
+	revision  ratelimitfield.Revision
+	hooks     middleware.Hooks // WithOnDecision, WithOnLimited, WithOnError, WithObserver
+	shadow    bool
+	unit      string
+	limited   func(http.ResponseWriter, *http.Request, middleware.Event)
+	refund    func(status int) bool
 
-	inFlight     middleware.InFlight // WithInFlight's
-	inFlightWait time.Duration
-	inFlightSet  bool
+	inFlight middleware.SlotConfig // WithInFlight's
 }
 
 // HeaderSet selects the response fields that carry the limit. Combine them
@@ -179,11 +174,13 @@ func WithHeaders(h HeaderSet) Option { return func(c *config) { c.headers = h } 
 // WithOnDecision sets a hook called for every request the backend decided,
 // admitted or refused, before the request is served or refused. It runs on
 // the request's goroutine, so keep it quick. Default: none.
-func WithOnDecision(f func(middleware.Event)) Option { return func(c *config) { c.onDecision = f } }
+func WithOnDecision(f func(middleware.Event)) Option {
+	return func(c *config) { c.hooks.OnDecision = f }
+}
 
 // WithOnLimited sets a hook called for every refused request, after
 // OnDecision and before the refusal is written. Default: none.
-func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.onLimited = f } }
+func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c.hooks.OnLimited = f } }
 
 // WithOnError sets a hook called when no decision could be had: the store
 // was unavailable (answered per the failure mode), the request could not
@@ -191,13 +188,13 @@ func WithOnLimited(f func(middleware.Event)) Option { return func(c *config) { c
 // its client had gone (Event.Err matches middleware.ErrClientGone; never
 // served, answered 503). Default: none; errors then pass silently, which
 // under FailOpen means unnoticed.
-func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.onError = f } }
+func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.hooks.OnError = f } }
 
 // WithObserver sets an Observer told of every decision and every error,
 // as metrics need: github.com/keyrate/keyrate/promlimit's *Metrics is one.
 // It is called after the hooks, in addition to them, never in their place:
 // set both as needed. Default: none.
-func WithObserver(o middleware.Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o middleware.Observer) Option { return func(c *config) { c.hooks.Observer = o } }
 
 // WithLimitedHandler replaces the response to a refused request. When it
 // runs, the RateLimit fields (and Retry-After, when waiting helps) are
@@ -242,4 +239,44 @@ func WithShadow() Option { return func(c *config) { c.shadow = true } }
 // request counts.
 func WithRefund(refund func(status int) bool) Option {
 	return func(c *config) { c.refund = refund }
+}
+
+// WithInFlight holds the route to a number of requests per client in
+// flight at once, beside its rate policies: a request takes one of its
+// key's slots in s (a *keyrate.Concurrency, or the Redis backend's
+// Concurrency, shared by replicas) before anything else, and gives it back
+// when the handler returns, whether it returns normally, panics, or ends
+// because the client hung up. The key is the rate limit's (the route and
+// the identity), and a store's tier function sees the identity, as the
+// backend's does.
+//
+// When the key holds its limit, the request waits up to wait for a slot
+// (0, the default: not at all), within its own context, first come first
+// served; then it is refused with 429 Too Many Requests, Retry-After of a
+// second (middleware.SlotRetryAfter: nothing knows when a request in flight
+// will end) and the problem body naming the in-flight policy, without
+// asking the rate backend, so that the refusal costs the client no rate
+// budget. A request whose client hangs up while it waits is never served
+// (middleware.ErrClientGone, as for the rate limit).
+//
+// RateLimit-Policy lists the in-flight limit beside the rate policies, as
+// a policy named route + "-inflight" ("inflight" without a route) with the
+// key's number of slots and the draft's unit, with no window:
+//
+//	RateLimit-Policy: "search-inflight";q=3;qu="concurrent-requests", "search";q=20;w=60
+//
+// The hooks and the Observer get one Event per request: a request refused
+// for want of a slot is a refusal whose Decision names that policy
+// (middleware.SlotRefusal); an admitted one is reported by its rate
+// decision. A store that cannot answer is reported to OnError and answered
+// per the failure mode: FailOpen goes on without a slot (the rate limit
+// still applies), FailClosed refuses with 503. In shadow mode a request is
+// never held up: a full key is reported as a refusal with Event.Shadow
+// set, and the request is served without a slot and without a rate
+// decision, as enforcing would have refused it before one.
+//
+// A nil s or a negative wait make New return an error wrapping
+// keyrate.ErrConfig. Default: no in-flight limit.
+func WithInFlight(s middleware.InFlight, wait time.Duration) Option {
+	return func(c *config) { c.inFlight.Set(s, wait) }
 }
