@@ -43,6 +43,16 @@ const (
 //
 // Instants are local monotonic nanoseconds (the Limiter's base), passed in,
 // so that the state machine is a function of the times it is given.
+//
+// It is written here rather than taken from sony/gobreaker, the breaker
+// of the field, for what it costs a call while Redis answers: 1 ns here
+// (one atomic load), against 129 ns for gobreaker's Execute and 162 ns and
+// an allocation for its two-step Allow, 147 and 185 ns with every CPU
+// calling (BenchmarkBreakerClosed beside dev/librarybench's
+// BenchmarkGobreaker, six runs side by side on 2 cores). gobreaker also
+// reads time.Now itself, and lets a caller's own request probe a half-open
+// breaker, where this one probes in the background, with a weight of 0, at
+// a delay that doubles.
 type breaker struct {
 	open atomic.Bool
 	due  atomic.Int64 // the instant the next probe may start, while open

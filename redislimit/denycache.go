@@ -62,6 +62,17 @@ import (
 // most the time an entry is held, maxHold at most. With a clock set by
 // tests (withClock) the script and the cache read the same clock, and the
 // countdown is exact.
+//
+// Its expiry is its own, not a TTL cache's. With 10,000 keys held, a lookup
+// here costs 110 ns, the countdown included, about what the lookups of
+// jellydator/ttlcache (118 ns) and hashicorp/golang-lru's expirable LRU
+// (113 ns) cost without it, and a store 251 ns, against 606 and 216 ns
+// (BenchmarkDenyCache beside dev/librarybench's BenchmarkExpiringCache, six
+// runs side by side on 2 cores). But neither reads the clock entries are
+// timed by (both read time.Now), ttlcache evicts the entry used least
+// recently where a full cache here drops the one that lapses soonest, and
+// the expirable LRU holds every entry for one time fixed at its creation,
+// where each refusal here stands as long as its own decision says.
 type denyCache struct {
 	mu      sync.Mutex
 	max     int

@@ -52,7 +52,7 @@ func TestDenyCacheClock(t *testing.T) {
 }
 
 // mustTier returns the tier of policies.
-func mustTier(t *testing.T, policies ...keyrate.Policy) *tier {
+func mustTier(t testing.TB, policies ...keyrate.Policy) *tier {
 	t.Helper()
 	tr, err := newTier("policies", policies)
 	if err != nil {

@@ -181,6 +181,14 @@ func targeter(p plan, stopped *atomic.Bool) vegeta.Targeter {
 // vegeta's metrics. Each second it writes a line to progress with the
 // replies of that second. When ctx ends it stops sending, waits for the
 // requests in flight, and reports the run as interrupted.
+//
+// The loop is vegeta's attacker. What keyrate-load adds to it (the
+// targeter, each request's identity, the hits it keeps, the progress)
+// costs about 1.1 µs and 7 allocations a request over vegeta's own 5.8 µs
+// and 40, every request answered at once (BenchmarkAttackLoop, six runs on
+// 2 cores): vegeta's static targeter cannot spread identities over the
+// URLs or draw them from a seed, and its Result keeps no request header to
+// tell a hit's identity by.
 func attack(ctx context.Context, p plan, base http.RoundTripper, progress *progress) outcome {
 	index := make(map[string]int, len(p.keys))
 	for i, k := range p.keys {
