@@ -281,6 +281,10 @@ func (g *slots) remove(w *waiter) {
 	w.prev, w.next = nil, nil
 }
 
+// Tiered reports whether the Concurrency has a tier function (WithTiers):
+// its limits then depend on the identity a context carries.
+func (c *Concurrency) Tiered() bool { return c.tierOf != nil }
+
 // Len returns the number of keys that hold a slot or wait for one: the
 // entries in memory.
 func (c *Concurrency) Len() int { return c.keys.Size() }
