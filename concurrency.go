@@ -307,10 +307,7 @@ func (c *Concurrency) tierKey(ctx context.Context, key string) string {
 	if c.tierOf == nil {
 		return key
 	}
-	if id, ok := IdentityFromContext(ctx); ok {
-		return id
-	}
-	return key
+	return TierKey(ctx, key)
 }
 
 // limitFor returns the limit of the tier the tier function names for as,
@@ -320,17 +317,8 @@ func (c *Concurrency) limitFor(as string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[c.tierName(as)]; ok {
+	if n, ok := c.tiers[TierName(c.tierOf, as)]; ok {
 		return n
 	}
 	return c.limit
-}
-
-func (c *Concurrency) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return c.tierOf(key)
 }

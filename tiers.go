@@ -142,7 +142,7 @@ func (l *Limiter) tierFor(key string) *tier {
 // namedTier returns the tier the tier function names for key, or the
 // default tier when there is no such tier.
 func (l *Limiter) namedTier(key string) *tier {
-	name := l.tierName(key)
+	name := TierName(l.tierOf, key)
 	tab := l.tiers.Load()
 	if t, ok := tab.named[name]; ok {
 		return t
@@ -150,15 +150,17 @@ func (l *Limiter) namedTier(key string) *tier {
 	return tab.def
 }
 
-// tierName returns the tier function's answer for key, or "", the default
-// tier, when it panics.
-func (l *Limiter) tierName(key string) (name string) {
+// TierName returns the answer of the tier function tier for as, the
+// client's identity (see TierKey), or "", the default tier, when tier
+// panics: a failing tier function never crashes a backend and never leaves
+// a key unlimited. Every backend with tiers asks through it.
+func TierName(tier func(string) string, as string) (name string) {
 	defer func() {
 		if recover() != nil {
 			name = ""
 		}
 	}()
-	return l.tierOf(key)
+	return tier(as)
 }
 
 // retention returns the tier whose longest window g keeps its events for:

@@ -140,22 +140,8 @@ func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if id, ok := keyrate.IdentityFromContext(ctx); ok {
-		key = id
-	}
-	if t, ok := tab.named[l.tierName(key)]; ok {
+	if t, ok := tab.named[keyrate.TierName(l.tierOf, keyrate.TierKey(ctx, key))]; ok {
 		return t
 	}
 	return tab.def
-}
-
-// tierName returns the tier function's answer for key, or "", the default
-// tier, when it panics.
-func (l *Limiter) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return l.tierOf(key)
 }
