@@ -103,12 +103,9 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 // (WithResolution), or a name other than "" on a limiter made without
 // WithTiers (no key could ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
-	if name != "" && l.tierOf == nil {
-		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", keyrate.ErrConfig, name)
-	}
-	field := "policies"
-	if name != "" {
-		field = fmt.Sprintf("tiers[%q]", name)
+	field, err := keyrate.TierField(name, l.tierOf != nil)
+	if err != nil {
+		return err
 	}
 	t, err := newTier(field, policies)
 	if err != nil {
