@@ -307,7 +307,10 @@ func (c *Concurrency) tierKey(ctx context.Context, key string) string {
 	if c.tierOf == nil {
 		return key
 	}
-	return TierKey(ctx, key)
+	if id, ok := IdentityFromContext(ctx); ok {
+		return id
+	}
+	return key
 }
 
 // limitFor returns the limit of the tier the tier function names for as,
@@ -317,7 +320,7 @@ func (c *Concurrency) limitFor(as string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[TierName(c.tierOf, as)]; ok {
+	if n, ok := c.tiers[tierName(c.tierOf, as)]; ok {
 		return n
 	}
 	return c.limit

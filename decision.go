@@ -1,6 +1,9 @@
 package keyrate
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // MaxPolicies is the most policies one Limiter (or one of its tiers) may
 // enforce together. Every Decision carries each policy's numbers inline, so
@@ -204,4 +207,36 @@ func (d *Decision) fill(p *PolicyDecision, allowed bool) {
 	d.RetryAfter = p.RetryAfter
 	d.ResetAfter = p.ResetAfter
 	d.RefillAfter = p.RefillAfter
+}
+
+// Format prints d as fmt prints a struct of its fields and of each
+// policy's part (Policies), leaving out what only the backend that made it
+// reads.
+func (d Decision) Format(f fmt.State, verb rune) {
+	type decision struct {
+		Allowed                             bool
+		Policy                              string
+		Limit                               int
+		Window                              time.Duration
+		Remaining                           int
+		RetryAfter, ResetAfter, RefillAfter time.Duration
+		Overflow, Fallback                  bool
+		Receipt                             Receipt
+		Policies                            []PolicyDecision
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), decision{d.Allowed, d.Policy, d.Limit, d.Window, d.Remaining,
+		d.RetryAfter, d.ResetAfter, d.RefillAfter, d.Overflow, d.Fallback, d.Receipt, d.Policies()})
+}
+
+// Format prints r's instant and weight left (At, N), as fmt prints a struct.
+func (r Receipt) Format(f fmt.State, verb rune) {
+	type receipt struct {
+		At time.Time
+		N  int
+	}
+	if r.n == 0 {
+		fmt.Fprintf(f, fmt.FormatString(f, verb), receipt{})
+		return
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), receipt{r.At(), r.n})
 }

@@ -77,7 +77,7 @@ func CheckPolicies(field string, policies []Policy) error {
 		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
 	}
 	for i, p := range policies {
-		limit, window, name := PolicyField(field, i)
+		limit, window, name := policyField(field, i)
 		switch {
 		case p.Limit < 1 || p.Limit > math.MaxInt32:
 			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
@@ -95,11 +95,10 @@ func CheckPolicies(field string, policies []Policy) error {
 	return nil
 }
 
-// PolicyField returns how CheckPolicies names the Limit, Window and Name of
+// policyField returns how CheckPolicies names the Limit, Window and Name of
 // the i-th policy of field in its errors: "limit", "window" and "" when
-// field is "", else `tiers["pro"][1].Limit` and the like. A backend that
-// checks more of a policy names what it refuses the same way.
-func PolicyField(field string, i int) (limit, window, name string) {
+// field is "", else `tiers["pro"][1].Limit` and the like.
+func policyField(field string, i int) (limit, window, name string) {
 	if field == "" {
 		return "limit", "window", ""
 	}

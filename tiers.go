@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -154,7 +155,7 @@ func (l *Limiter) tierFor(key string) *tier {
 // namedTier returns the tier the tier function names for key, or the
 // default tier when there is no such tier.
 func (l *Limiter) namedTier(key string) *tier {
-	name := TierName(l.tierOf, key)
+	name := tierName(l.tierOf, key)
 	tab := l.tiers.Load()
 	if t, ok := tab.named[name]; ok {
 		return t
@@ -162,11 +163,20 @@ func (l *Limiter) namedTier(key string) *tier {
 	return tab.def
 }
 
-// TierName returns the answer of the tier function tier for as, the
-// client's identity (see TierKey), or "", the default tier, when tier
-// panics: a failing tier function never crashes a backend and never leaves
-// a key unlimited. Every backend with tiers asks through it.
-func TierName(tier func(string) string, as string) (name string) {
+// TierOf returns the tier that the tier function tier names for the
+// request of key under ctx: its answer for the identity ctx carries
+// (ContextWithIdentity), else for key; "", the default tier, when tier
+// panics, so that a failing tier function never crashes a backend nor
+// leaves a key unlimited. Every backend with tiers asks through it.
+func TierOf(ctx context.Context, tier func(string) string, key string) string {
+	if id, ok := IdentityFromContext(ctx); ok {
+		key = id
+	}
+	return tierName(tier, key)
+}
+
+// tierName returns tier's answer for as, or "" when it panics.
+func tierName(tier func(string) string, as string) (name string) {
 	defer func() {
 		if recover() != nil {
 			name = ""

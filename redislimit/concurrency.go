@@ -301,7 +301,7 @@ func (c *Concurrency) limitFor(ctx context.Context, key string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[keyrate.TierName(c.tierOf, keyrate.TierKey(ctx, key))]; ok {
+	if n, ok := c.tiers[keyrate.TierOf(ctx, c.tierOf, key)]; ok {
 		return n
 	}
 	return c.limit

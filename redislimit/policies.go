@@ -58,8 +58,7 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 	for i, p := range t.policies {
 		if p.Window < time.Millisecond || p.Window%time.Microsecond != 0 {
 			// The scripts count in the microseconds of Redis TIME.
-			_, window, _ := keyrate.PolicyField(field, i)
-			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, window, p.Window)
+			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, windowField(field, i), p.Window)
 		}
 		t.args = append(t.args, p.Limit, p.Window.Microseconds())
 	}
@@ -91,8 +90,16 @@ func (t *tier) checkResolution(res time.Duration) error {
 		if p.Window >= res {
 			continue
 		}
-		_, window, _ := keyrate.PolicyField(t.field, i)
-		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, window, p.Window, res)
+		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, res)
 	}
 	return nil
+}
+
+// windowField names the Window of the i-th policy of field in errors, as
+// keyrate.CheckPolicies does.
+func windowField(field string, i int) string {
+	if field == "" {
+		return "window"
+	}
+	return fmt.Sprintf("%s[%d].Window", field, i)
 }

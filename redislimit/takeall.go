@@ -161,7 +161,7 @@ func (l *Limiter) keyTier(key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierName(l.tierOf, key)]; ok {
+	if t, ok := tab.named[keyrate.TierOf(context.Background(), l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
@@ -205,7 +205,7 @@ func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decis
 	// its place's: the same request as the one given.
 	hits := make([]keyrate.Hit, len(places))
 	for i := range places {
-		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].key, places[i].id), N: places[i].w}
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), N: places[i].w}
 	}
 	pds, ok := l.fallback.lim.TakeAll(hits)
 	ds := make([]keyrate.Decision, len(at))

@@ -137,7 +137,7 @@ func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierName(l.tierOf, keyrate.TierKey(ctx, key))]; ok {
+	if t, ok := tab.named[keyrate.TierOf(ctx, l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
