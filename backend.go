@@ -10,20 +10,36 @@ import (
 // for key and record it if admitted, atomically, as one step. A
 // check-then-record split would let concurrent requests through together,
 // and stacking two stores would record an event in one while the other
-// refuses it.
+// refuses it. *Limiter satisfies it in memory, the Redis backend
+// (github.com/keyrate/keyrate/redislimit) across processes.
 //
-// *Limiter satisfies it in memory, and the Redis backend
-// (github.com/keyrate/keyrate/redislimit) across processes. Middleware
-// (httplimit and others) depends on Backend alone, plus the optional
-// interfaces PolicyLister and Bounded, which it discovers with a type
-// assertion.
+// A backend may promise more, each promise an interface of this file that
+// middleware discovers with a type assertion: Refunder (it gives back what
+// a decision recorded), Bounded (its calls end within a budget of its own)
+// and Described (it tells its policies, and whether it chooses them by the
+// client's identity).
 //
 // TakeContext returns an error only when no decision could be had: ctx was
 // done, the store was unavailable or closed, or the request could not be
 // placed (an invalid key). A refusal is not an error: it is a Decision with
-// Allowed false.
+// Allowed false. When ctx carries the client's identity
+// (ContextWithIdentity), a backend that chooses policies by it (Described's
+// Tiered) reads it there.
 type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// Refunder is a Backend that gives back what its admitted decisions
+// recorded: n of the weight the decision *d has left for key
+// (d.Receipt.N()), exactly, from the decision's own instant, never another
+// request's; d's Receipt falls by n. Its errors are those of
+// Limiter.RefundN: ErrExceedsLimit for an n of 0 or more than is left,
+// ErrNothingToRefund when nothing can be given back; every error changes
+// nothing. *Limiter and the Redis backend are Refunders; middleware gives
+// back refused-to-count responses (WithRefund) and unused reservations
+// (ReportCost) through it.
+type Refunder interface {
+	RefundContext(ctx context.Context, key string, d *Decision, n int) error
 }
 
 // BackendFunc adapts a function to Backend, as http.HandlerFunc adapts one
@@ -59,13 +75,18 @@ var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 // answered at once.
 var ErrUnavailable = errors.New("keyrate: store unavailable")
 
-// PolicyLister is implemented by backends that know their policies, as
+// Described is a Backend that tells middleware what it enforces, as
 // *Limiter and the Redis backend do. Policies returns a copy of the default
-// tier's, in the order they were given, so that middleware can advertise
-// every one of them before it has a Decision (a Decision lists the policies
-// of its key's own tier).
-type PolicyLister interface {
+// tier's policies, in the order they were given, so that middleware can
+// advertise every one of them before it has a Decision (a Decision lists the
+// policies of its key's own tier). Tiered reports whether the backend
+// chooses a key's policies by the client's identity (WithTiers): then
+// middleware hands it the identity in the call's context
+// (ContextWithIdentity), which costs an allocation, and otherwise spares
+// it. A backend that is not Described gets the identity always.
+type Described interface {
 	Policies() []Policy
+	Tiered() bool
 }
 
 // Bounded is implemented by backends whose every call returns within a time
@@ -83,9 +104,23 @@ type Bounded interface {
 // middleware calls it inline and gives it no budget.
 func (l *Limiter) TimeBudget() time.Duration { return 0 }
 
+// Tiered reports whether the limiter has a tier function (WithTiers): its
+// decisions then depend on the identity a context carries.
+func (l *Limiter) Tiered() bool { return l.tierOf != nil }
+
+// RefundContext is RefundN under Refunder's name, for middleware: it
+// returns ctx's error when ctx is done, and never waits.
+func (l *Limiter) RefundContext(ctx context.Context, key string, d *Decision, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.RefundN(key, d, n)
+}
+
 var (
-	_ Backend      = (*Limiter)(nil)
-	_ PolicyLister = (*Limiter)(nil)
-	_ Bounded      = (*Limiter)(nil)
-	_ Backend      = BackendFunc(nil)
+	_ Backend   = (*Limiter)(nil)
+	_ Refunder  = (*Limiter)(nil)
+	_ Described = (*Limiter)(nil)
+	_ Bounded   = (*Limiter)(nil)
+	_ Backend   = BackendFunc(nil)
 )

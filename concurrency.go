@@ -281,6 +281,10 @@ func (g *slots) remove(w *waiter) {
 	w.prev, w.next = nil, nil
 }
 
+// Tiered reports whether the Concurrency has a tier function (WithTiers):
+// its limits then depend on the identity a context carries.
+func (c *Concurrency) Tiered() bool { return c.tierOf != nil }
+
 // Len returns the number of keys that hold a slot or wait for one: the
 // entries in memory.
 func (c *Concurrency) Len() int { return c.keys.Size() }
@@ -303,10 +307,7 @@ func (c *Concurrency) tierKey(ctx context.Context, key string) string {
 	if c.tierOf == nil {
 		return key
 	}
-	if id, ok := IdentityFromContext(ctx); ok {
-		return id
-	}
-	return key
+	return TierKey(ctx, key)
 }
 
 // limitFor returns the limit of the tier the tier function names for as,
@@ -316,17 +317,8 @@ func (c *Concurrency) limitFor(as string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[c.tierName(as)]; ok {
+	if n, ok := c.tiers[TierName(c.tierOf, as)]; ok {
 		return n
 	}
 	return c.limit
-}
-
-func (c *Concurrency) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return c.tierOf(key)
 }

@@ -52,6 +52,12 @@ func (l *Limiter) tierKey(ctx context.Context, key string) string {
 	if l.tierOf == nil {
 		return key
 	}
+	return TierKey(ctx, key)
+}
+
+// TierKey returns what a tier function decides the request of key under
+// ctx by: the identity ctx carries (ContextWithIdentity), else key itself.
+func TierKey(ctx context.Context, key string) string {
 	if id, ok := IdentityFromContext(ctx); ok {
 		return id
 	}

@@ -61,37 +61,60 @@ type tier struct {
 	refill    [MaxPolicies]int64
 }
 
-// newTier validates policies and builds their tier. field names where they
-// came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
-// New's one policy, whose errors name its arguments (limit, window) alone.
-func newTier(field string, policies []Policy) (*tier, error) {
+// CheckPolicies returns why policies cannot be a tier, as an error wrapping
+// ErrConfig that names the field at fault, or nil: 1 to MaxPolicies
+// policies, each of a Limit of 1 to math.MaxInt32 and a positive Window,
+// and a Name of its own when there are several. field names where they
+// came from in the caller's terms ("policies", `tiers["pro"]`), or is ""
+// for one policy given as arguments (limit, window). New, NewPolicies and
+// SetTier check with it, and so does any backend that takes Policies, the
+// Redis one included, so that all refuse alike.
+func CheckPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
-		return nil, fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
+		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
 	case len(policies) > MaxPolicies:
-		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+	}
+	for i, p := range policies {
+		limit, window, name := PolicyField(field, i)
+		switch {
+		case p.Limit < 1 || p.Limit > math.MaxInt32:
+			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
+		case p.Window <= 0:
+			return fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
+		case p.Name == "" && len(policies) > 1:
+			return fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
+		}
+		for j, q := range policies[:i] {
+			if q.Name == p.Name {
+				return fmt.Errorf("%w: %s %q repeats %s[%d].Name", ErrConfig, name, p.Name, field, j)
+			}
+		}
+	}
+	return nil
+}
+
+// PolicyField returns how CheckPolicies names the Limit, Window and Name of
+// the i-th policy of field in its errors: "limit", "window" and "" when
+// field is "", else `tiers["pro"][1].Limit` and the like. A backend that
+// checks more of a policy names what it refuses the same way.
+func PolicyField(field string, i int) (limit, window, name string) {
+	if field == "" {
+		return "limit", "window", ""
+	}
+	at := fmt.Sprintf("%s[%d].", field, i)
+	return at + "Limit", at + "Window", at + "Name"
+}
+
+// newTier validates policies (see CheckPolicies) and builds their tier.
+func newTier(field string, policies []Policy) (*tier, error) {
+	if err := CheckPolicies(field, policies); err != nil {
+		return nil, err
 	}
 	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}
 	copy(t.policies, policies)
-	for i, p := range t.policies {
-		limit, window, name := "limit", "window", ""
-		if field != "" {
-			at := fmt.Sprintf("%s[%d].", field, i)
-			limit, window, name = at+"Limit", at+"Window", at+"Name"
-		}
-		switch {
-		case p.Limit < 1 || p.Limit > math.MaxInt32:
-			return nil, fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
-		case p.Window <= 0:
-			return nil, fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
-		case p.Name == "" && len(policies) > 1:
-			return nil, fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
-		}
-		for j, q := range t.policies[:i] {
-			if q.Name == p.Name {
-				return nil, fmt.Errorf("%w: %s %q repeats %s[%d].Name", ErrConfig, name, p.Name, field, j)
-			}
-		}
+	for _, p := range t.policies {
 		t.minLimit = min(t.minLimit, p.Limit)
 		w := int64(p.Window)
 		switch {

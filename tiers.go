@@ -93,12 +93,9 @@ func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
 // name other than "" on a limiter made without WithTiers (no key could
 // ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []Policy) error {
-	if name != "" && l.tierOf == nil {
-		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
-	}
-	field := "policies"
-	if name != "" {
-		field = fmt.Sprintf("tiers[%q]", name)
+	field, err := TierField(name, l.tierOf != nil)
+	if err != nil {
+		return err
 	}
 	t, err := newTier(field, policies)
 	if err != nil {
@@ -118,6 +115,21 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	}
 	l.publish(next)
 	return nil
+}
+
+// TierField returns how SetTier names the policies of the tier called name
+// in its errors: "policies" for the default tier (""), `tiers["pro"]` for
+// another; or an error wrapping ErrConfig for a named tier of a backend
+// without a tier function (tiered false), as no key could ever be in it.
+// Every backend's SetTier checks with it.
+func TierField(name string, tiered bool) (string, error) {
+	switch {
+	case name == "":
+		return "policies", nil
+	case !tiered:
+		return "", fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
+	}
+	return fmt.Sprintf("tiers[%q]", name), nil
 }
 
 // publish makes tab the limiter's tiers.
@@ -142,7 +154,7 @@ func (l *Limiter) tierFor(key string) *tier {
 // namedTier returns the tier the tier function names for key, or the
 // default tier when there is no such tier.
 func (l *Limiter) namedTier(key string) *tier {
-	name := l.tierName(key)
+	name := TierName(l.tierOf, key)
 	tab := l.tiers.Load()
 	if t, ok := tab.named[name]; ok {
 		return t
@@ -150,15 +162,17 @@ func (l *Limiter) namedTier(key string) *tier {
 	return tab.def
 }
 
-// tierName returns the tier function's answer for key, or "", the default
-// tier, when it panics.
-func (l *Limiter) tierName(key string) (name string) {
+// TierName returns the answer of the tier function tier for as, the
+// client's identity (see TierKey), or "", the default tier, when tier
+// panics: a failing tier function never crashes a backend and never leaves
+// a key unlimited. Every backend with tiers asks through it.
+func TierName(tier func(string) string, as string) (name string) {
 	defer func() {
 		if recover() != nil {
 			name = ""
 		}
 	}()
-	return l.tierOf(key)
+	return tier(as)
 }
 
 // retention returns the tier whose longest window g keeps its events for:

@@ -163,10 +163,7 @@ func (f *fallback) setTier(name string, policies []keyrate.Policy) error {
 // the fallback, under the tier the Limiter's tier function names for it
 // under ctx, which is the caller's and not done.
 func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) keyrate.Decision {
-	if id, ok := keyrate.IdentityFromContext(ctx); ok {
-		key = id
-	}
-	d := l.fallback.lim.Take(l.fallbackKey(key, id), n)
+	d := l.fallback.lim.Take(l.fallbackKey(keyrate.TierKey(ctx, key), id), n)
 	d.Fallback = true
 	return d
 }
@@ -179,7 +176,7 @@ func (l *Limiter) fallbackKey(as, id string) string {
 	if l.tierOf == nil {
 		return id
 	}
-	name := l.tierName(as)
+	name := keyrate.TierName(l.tierOf, as)
 	if _, ok := l.tiers.Load().named[name]; !ok {
 		name = "" // the default tier, as tierFor finds it
 	}

@@ -468,11 +468,7 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if l.fallback == nil {
 		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", ErrNothingToRefund)
 	}
-	as := key
-	if identity, ok := keyrate.IdentityFromContext(ctx); ok {
-		as = identity
-	}
-	if err := l.fallback.lim.RefundN(l.fallbackKey(as, id), d, n); err != nil {
+	if err := l.fallback.lim.RefundN(l.fallbackKey(keyrate.TierKey(ctx, key), id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

@@ -189,7 +189,7 @@ func (l *Limiter) keyTier(key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[l.tierName(key)]; ok {
+	if t, ok := tab.named[keyrate.TierName(l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
