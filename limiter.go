@@ -226,6 +226,8 @@ var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
 // Refund gives back all the weight the admitted decision *d recorded for
 // key and has not yet given back: RefundN of what its Receipt has left.
+// Taking first and refunding what should not count (a successful login, a
+// response under 400) makes "count only the failures" exact.
 func (l *Limiter) Refund(key string, d *Decision) error {
 	if d == nil {
 		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
@@ -235,22 +237,19 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
 // key, as if that much of its request had never been made: a request that
-// reserved an estimate (a model call's maximum tokens, an upload's declared
-// size) settles its real cost this way once it knows it. The events leave
-// the log from the decision's own instant, never the newest events (which
-// would let a later window hold more than the limit), and from every policy
-// at once. Under FixedWindow they leave their window's count while it
-// lasts; under GCRA the bucket gets back the part of the decision's tokens
-// it has not yet refilled.
+// reserved an estimate (a model call's maximum tokens) settles its real
+// cost. The events leave from the decision's own instant, never the newest
+// (which would let a later window hold more than the limit), from every
+// policy at once; under FixedWindow while their window lasts, under GCRA
+// only the tokens the bucket has not refilled yet. It runs under the key's
+// lock: O(log N) to find a sliding log's entry, then at most the entries
+// after it.
 //
-// It lowers d's Receipt by n, so that d can be refunded again, in part or
-// whole, until nothing is left. n must be 1 to what is left; more, or
-// less, returns an error wrapping ErrExceedsLimit. With nothing left, or
-// when the log no longer holds the decision (see ErrNothingToRefund), it
-// returns an error wrapping ErrNothingToRefund. Every error changes
+// Each success lowers d.Receipt.N by n, until nothing is left. n outside 1
+// to d.Receipt.N() is an error wrapping ErrExceedsLimit; a decision the log
+// no longer holds, one wrapping ErrNothingToRefund. Every error changes
 // nothing. Refund each Decision through one pointer: a copy still holds the
-// Receipt, and when other requests of the key recorded events at the same
-// instant, refunding the copy too would give back theirs.
+// Receipt, and would give back other requests' events of the same instant.
 func (l *Limiter) RefundN(key string, d *Decision, n int) error {
 	switch {
 	case d == nil || d.Receipt.n <= 0:
