@@ -6,32 +6,26 @@ import (
 	"unsafe"
 )
 
-// Algorithm is how a Limiter counts: WithAlgorithm chooses one.
+// Algorithm is how a Limiter counts (WithAlgorithm). Decisions, policies,
+// tiers, refunds and Wait work alike under each; the guarantee differs.
 type Algorithm uint8
 
 const (
-	// SlidingLog is the exact sliding window, the default: at most limit
-	// events in any span of time as long as the window, kept as a log of
-	// the events' instants (4 bytes an event of weight 1, 8 bytes a
-	// decision of any weight, or WithResolution's entries).
+	// SlidingLog, the default, is exact: at most limit events in any span
+	// as long as the window, a log of their instants per key.
 	SlidingLog Algorithm = iota
-	// FixedWindow counts events per calendar window: windows start at whole
-	// multiples of their length since the Unix epoch (a minute's at every
-	// minute), and a window's count starts again at 0. O(1) memory per key
-	// (4 bytes per policy), at a price: a client can spend a whole limit at
-	// the end of one window and another at the start of the next, twice
-	// the limit in a span of one window (20 in two seconds under 10 per 10
-	// seconds, at 00:09 and 00:11).
+	// FixedWindow counts per calendar window (multiples of its length since
+	// the Unix epoch), O(1) per key, but a client may spend a limit at the
+	// end of one window and another at the start of the next: twice the
+	// limit within one window's span.
 	FixedWindow
-	// GCRA is the generic cell rate algorithm, a token bucket that holds
-	// limit tokens and refills one every window/limit: a burst of limit,
-	// then one per window/limit (10 per 10 seconds: a burst of 10, then one a
-	// second). O(1) memory per key (4 bytes per policy). After a burst it
-	// keeps admitting at the refill rate, so any span of one window may
-	// hold up to nearly twice the limit.
+	// GCRA is a token bucket of limit tokens refilled one per window/limit,
+	// O(1) per key; after a burst it admits at the refill rate, so a span
+	// of one window may hold nearly twice the limit.
 	GCRA
 )
 
+// String names the algorithm.
 func (a Algorithm) String() string {
 	switch a {
 	case SlidingLog:
@@ -44,11 +38,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", a)
 }
 
-// WithAlgorithm chooses how the limiter counts (see Algorithm). Whatever
-// the algorithm, decisions are Decisions with the same fields and meaning,
-// several policies are decided together, and tiers, Wait and the janitor
-// work alike; only the guarantee differs. Default: SlidingLog.
-// WithResolution applies to SlidingLog alone.
+// WithAlgorithm chooses how the limiter counts (see Algorithm); WithResolution
+// is for SlidingLog alone. Default: SlidingLog.
 func WithAlgorithm(a Algorithm) Option {
 	return func(cfg *config) { cfg.algorithm = a }
 }

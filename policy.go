@@ -10,14 +10,11 @@ import (
 // Policy is one limit: at most Limit events per key in any span of length
 // Window.
 type Policy struct {
-	// Name identifies the policy in headers and metrics. It may be "" for a
-	// Limiter's (or a tier's) only policy; where there are several, each
-	// needs a name of its own.
+	// Name names the policy in headers and metrics; "" only for a tier's
+	// one policy.
 	Name string
-	// Limit is the most events admitted per key in any window: 1 to
-	// math.MaxInt32.
-	Limit int
-	// Window is the length of the sliding window; positive.
+	// Limit is 1 to math.MaxInt32; Window positive.
+	Limit  int
 	Window time.Duration
 }
 
@@ -61,14 +58,11 @@ type tier struct {
 	refill    [MaxPolicies]int64
 }
 
-// CheckPolicies returns why policies cannot be a tier, as an error wrapping
-// ErrConfig that names the field at fault, or nil: 1 to MaxPolicies
-// policies, each of a Limit of 1 to math.MaxInt32 and a positive Window,
-// and a Name of its own when there are several. field names where they
-// came from in the caller's terms ("policies", `tiers["pro"]`), or is ""
-// for one policy given as arguments (limit, window). New, NewPolicies and
-// SetTier check with it, and so does any backend that takes Policies, the
-// Redis one included, so that all refuse alike.
+// CheckPolicies returns why policies cannot be a tier, naming the field at
+// fault (field is "policies", `tiers["pro"]`, or "" for New's arguments) in
+// an error wrapping ErrConfig; or nil: 1 to MaxPolicies policies, each with
+// a Limit of 1 to math.MaxInt32, a positive Window, and a Name of its own
+// when there are several. Every backend checks its policies with it.
 func CheckPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
