@@ -1,48 +1,9 @@
 package keyrate
 
 import (
-	"fmt"
 	"time"
 	"unsafe"
 )
-
-// Algorithm is how a Limiter counts (WithAlgorithm). Decisions, policies,
-// tiers, refunds and Wait work alike under each; the guarantee differs.
-type Algorithm uint8
-
-const (
-	// SlidingLog, the default, is exact: at most limit events in any span
-	// as long as the window, a log of their instants per key.
-	SlidingLog Algorithm = iota
-	// FixedWindow counts per calendar window (multiples of its length since
-	// the Unix epoch), O(1) per key, but a client may spend a limit at the
-	// end of one window and another at the start of the next: twice the
-	// limit within one window's span.
-	FixedWindow
-	// GCRA is a token bucket of limit tokens refilled one per window/limit,
-	// O(1) per key; after a burst it admits at the refill rate, so a span
-	// of one window may hold nearly twice the limit.
-	GCRA
-)
-
-// String names the algorithm.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "sliding log"
-	case FixedWindow:
-		return "fixed window"
-	case GCRA:
-		return "GCRA"
-	}
-	return fmt.Sprintf("Algorithm(%d)", a)
-}
-
-// WithAlgorithm chooses how the limiter counts (see Algorithm); WithResolution
-// is for SlidingLog alone. Default: SlidingLog.
-func WithAlgorithm(a Algorithm) Option {
-	return func(cfg *config) { cfg.algorithm = a }
-}
 
 // counters returns a key's state under FixedWindow or GCRA, a uint32 per
 // policy of t: in the log's inline slots for up to two policies, else in a
@@ -252,18 +213,6 @@ func refillAfter(full, every int64) int64 {
 		return 0
 	}
 	return full - (ceilDiv(full, every)-1)*every
-}
-
-// ceilDiv is a/b rounded up, for a >= 0 and b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-// floorDiv is a/b rounded towards minus infinity, for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // refundCounted is refund under FixedWindow or GCRA: of the decision d,

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,28 +20,45 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// now returns the limiter's clock reading as nanoseconds since base. For the
-// system clock that is time.Since, a monotonic read; for the coarse clock,
-// one atomic load.
-func (l *Limiter) now() int64 {
-	switch {
-	case l.coarse:
-		return l.coarseNow.Load()
-	case l.system:
-		return int64(time.Since(l.base))
-	default:
-		return int64(l.clock.Now().Sub(l.base))
-	}
+// reading reads a limiter's clock as nanoseconds since base: the system
+// clock through time.Since, a monotonic read; the coarse clock's cached
+// instant, one atomic load; or the Clock given to WithClock.
+type reading struct {
+	clock     Clock
+	base      time.Time    // instant 0 of the offsets the logs hold
+	system    bool         // clock is the system clock: read time.Since(base)
+	coarse    bool         // WithCoarseClock: read coarseNow
+	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
+
+	coarseResolution time.Duration // WithCoarseClock's; 0: off
 }
 
-// startCoarseClock starts WithCoarseClock's goroutine, which keeps coarseNow
-// within resolution of the system clock until Close.
-func (l *Limiter) startCoarseClock(resolution time.Duration) {
-	l.coarseNow.Store(int64(time.Since(l.base)))
-	l.coarse, l.coarseResolution = true, resolution
-	l.background.Go(func() {
-		every(resolution, l.done, func() { l.coarseNow.Store(int64(time.Since(l.base))) })
+// start sets r to read c from base. Under a coarse resolution it starts, in
+// wg, the goroutine that keeps coarseNow within resolution of the system
+// clock until done is closed.
+func (r *reading) start(c Clock, base time.Time, resolution time.Duration, done <-chan struct{}, wg *sync.WaitGroup) {
+	r.clock, r.base = c, base
+	_, r.system = c.(systemClock)
+	if resolution <= 0 {
+		return
+	}
+	r.coarseNow.Store(int64(time.Since(base)))
+	r.coarse, r.coarseResolution = true, resolution
+	wg.Go(func() {
+		every(resolution, done, func() { r.coarseNow.Store(int64(time.Since(r.base))) })
 	})
+}
+
+// now returns the clock's reading.
+func (r *reading) now() int64 {
+	switch {
+	case r.coarse:
+		return r.coarseNow.Load()
+	case r.system:
+		return int64(time.Since(r.base))
+	default:
+		return int64(r.clock.Now().Sub(r.base))
+	}
 }
 
 // every calls f once per interval of real time until done is closed. The

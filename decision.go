@@ -5,10 +5,6 @@ import (
 	"time"
 )
 
-// MaxPolicies is the most policies a Limiter or one of its tiers enforces
-// together: a Decision carries each one's numbers inline, with no allocation.
-const MaxPolicies = 4
-
 // Decision is the answer to one request and the numbers behind it, the same
 // from every backend, exact against its clock. Under several policies the
 // fields describe the binding one: refused, the refusing policy with the

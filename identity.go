@@ -37,15 +37,3 @@ func (c *identityContext) Value(key any) any {
 	}
 	return c.Context.Value(key)
 }
-
-// tierKey returns what the tier function decides key by under ctx: the
-// identity ctx carries, else key. Without tiers it looks for nothing.
-func (l *Limiter) tierKey(ctx context.Context, key string) string {
-	if l.tierOf == nil {
-		return key
-	}
-	if id, ok := IdentityFromContext(ctx); ok {
-		return id
-	}
-	return key
-}

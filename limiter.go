@@ -31,16 +31,10 @@ type Limiter struct {
 	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
 	keys    *keyMap
 
-	clock     Clock
-	base      time.Time    // instant 0 of the offsets the logs hold
-	baseUnix  int64        // base's wall clock, in nanoseconds since the Unix epoch: Receipts count from it
-	system    bool         // clock is the system clock: read time.Since(base)
-	coarse    bool         // WithCoarseClock: read coarseNow
-	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
-
-	coarseResolution time.Duration // WithCoarseClock's; 0: off
-	scale            scale         // every log's ticks, for the limiter's life
-	algorithm        Algorithm     // WithAlgorithm's
+	reading             // the clock, read as nanoseconds since its base
+	baseUnix  int64     // base's wall clock, in nanoseconds since the Unix epoch: Receipts count from it
+	scale     scale     // every log's ticks, for the limiter's life
+	algorithm Algorithm // WithAlgorithm's
 
 	closed     atomic.Bool
 	done       chan struct{}
@@ -78,20 +72,15 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	}
 	l := &Limiter{
 		tierOf: cfg.tierOf,
-		clock:  cfg.clock,
 		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
 		done:   make(chan struct{}),
 
 		scale:     cfg.scale,
 		algorithm: cfg.algorithm,
-		base:      cfg.base,
 		baseUnix:  cfg.base.UnixNano(),
 	}
 	l.publish(tab)
-	_, l.system = cfg.clock.(systemClock)
-	if cfg.coarse > 0 {
-		l.startCoarseClock(cfg.coarse)
-	}
+	l.reading.start(cfg.clock, cfg.base, cfg.coarse, l.done, &l.background)
 	if cfg.janitorInterval > 0 {
 		l.startJanitor(cfg.janitorInterval)
 	}

@@ -1,7 +1,6 @@
 package keyrate
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -28,6 +27,12 @@ type config struct {
 	tierOf          func(key string) string
 	tiers           map[string][]Policy
 	scale           scale // built by newConfig: every log's ticks
+}
+
+// WithAlgorithm chooses how the limiter counts (see Algorithm); WithResolution
+// is for SlidingLog alone. Default: SlidingLog.
+func WithAlgorithm(a Algorithm) Option {
+	return func(cfg *config) { cfg.algorithm = a }
 }
 
 // WithClock sets the clock the limiter reads (default: the system clock's
@@ -84,10 +89,6 @@ func WithMaxKeys(n int) Option {
 func WithRefuseNewKeys() Option {
 	return func(cfg *config) { cfg.refuseNewKeys = true }
 }
-
-// ErrConfig is wrapped by every error for an invalid argument or option, of
-// New, NewPolicies, NewConcurrency and SetTier; it names the field at fault.
-var ErrConfig = errors.New("keyrate: invalid configuration")
 
 // newConfig applies opts for a limiter whose default tier is def, validates
 // them and builds the tier table.

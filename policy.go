@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -16,6 +17,46 @@ type Policy struct {
 	// Limit is 1 to math.MaxInt32; Window positive.
 	Limit  int
 	Window time.Duration
+}
+
+// MaxPolicies is the most policies a Limiter or one of its tiers enforces
+// together: a Decision carries each one's numbers inline, with no allocation.
+const MaxPolicies = 4
+
+// ErrConfig is wrapped by every error for an invalid argument or option, of
+// New, NewPolicies, NewConcurrency and SetTier; it names the field at fault.
+var ErrConfig = errors.New("keyrate: invalid configuration")
+
+// Algorithm is how a Limiter counts (WithAlgorithm). Decisions, policies,
+// tiers, refunds and Wait work alike under each; the guarantee differs.
+type Algorithm uint8
+
+const (
+	// SlidingLog, the default, is exact: at most limit events in any span
+	// as long as the window, a log of their instants per key.
+	SlidingLog Algorithm = iota
+	// FixedWindow counts per calendar window (multiples of its length since
+	// the Unix epoch), O(1) per key, but a client may spend a limit at the
+	// end of one window and another at the start of the next: twice the
+	// limit within one window's span.
+	FixedWindow
+	// GCRA is a token bucket of limit tokens refilled one per window/limit,
+	// O(1) per key; after a burst it admits at the refill rate, so a span
+	// of one window may hold nearly twice the limit.
+	GCRA
+)
+
+// String names the algorithm.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "sliding log"
+	case FixedWindow:
+		return "fixed window"
+	case GCRA:
+		return "GCRA"
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
 }
 
 // tier is the set of policies that decide a key together: the Limiter's

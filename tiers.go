@@ -162,3 +162,15 @@ func (l *Limiter) retention(g *eventLog) *tier {
 	}
 	return tab.def // unreachable: ids are published before logs get them
 }
+
+// tierKey returns what the tier function decides key by under ctx: the
+// identity ctx carries, else key. Without tiers it looks for nothing.
+func (l *Limiter) tierKey(ctx context.Context, key string) string {
+	if l.tierOf == nil {
+		return key
+	}
+	if id, ok := IdentityFromContext(ctx); ok {
+		return id
+	}
+	return key
+}
