@@ -1,57 +1,9 @@
 package keyrate
 
 import (
-	"fmt"
 	"time"
 	"unsafe"
 )
-
-// Algorithm is how a Limiter counts: WithAlgorithm chooses one.
-type Algorithm uint8
-
-const (
-	// SlidingLog is the exact sliding window, the default: at most limit
-	// events in any span of time as long as the window, kept as a log of
-	// the events' instants (4 bytes an event of weight 1, 8 bytes a
-	// decision of any weight, or WithResolution's entries).
-	SlidingLog Algorithm = iota
-	// FixedWindow counts events per calendar window: windows start at whole
-	// multiples of their length since the Unix epoch (a minute's at every
-	// minute), and a window's count starts again at 0. O(1) memory per key
-	// (4 bytes per policy), at a price: a client can spend a whole limit at
-	// the end of one window and another at the start of the next, twice
-	// the limit in a span of one window (20 in two seconds under 10 per 10
-	// seconds, at 00:09 and 00:11).
-	FixedWindow
-	// GCRA is the generic cell rate algorithm, a token bucket that holds
-	// limit tokens and refills one every window/limit: a burst of limit,
-	// then one per window/limit (10 per 10 seconds: a burst of 10, then one a
-	// second). O(1) memory per key (4 bytes per policy). After a burst it
-	// keeps admitting at the refill rate, so any span of one window may
-	// hold up to nearly twice the limit.
-	GCRA
-)
-
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "sliding log"
-	case FixedWindow:
-		return "fixed window"
-	case GCRA:
-		return "GCRA"
-	}
-	return fmt.Sprintf("Algorithm(%d)", a)
-}
-
-// WithAlgorithm chooses how the limiter counts (see Algorithm). Whatever
-// the algorithm, decisions are Decisions with the same fields and meaning,
-// several policies are decided together, and tiers, Wait and the janitor
-// work alike; only the guarantee differs. Default: SlidingLog.
-// WithResolution applies to SlidingLog alone.
-func WithAlgorithm(a Algorithm) Option {
-	return func(cfg *config) { cfg.algorithm = a }
-}
 
 // counters returns a key's state under FixedWindow or GCRA, a uint32 per
 // policy of t: in the log's inline slots for up to two policies, else in a
@@ -261,18 +213,6 @@ func refillAfter(full, every int64) int64 {
 		return 0
 	}
 	return full - (ceilDiv(full, every)-1)*every
-}
-
-// ceilDiv is a/b rounded up, for a >= 0 and b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-// floorDiv is a/b rounded towards minus infinity, for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // refundCounted is refund under FixedWindow or GCRA: of the decision d,

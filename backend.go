@@ -7,29 +7,25 @@ import (
 )
 
 // Backend is the one call every store answers: decide a request of weight n
-// for key and record it if admitted, atomically, as one step. A
-// check-then-record split would let concurrent requests through together,
-// and stacking two stores would record an event in one while the other
-// refuses it.
-//
-// *Limiter satisfies it in memory, and the Redis backend
-// (github.com/keyrate/keyrate/redislimit) across processes. Middleware
-// (httplimit and others) depends on Backend alone, plus the optional
-// interfaces PolicyLister and Bounded, which it discovers with a type
-// assertion.
-//
-// TakeContext returns an error only when no decision could be had: ctx was
-// done, the store was unavailable or closed, or the request could not be
-// placed (an invalid key). A refusal is not an error: it is a Decision with
-// Allowed false.
+// for key and record it if admitted, in one atomic step. *Limiter is one, in
+// memory; redislimit's another. More promises a backend makes are the other
+// interfaces here: Refunder, Bounded, Described. TakeContext fails only when no
+// decision could be had (ctx done, the store unavailable, a key it cannot
+// place); a refusal is a Decision. A tiered backend reads ctx's identity.
 type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
 }
 
-// BackendFunc adapts a function to Backend, as http.HandlerFunc adapts one
-// to http.Handler. It lists no policies and bounds no call of its own, so
-// middleware needs a window for it (httplimit.WithWindow) unless its
-// Decisions carry one, and bounds its calls by a time budget of its own.
+// Refunder is a Backend that gives back n of the weight an admitted decision
+// *d has left for key, exactly, from the decision's own events, lowering
+// d's Receipt by n; errors as Limiter.RefundN's, each changing nothing.
+// Middleware refunds through it (WithRefund, ReportCost).
+type Refunder interface {
+	RefundContext(ctx context.Context, key string, d *Decision, n int) error
+}
+
+// BackendFunc adapts a function to Backend. It lists no policies and bounds
+// no call, so middleware needs a window and a budget of its own for it.
 type BackendFunc func(ctx context.Context, key string, n int) (Decision, error)
 
 // TakeContext calls f(ctx, key, n).
@@ -37,55 +33,52 @@ func (f BackendFunc) TakeContext(ctx context.Context, key string, n int) (Decisi
 	return f(ctx, key, n)
 }
 
-// ErrInvalidKey is wrapped by a backend's error for a key it cannot place
-// (the Redis backend refuses an empty key). The request caused it, not the
-// store: middleware answers it as a client error and never lets the request
-// through, whatever its failure mode.
+// ErrInvalidKey is wrapped by a backend's error for a key it cannot place:
+// the request's fault, so middleware refuses it in every failure mode.
 var ErrInvalidKey = errors.New("keyrate: invalid key")
 
 // ErrOutOfMemory is wrapped by a backend's error when its store is out of
-// memory and refuses to record (a Redis at maxmemory under noeviction). It is
-// a store failure, answered per the failure mode, with a sentinel of its own
-// because the remedy is the store's memory settings (see redislimit's
-// README).
+// memory and cannot record (a Redis at maxmemory): a store failure.
 var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
-// ErrUnavailable is wrapped by a backend's error when its store could not
-// be asked or did not answer: unreachable, refusing connections, past the
-// time budget, or known to be down (the Redis backend's circuit breaker,
-// which then answers at once without asking). Middleware fails open or
-// closed on it as configured. An error that also wraps
-// context.DeadlineExceeded waited out the budget; one that does not was
-// answered at once.
+// ErrUnavailable is wrapped by a backend's error when its store could not be
+// asked or did not answer (unreachable, past the budget, known to be down):
+// with context.DeadlineExceeded if it waited out the budget.
 var ErrUnavailable = errors.New("keyrate: store unavailable")
 
-// PolicyLister is implemented by backends that know their policies, as
-// *Limiter and the Redis backend do. Policies returns a copy of the default
-// tier's, in the order they were given, so that middleware can advertise
-// every one of them before it has a Decision (a Decision lists the policies
-// of its key's own tier).
-type PolicyLister interface {
+// Described is a Backend that tells middleware what it enforces: its default
+// tier's policies, to advertise before a Decision, and whether it chooses a
+// key's policies by the client's identity (Tiered), which middleware then
+// hands it (ContextWithIdentity) at the cost of an allocation.
+type Described interface {
 	Policies() []Policy
+	Tiered() bool
 }
 
-// Bounded is implemented by backends whose every call returns within a time
-// budget of their own, whatever the store does; TimeBudget returns it.
-// Middleware calls them on the request's goroutine and adds no budget on
-// top: one budget, in one place, the backend's. The Redis backend bounds
-// each call by its timeout; *Limiter decides in memory and never waits,
-// which a TimeBudget of 0 says. A backend that is not Bounded gets the
-// middleware's budget, enforced from outside.
+// Bounded is a Backend whose every call returns within a budget of its own
+// (0: it never waits): middleware calls it inline and adds no budget.
 type Bounded interface {
 	TimeBudget() time.Duration
 }
 
-// TimeBudget returns 0: a Limiter decides in memory and never waits, so
-// middleware calls it inline and gives it no budget.
+// TimeBudget returns 0: a Limiter never waits.
 func (l *Limiter) TimeBudget() time.Duration { return 0 }
 
+// Tiered reports whether the limiter has a tier function (WithTiers).
+func (l *Limiter) Tiered() bool { return l.tierOf != nil }
+
+// RefundContext is RefundN, as Refunder names it.
+func (l *Limiter) RefundContext(ctx context.Context, key string, d *Decision, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.RefundN(key, d, n)
+}
+
 var (
-	_ Backend      = (*Limiter)(nil)
-	_ PolicyLister = (*Limiter)(nil)
-	_ Bounded      = (*Limiter)(nil)
-	_ Backend      = BackendFunc(nil)
+	_ Backend   = (*Limiter)(nil)
+	_ Refunder  = (*Limiter)(nil)
+	_ Described = (*Limiter)(nil)
+	_ Bounded   = (*Limiter)(nil)
+	_ Backend   = BackendFunc(nil)
 )

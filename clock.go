@@ -2,20 +2,13 @@ package keyrate
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Clock tells the limiter what time it is. The default is the system clock,
-// read through its monotonic reading so that a wall-clock step (NTP, a manual
-// change, a leap smear) never opens or closes the gate. Supply another Clock
-// with WithClock to pin time in tests or simulations.
-//
-// Wait sleeps on the clock too. When a Clock also has the method
-// After(d time.Duration) <-chan time.Time, as ManualClock does, Wait waits
-// on the channel After returns instead of on a real timer, so that a waiter
-// under a simulated clock wakes when that clock is moved, not when real time
-// passes. Under a ManualClock, Wait wakes at the exact instant its request
-// fits, however the clock moved while the request was being decided.
+// Clock tells the limiter the time: by default the system clock's monotonic
+// reading, which no wall-clock step moves. A Clock with After(d) <-chan
+// time.Time, as ManualClock has, wakes Wait itself when it is moved.
 type Clock interface {
 	Now() time.Time
 }
@@ -27,28 +20,45 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// now returns the limiter's clock reading as nanoseconds since base. For the
-// system clock that is time.Since, a monotonic read; for the coarse clock,
-// one atomic load.
-func (l *Limiter) now() int64 {
-	switch {
-	case l.coarse:
-		return l.coarseNow.Load()
-	case l.system:
-		return int64(time.Since(l.base))
-	default:
-		return int64(l.clock.Now().Sub(l.base))
-	}
+// reading reads a limiter's clock as nanoseconds since base: the system
+// clock through time.Since, a monotonic read; the coarse clock's cached
+// instant, one atomic load; or the Clock given to WithClock.
+type reading struct {
+	clock     Clock
+	base      time.Time    // instant 0 of the offsets the logs hold
+	system    bool         // clock is the system clock: read time.Since(base)
+	coarse    bool         // WithCoarseClock: read coarseNow
+	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
+
+	coarseResolution time.Duration // WithCoarseClock's; 0: off
 }
 
-// startCoarseClock starts WithCoarseClock's goroutine, which keeps coarseNow
-// within resolution of the system clock until Close.
-func (l *Limiter) startCoarseClock(resolution time.Duration) {
-	l.coarseNow.Store(int64(time.Since(l.base)))
-	l.coarse, l.coarseResolution = true, resolution
-	l.background.Go(func() {
-		every(resolution, l.done, func() { l.coarseNow.Store(int64(time.Since(l.base))) })
+// start sets r to read c from base. Under a coarse resolution it starts, in
+// wg, the goroutine that keeps coarseNow within resolution of the system
+// clock until done is closed.
+func (r *reading) start(c Clock, base time.Time, resolution time.Duration, done <-chan struct{}, wg *sync.WaitGroup) {
+	r.clock, r.base = c, base
+	_, r.system = c.(systemClock)
+	if resolution <= 0 {
+		return
+	}
+	r.coarseNow.Store(int64(time.Since(base)))
+	r.coarse, r.coarseResolution = true, resolution
+	wg.Go(func() {
+		every(resolution, done, func() { r.coarseNow.Store(int64(time.Since(r.base))) })
 	})
+}
+
+// now returns the clock's reading.
+func (r *reading) now() int64 {
+	switch {
+	case r.coarse:
+		return r.coarseNow.Load()
+	case r.system:
+		return int64(time.Since(r.base))
+	default:
+		return int64(r.clock.Now().Sub(r.base))
+	}
 }
 
 // every calls f once per interval of real time until done is closed. The
@@ -79,13 +89,9 @@ type afterAtClock interface {
 	afterAt(t time.Time) <-chan time.Time
 }
 
-// ManualClock is a Clock that moves only when told to. It is safe for
-// concurrent use, and is meant for tests, examples and simulations: pin an
-// instant, make calls, Advance, make more calls.
-//
-// Moving it backwards is allowed. The limiter then keeps deciding each key at
-// the newest instant it has already seen for that key, so a backwards step
-// never admits more than the limit.
+// ManualClock is a Clock that moves only when told to, safe for concurrent
+// use: for tests, examples and simulations. It may move backwards; a key is
+// still decided at the newest instant it has seen.
 type ManualClock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -97,12 +103,12 @@ type manualWaiter struct {
 	ch chan time.Time
 }
 
-// NewManualClock returns a ManualClock that reads start until it is moved.
+// NewManualClock returns a ManualClock that reads start until moved.
 func NewManualClock(start time.Time) *ManualClock {
 	return &ManualClock{now: start.Round(0)}
 }
 
-// Now returns the clock's current instant.
+// Now returns the clock's instant.
 func (c *ManualClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -116,15 +122,15 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.setLocked(c.now.Add(d))
 }
 
-// Set moves the clock to t, which may be before the current instant.
+// Set moves the clock to t, earlier or later.
 func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.setLocked(t.Round(0))
 }
 
-// After returns a channel that receives the clock's instant once the clock
-// has been moved to d or more past the current instant. A d <= 0 fires at once.
+// After returns a channel that gets the clock's instant once it has moved d
+// past now (at once for d <= 0).
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

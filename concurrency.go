@@ -8,19 +8,9 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
-// Concurrency limits how many requests of each key are in flight at once:
-// a slow endpoint, a database, a model call, where what costs is not how
-// often requests come but how many run together (nginx's limit_conn, the
-// IETF RateLimit draft's "concurrent-requests" unit). A request takes a
-// slot before it starts and gives it back when it ends; a key holds at most
-// its limit of slots at once. It is safe for concurrent use. Create one
-// with NewConcurrency.
-//
-// Acquire waits for a slot, first come first served: a key's waiters get
-// its slots in the order they asked, and TryAcquire never takes a slot
-// from under one. A key that holds no slot and has no waiter costs no
-// memory: its entry leaves the map when its last slot is given back, so
-// that no janitor is needed.
+// Concurrency limits how many requests of each key are in flight at once (a
+// slow endpoint, a model call): a request takes a slot and gives it back when
+// it ends, waiters first come first served; an idle key costs no memory.
 type Concurrency struct {
 	keys *xsync.MapOf[string, *slots]
 	// limit is the default tier's; tierOf and tiers are WithTiers', nil
@@ -56,24 +46,10 @@ type waiter struct {
 	prev, next *waiter
 }
 
-// NewConcurrency returns a Concurrency that lets each key hold at most
-// limit slots at once. limit must be 1 to math.MaxInt32.
-//
-// WithTiers is the one option it takes, to give keys their plan's limit:
-// each tier of its map is one Policy with a Limit alone (no Window, no
-// Name), the number of slots a key in that tier may hold, and a key in no
-// tier of the map holds limit:
-//
-//	keyrate.NewConcurrency(2, keyrate.WithTiers(plan, map[string][]keyrate.Policy{
-//		"pro": {{Limit: 10}},
-//	}))
-//
-// A tier's rate policies (with windows) are refused rather than read, as
-// no rate says how many requests may run at once. Every other option
-// (WithClock, WithResolution, WithAlgorithm, WithMaxKeys...) configures
-// counting over time, which an in-flight limit does not do: it is an
-// error too, not ignored. Each error wraps ErrConfig and names what is at
-// fault.
+// NewConcurrency returns a Concurrency of limit slots per key (1 to
+// math.MaxInt32). It takes WithTiers alone, each tier one Policy of a Limit
+// only, its slots: {"pro": {{Limit: 10}}}. Any other option is an ErrConfig
+// error, as no other means anything for slots.
 func NewConcurrency(limit int, opts ...Option) (*Concurrency, error) {
 	t, err := newSlotTiers(limit, opts)
 	if err != nil {
@@ -88,41 +64,24 @@ func NewConcurrency(limit int, opts ...Option) (*Concurrency, error) {
 	}, nil
 }
 
-// TryAcquire takes one of key's slots if one is free now, without
-// waiting, and returns the function that gives it back. It takes none,
-// and returns ok false, when key holds its limit or other callers are
-// waiting for its slots (Acquire): they asked first. The tier function
-// (WithTiers) sees key. It keeps answering after Close, as Limiter.Allow
-// does.
-//
-// release gives the slot back; call it when the request ends, once or
-// more (only the first call counts), from any goroutine. A slot never
-// given back is held for good.
+// TryAcquire takes one of key's slots if one is free and no one waits for
+// one, and returns the function that gives it back (call it once the request
+// ends; calls after the first do nothing); ok is false otherwise. The tier
+// function sees key.
 func (c *Concurrency) TryAcquire(key string) (release func(), ok bool) {
 	release, _ = c.acquire(key, c.limitFor(key), nil)
 	return release, release != nil
 }
 
-// Acquire takes one of key's slots, waiting for one until ctx is done,
-// and returns the function that gives it back (see TryAcquire). Waiters
-// are served first come first served: a slot given back goes to the
-// key's oldest waiter.
-//
-// It returns ctx's error when ctx is done before a slot is free (at once
-// when it is done already, even if a slot is free: a request whose caller
-// has gone is not started), and ErrClosed after Close, also to calls
-// waiting when Close is called. A call that returns an error holds no
-// slot. The tier function (WithTiers) sees the identity ctx carries
-// (ContextWithIdentity), when it carries one, and key otherwise.
+// Acquire takes one of key's slots, waiting until ctx is done, and returns its
+// release. It fails with ctx's error (at once if ctx is done) or ErrClosed,
+// holding no slot. The tier function sees ctx's identity.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), err error) {
 	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), true)
 }
 
-// AcquireSlot is the call middleware makes (middleware.InFlight): with
-// wait, Acquire; without, TryAcquire, with the ctx and the errors of
-// Acquire, and a nil release and a nil error when key holds its limit.
-// limit is key's limit, the number of slots of its tier, that middleware
-// advertises; it is set with every answer.
+// AcquireSlot is middleware.InFlight's call: Acquire with wait, TryAcquire
+// without (a nil release and error when full), and key's limit.
 func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error) {
 	limit = c.limitFor(c.tierKey(ctx, key))
 	release, err = c.acquireAt(ctx, key, limit, wait)
@@ -281,14 +240,14 @@ func (g *slots) remove(w *waiter) {
 	w.prev, w.next = nil, nil
 }
 
-// Len returns the number of keys that hold a slot or wait for one: the
-// entries in memory.
+// Tiered reports whether the Concurrency has a tier function.
+func (c *Concurrency) Tiered() bool { return c.tierOf != nil }
+
+// Len returns the number of keys that hold or wait for a slot.
 func (c *Concurrency) Len() int { return c.keys.Size() }
 
-// Close wakes every call waiting in Acquire with ErrClosed, and makes
-// later Acquire and AcquireSlot calls return it. It is idempotent and
-// always returns nil. Slots held stay held until given back, and
-// TryAcquire keeps answering, as Limiter.Allow does after Close.
+// Close wakes waiters with ErrClosed, as later Acquires get it; held slots
+// stay held until released. It is idempotent and returns nil.
 func (c *Concurrency) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
@@ -316,17 +275,8 @@ func (c *Concurrency) limitFor(as string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[c.tierName(as)]; ok {
+	if n, ok := c.tiers[tierName(c.tierOf, as)]; ok {
 		return n
 	}
 	return c.limit
-}
-
-func (c *Concurrency) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return c.tierOf(key)
 }

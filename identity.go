@@ -2,23 +2,15 @@ package keyrate
 
 import "context"
 
-// ContextWithIdentity returns a copy of ctx that carries the client's
-// identity as the client sent it: the API key from its header or metadata,
-// or its address, without the route and the names that middleware
-// composes into the key it limits. TakeContext and WaitN hand it to the
-// tier function (WithTiers) in place of the key, so that a tier function
-// written for API keys ("pro-" keys get the pro plan) works unchanged
-// behind httplimit and grpclimit, which put it there, and on any backend
-// that reads it, the Redis one included.
-//
-// The identity only chooses the tier; the budget is still the key's. It
-// costs one small allocation.
+// ContextWithIdentity returns ctx carrying the client's identity as sent (an
+// API key, an address), without the route middleware adds to the key, for
+// the tier function to choose the key's plan by; the budget is still the
+// key's. httplimit and grpclimit set it. It costs one small allocation.
 func ContextWithIdentity(ctx context.Context, identity string) context.Context {
 	return &identityContext{Context: ctx, identity: identity}
 }
 
-// IdentityFromContext returns the identity ContextWithIdentity put in ctx,
-// or ctx's parents, and whether there was one.
+// IdentityFromContext returns the identity ctx carries, and whether it does.
 func IdentityFromContext(ctx context.Context) (string, bool) {
 	if c, ok := ctx.(*identityContext); ok { // what middleware passes, unless it adds a budget
 		return c.identity, true
@@ -44,16 +36,4 @@ func (c *identityContext) Value(key any) any {
 		return c
 	}
 	return c.Context.Value(key)
-}
-
-// tierKey returns what the tier function decides key by under ctx: the
-// identity ctx carries, else key. Without tiers it looks for nothing.
-func (l *Limiter) tierKey(ctx context.Context, key string) string {
-	if l.tierOf == nil {
-		return key
-	}
-	if id, ok := IdentityFromContext(ctx); ok {
-		return id
-	}
-	return key
 }

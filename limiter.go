@@ -14,18 +14,16 @@ import (
 	"unsafe"
 )
 
-// ErrClosed is returned by Wait, WaitN and TakeContext once the Limiter has
-// been closed, including to calls that were waiting when Close was called.
+// ErrClosed is returned by Wait, WaitN and TakeContext after Close, also to
+// calls waiting when it came.
 var ErrClosed = errors.New("keyrate: limiter closed")
 
-// ErrExceedsLimit is wrapped by WaitN's error for a weight that can never
-// be admitted (negative, or greater than a policy's limit), and by
-// RefundN's for more than a decision has left to give back.
+// ErrExceedsLimit is wrapped by WaitN's error for a weight that can never be
+// admitted, and by RefundN's for more than a decision has left.
 var ErrExceedsLimit = errors.New("keyrate: weight can never be admitted")
 
-// Limiter is an exact sliding-window rate limiter over string keys. It is
-// safe for concurrent use. Create one with New or NewPolicies and Close it
-// when done.
+// Limiter is an exact sliding-window rate limiter over string keys, safe for
+// concurrent use. Make one with New or NewPolicies; Close it when done.
 type Limiter struct {
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
@@ -33,16 +31,10 @@ type Limiter struct {
 	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
 	keys    *keyMap
 
-	clock     Clock
-	base      time.Time    // instant 0 of the offsets the logs hold
-	baseUnix  int64        // base's wall clock, in nanoseconds since the Unix epoch: Receipts count from it
-	system    bool         // clock is the system clock: read time.Since(base)
-	coarse    bool         // WithCoarseClock: read coarseNow
-	coarseNow atomic.Int64 // the cached instant WithCoarseClock decides at
-
-	coarseResolution time.Duration // WithCoarseClock's; 0: off
-	scale            scale         // every log's ticks, for the limiter's life
-	algorithm        Algorithm     // WithAlgorithm's
+	reading             // the clock, read as nanoseconds since its base
+	baseUnix  int64     // base's wall clock, in nanoseconds since the Unix epoch: Receipts count from it
+	scale     scale     // every log's ticks, for the limiter's life
+	algorithm Algorithm // WithAlgorithm's
 
 	closed     atomic.Bool
 	done       chan struct{}
@@ -50,10 +42,9 @@ type Limiter struct {
 	background sync.WaitGroup // the janitor and the coarse clock
 }
 
-// New returns a Limiter that admits at most limit events per key in any
-// span of length window: one policy, with an empty name. limit must be 1 to
-// math.MaxInt32 and window positive; otherwise, or for an invalid option,
-// New returns an error wrapping ErrConfig that names the field.
+// New returns a Limiter that admits at most limit events per key in any span
+// of length window. limit must be 1 to math.MaxInt32 and window positive;
+// otherwise, or for an invalid option, the error wraps ErrConfig.
 func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	def, err := newTier("", []Policy{{Limit: limit, Window: window}})
 	if err != nil {
@@ -62,22 +53,10 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 	return newLimiter(def, opts)
 }
 
-// NewPolicies returns a Limiter that admits an event for a key only when
-// every policy admits it, and then records it against all of them,
-// atomically: a request refused by one policy counts against none.
-// Decisions describe the binding policy and list every policy's numbers
-// (see Decision).
-//
-// One log per key serves every policy: it keeps the events of the longest
-// window, at most that window's limit of them, and each policy finds where
-// its own window starts from where it started last time (a cursor that
-// only moves forward), so a decision costs O(1) per policy amortised and a
-// key's memory is that of the largest log, not the sum.
-//
-// It takes 1 to MaxPolicies policies; each needs a Limit of 1 to
-// math.MaxInt32 and a positive Window, and, when there are several, a Name
-// of its own. Otherwise, or for an invalid option, it returns an error
-// wrapping ErrConfig that names the field.
+// NewPolicies returns a Limiter that admits an event only when each of its
+// policies (see CheckPolicies) has room, then records it against all: a
+// request one refuses counts against none. One log per key serves them all,
+// at the memory of the largest, each policy O(1) amortised.
 func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
 	def, err := newTier("policies", policies)
 	if err != nil {
@@ -93,38 +72,28 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	}
 	l := &Limiter{
 		tierOf: cfg.tierOf,
-		clock:  cfg.clock,
 		keys:   newKeyMap(cfg.maxKeys, cfg.refuseNewKeys),
 		done:   make(chan struct{}),
 
 		scale:     cfg.scale,
 		algorithm: cfg.algorithm,
-		base:      cfg.base,
 		baseUnix:  cfg.base.UnixNano(),
 	}
 	l.publish(tab)
-	_, l.system = cfg.clock.(systemClock)
-	if cfg.coarse > 0 {
-		l.startCoarseClock(cfg.coarse)
-	}
+	l.reading.start(cfg.clock, cfg.base, cfg.coarse, l.done, &l.background)
 	if cfg.janitorInterval > 0 {
 		l.startJanitor(cfg.janitorInterval)
 	}
 	return l, nil
 }
 
-// Limit returns the limit of the default tier's first policy: New's limit.
-// A Limiter of several policies lists them all with Policies.
+// Limit returns the default tier's first policy's limit: New's.
 func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
 
-// Window returns the window of the default tier's first policy: New's
-// window. A Limiter of several policies lists them all with Policies.
+// Window returns the default tier's first policy's window: New's.
 func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
 
-// Policies returns a copy of the default tier's policies, in the order they
-// were given: for New, one policy with an empty name. Middleware reads it to
-// advertise them when it has no Decision at hand. A key in another tier
-// (WithTiers) is under that tier's policies, which its Decisions list.
+// Policies returns a copy of the default tier's policies, in order.
 func (l *Limiter) Policies() []Policy {
 	return append([]Policy(nil), l.tiers.Load().def.policies...)
 }
@@ -132,9 +101,8 @@ func (l *Limiter) Policies() []Policy {
 // Allow reports whether one event for key fits now, and records it if so.
 func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 
-// AllowN reports whether n events for key fit now, and records them if so.
-// It answers as Take(key, n).Allowed does, without working out the rest of
-// the Decision.
+// AllowN reports whether n events for key fit now, and records them if so:
+// Take(key, n).Allowed, without the rest of the Decision.
 func (l *Limiter) AllowN(key string, n int) bool {
 	t := l.only.Load() // tierFor, inlined
 	if t == nil {
@@ -162,13 +130,9 @@ func (l *Limiter) AllowN(key string, n int) bool {
 }
 
 // Take decides a request of weight n for key and records it if admitted,
-// atomically: concurrent calls for one key are decided one after another,
-// each against the events the earlier ones recorded. A refused request
-// records nothing.
-//
-// A weight of 0 is always allowed and records nothing (useful for requests a
-// cost function rates as free). A negative weight, or one above a policy's
-// limit, is never allowed, with RetryAfter 0.
+// atomically: one key's calls are decided one after another. A refusal
+// records nothing. A weight of 0 always fits and records nothing; a negative
+// one, or one above a limit, never fits (RetryAfter 0).
 func (l *Limiter) Take(key string, n int) (d Decision) {
 	l.take(&d, key, key, n)
 	return d
@@ -217,15 +181,14 @@ func (l *Limiter) receipt(g *eventLog, n int) Receipt {
 	return r
 }
 
-// ErrNothingToRefund is wrapped by Refund's and RefundN's error when they
-// give nothing back: the decision recorded nothing (a refusal, a weight of
-// 0, Peek), was given back already, or is another key's, or the key's log
-// no longer holds its events (they left the window, or the key was evicted
-// or Reset since).
+// ErrNothingToRefund is wrapped by Refund's and RefundN's error when nothing
+// could be given back: the decision recorded nothing or was given back, is
+// another key's, or its events are gone (left the window, evicted, Reset).
 var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
-// Refund gives back all the weight the admitted decision *d recorded for
-// key and has not yet given back: RefundN of what its Receipt has left.
+// Refund gives back all the weight *d recorded for key and has left: RefundN
+// of d.Receipt.N(). Refunding what should not count (a successful login)
+// makes "count only the failures" exact.
 func (l *Limiter) Refund(key string, d *Decision) error {
 	if d == nil {
 		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
@@ -234,23 +197,12 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
-// key, as if that much of its request had never been made: a request that
-// reserved an estimate (a model call's maximum tokens, an upload's declared
-// size) settles its real cost this way once it knows it. The events leave
-// the log from the decision's own instant, never the newest events (which
-// would let a later window hold more than the limit), and from every policy
-// at once. Under FixedWindow they leave their window's count while it
-// lasts; under GCRA the bucket gets back the part of the decision's tokens
-// it has not yet refilled.
-//
-// It lowers d's Receipt by n, so that d can be refunded again, in part or
-// whole, until nothing is left. n must be 1 to what is left; more, or
-// less, returns an error wrapping ErrExceedsLimit. With nothing left, or
-// when the log no longer holds the decision (see ErrNothingToRefund), it
-// returns an error wrapping ErrNothingToRefund. Every error changes
-// nothing. Refund each Decision through one pointer: a copy still holds the
-// Receipt, and when other requests of the key recorded events at the same
-// instant, refunding the copy too would give back theirs.
+// key, as if never asked: a request that reserved an estimate settles its real
+// cost. The events leave from the decision's own instant, in every policy
+// (FixedWindow: while their window lasts; GCRA: the tokens not yet refilled),
+// and d's Receipt falls by n. n outside 1 to d.Receipt.N() wraps
+// ErrExceedsLimit, a decision no longer held ErrNothingToRefund; errors change
+// nothing. Refund through one pointer: a copy still holds the Receipt.
 func (l *Limiter) RefundN(key string, d *Decision, n int) error {
 	switch {
 	case d == nil || d.Receipt.n <= 0:
@@ -277,36 +229,18 @@ func (l *Limiter) RefundN(key string, d *Decision, n int) error {
 	return nil
 }
 
-// Hit is one key of a TakeAll request and the weight the request counts
-// against it.
+// Hit is one key of a TakeAll request and the weight it counts against it.
 type Hit struct {
 	Key string
 	N   int
 }
 
-// TakeAll decides a request that counts against several keys at once (a
-// client's key and its organisation's, say, or the descriptors of an Envoy
-// rate limit request), each hit at its own weight: it is admitted only when
-// every key has room for its weight, and then recorded against every key,
-// atomically. A refusal by one key records nothing against the others. It
-// returns each hit's Decision, in the order of hits, and reports whether
-// the request was admitted.
-//
-// Each weight follows Take's rules: 0 always fits and records nothing; a
-// negative weight, or one above a policy's limit, never fits, and refuses
-// the whole request. When the request is refused, a key that had room is
-// described as it stands, the request not recorded, as Take(key, 0) would
-// describe it. A key given twice counts the sum of its weights, and both
-// places get its one Decision: refund it once (see Refund). Each key is
-// under its own tier (WithTiers). No hits at all admit the request.
-//
-// The keys' logs are locked together, in the order of the keys, so that
-// concurrent calls over overlapping keys never wait on each other in a
-// cycle; each key is decided at the later of the clock and its own newest
-// instant, as Take decides it. A log TakeAll creates for a new key is
-// pinned until it is decided, so that making room for the call's next new
-// key (WithMaxKeys) cannot evict it; when a full limiter has no key left
-// that it may evict, the new key is refused with Overflow set.
+// TakeAll decides a request that counts against several keys, each at its
+// hit's weight: admitted only when every key has room, then recorded against
+// all, atomically; refused, it records nothing, and a key with room is
+// described as it stands. A key given twice counts its weights' sum, under
+// one Decision. With WithMaxKeys full and nothing to evict, a new key is
+// refused with Overflow.
 func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 	ds := make([]Decision, len(hits))
 	if len(hits) == 0 {
@@ -433,8 +367,7 @@ func addWeights(a, b int) int {
 	return a + b
 }
 
-// Peek returns the Decision that Take(key, 1) would return now, recording
-// nothing and creating no state for an untracked key.
+// Peek returns what Take(key, 1) would now, recording and creating nothing.
 func (l *Limiter) Peek(key string) (d Decision) {
 	t := l.tierFor(key)
 	now := l.now()
@@ -485,11 +418,9 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 	}
 }
 
-// TakeContext is Take for callers that hold a context, such as a backend
-// interface shared with networked limiters. It returns ctx's error when ctx
-// is already done and ErrClosed after Close; otherwise it cannot fail. The
-// tier function (WithTiers) sees the identity ctx carries
-// (ContextWithIdentity), when it carries one, and key otherwise.
+// TakeContext is Take for the Backend interface: ctx's error when ctx is
+// done, ErrClosed after Close; the tier function sees ctx's identity
+// (ContextWithIdentity), else key.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
@@ -502,21 +433,13 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision,
 	return d, nil
 }
 
-// Wait blocks until one event for key fits, records it and returns nil.
-// See WaitN.
+// Wait is WaitN(ctx, key, 1).
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
 
-// WaitN blocks until n events for key fit, records them and returns nil.
-//
-// It returns ctx's error if ctx ends first, and returns at once, with an
-// error for which errors.Is(err, context.DeadlineExceeded) holds, when ctx's
-// deadline comes before the events could fit. It returns ErrClosed after
-// Close, and an error wrapping ErrExceedsLimit for n < 0 or n above the
-// limit of one of the key's policies. n == 0 returns nil at once.
-//
-// Under several policies it waits until the request fits all of them: the
-// RetryAfter of each refusal is exactly that long. The tier function sees
-// what it sees in TakeContext.
+// WaitN blocks until n events for key fit every policy, records them and
+// returns nil. It returns ctx's error when ctx ends first (at once, wrapping
+// context.DeadlineExceeded, if the deadline would come first), ErrClosed after
+// Close, and ErrExceedsLimit for a weight that can never fit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	as := l.tierKey(ctx, key)
 	if t := l.tierFor(as); n < 0 || n > t.minLimit {
@@ -574,18 +497,16 @@ func (l *Limiter) sleep(ctx context.Context, wake int64) error {
 	}
 }
 
-// Reset forgets every event recorded for key, giving it its whole limit back.
+// Reset forgets every event recorded for key.
 func (l *Limiter) Reset(key string) {
 	l.keys.remove(key)
 }
 
-// Len returns the number of keys currently tracked.
+// Len returns the number of keys tracked.
 func (l *Limiter) Len() int { return l.keys.len() }
 
-// Close stops the janitor and waits for it to exit, and wakes every Wait
-// with ErrClosed. It is idempotent and always returns nil. Allow, Take and
-// Peek keep answering exactly after Close, but idle keys are no longer
-// evicted.
+// Close stops the janitor and waits for it, and wakes every Wait with
+// ErrClosed. It is idempotent and returns nil; decisions go on after it.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

@@ -1,14 +1,14 @@
 package keyrate
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 )
 
-// Option configures a Limiter; pass options to New or NewPolicies.
+// Option configures a Limiter, for New and NewPolicies. Every option says its
+// default; an invalid one makes the constructor return an ErrConfig error.
 type Option func(*config)
 
 type config struct {
@@ -29,131 +29,66 @@ type config struct {
 	scale           scale // built by newConfig: every log's ticks
 }
 
-// WithClock sets the clock the limiter reads. Default: the system clock,
-// through its monotonic reading. Use a ManualClock in tests to pin instants.
-// A clock that runs backwards never makes the limiter over-admit: each key is
-// decided at the newest instant already seen for it.
+// WithAlgorithm chooses how the limiter counts (see Algorithm); WithResolution
+// is for SlidingLog alone. Default: SlidingLog.
+func WithAlgorithm(a Algorithm) Option {
+	return func(cfg *config) { cfg.algorithm = a }
+}
+
+// WithClock sets the clock the limiter reads (default: the system clock's
+// monotonic reading; a ManualClock pins instants in tests). A clock that runs
+// back never over-admits: a key is decided at the newest instant it has seen.
 func WithClock(c Clock) Option {
 	return func(cfg *config) { cfg.clock = c }
 }
 
-// WithCoarseClock trades precision for speed: instead of reading the system
-// clock on every call, the limiter reads it once per resolution on a
-// background goroutine and decides every call at that cached instant. A
-// call then costs one atomic load for the time instead of a clock read,
-// which is a large share of a decision on many machines.
-//
-// The cost is precision. An event is stamped up to resolution before it
-// happened, so the limit holds exactly over the recorded instants but, in
-// real time, over any span of window minus resolution: with 100 per minute
-// and a 1ms resolution, no 59.999s span admits more than 100.
-// RetryAfter and ResetAfter may run up to resolution long. The goroutine
-// wakes once per resolution until Close.
-//
-// Default: off, every call reads the clock. resolution must be positive and
-// shorter than every window (SetTier refuses a window it does not divide
-// finely), and the option cannot be combined with WithClock.
+// WithCoarseClock decides at an instant a goroutine reads once per resolution:
+// a load instead of a clock read, at the price of stamping events up to
+// resolution early. resolution must be positive and shorter than every window;
+// not with WithClock. Default: off.
 func WithCoarseClock(resolution time.Duration) Option {
 	return func(cfg *config) { cfg.coarse = resolution }
 }
 
-// WithResolution bounds every key's memory by its windows instead of its
-// limits: events that fall in the same tick of d share one entry of the
-// key's log (an instant and a count, 8 bytes), so a key holds at most
-// longest window / d + 2 entries, whatever the limits. Without it, the log
-// holds 4 bytes per event of weight 1 in the window, 8 per decision of a
-// larger weight.
-//
-// Every event counts from the end of its tick, never earlier than it
-// happened, so no window of the real instants ever holds more than the
-// limit. The cost is on the other side: an event leaves its window up to d
-// late, so a request may be refused up to d before it would fit, and
-// RetryAfter, ResetAfter and RefillAfter may be up to d long.
-//
-// Bytes per key with every event of the limit held, spread over the window
-// (the key's string and its map entry, about 110 bytes, included):
-//
-//	window  limit    d      bytes      refused early by at most
-//	1m      100      -      520        50ns (the exact log's tick)
-//	1h      1,000    -      4,220      2µs
-//	1h      1,000    1m     620        1m
-//	1d      100,000  -      401,500    50µs
-//	1d      100,000  1m     12,400     1m
-//	1d      100,000  1s     691,300    1s: more than without, as 86,402 ticks > 100,000/2
-//
-// It pays where the window holds fewer than half as many ticks of d as the
-// limit has events. d must be positive, no longer than any policy's window
-// (SetTier refuses a window shorter than d), and at least the longest
-// window / (2^31-2), as a log counts its window in 32-bit ticks. Default:
-// off, 4 bytes per event.
+// WithResolution makes the events of one tick of d share an 8-byte entry, at
+// most longest window/d + 2 per key whatever the limits; a request may then be
+// refused up to d early, never admitted over a limit. It pays where a window
+// holds fewer ticks of d than half its limit (100,000 a day at a minute: 12 KB
+// a key, not 400 KB). d is at most the shortest window. Default: off.
 func WithResolution(d time.Duration) Option {
 	return func(cfg *config) { cfg.resolution, cfg.resolutionSet = d, true }
 }
 
-// WithMaxWindow makes room for windows up to d in policies that SetTier
-// sets later, beyond the longest window the limiter was made with. A
-// limiter writes every event's instant in one tick for its whole life,
-// chosen from its longest window (5ns for 10s, 50ns for a minute, 2µs for
-// an hour, 50µs for a day), and SetTier refuses a window
-// longer than that tick can count; a longer d gives a coarser tick, which
-// moves refusals earlier by at most one tick. Default: the longest window
-// of the limiter's policies and tiers. d must not be negative.
+// WithMaxWindow lets SetTier add windows up to d. A limiter writes instants
+// in one tick for its life, from its longest window (5ns for 10s, 2µs for an
+// hour, 50µs for a day); a longer window needs a coarser tick, which moves
+// refusals earlier by at most a tick. Default: the longest window given.
 func WithMaxWindow(d time.Duration) Option {
 	return func(cfg *config) { cfg.maxWindow = d }
 }
 
-// WithJanitorInterval sets how often a background goroutine sweeps the map
-// for idle keys (keys with no event left in the window) and evicts them, and
-// shrinks the rings of keys that have gone quiet.
-//
-// Default: the longest window of the limiter's policies (the default
-// tier's), kept within [1s, 1m]. A shorter interval returns
-// memory sooner and costs a walk over every tracked key per sweep; a longer
-// one holds idle keys for up to one interval past their last event's window.
-// Zero disables the janitor: memory then grows with every distinct key ever
-// seen until Reset, so combine it with WithMaxKeys or use it only with a
-// closed set of keys. Negative values are an error.
+// WithJanitorInterval sets how often a goroutine evicts idle keys (nothing
+// left in their window) and shrinks quiet ones' rings: each sweep walks every
+// key, one lock at a time. Default: the longest window, within [1s, 1m]. 0
+// disables it: combine that with WithMaxKeys or a closed set of keys.
 func WithJanitorInterval(d time.Duration) Option {
 	return func(cfg *config) { cfg.janitorInterval, cfg.janitorSet = d, true }
 }
 
-// WithMaxKeys bounds the keys the limiter tracks: Len never exceeds n, so
-// floods of random API keys or spoofed addresses cannot grow its memory past
-// about n keys' worth, nor lock new clients out. Once n keys are tracked, a
-// new key makes room: the n/16 keys decided least recently (at least one)
-// are evicted, forgetting their events, and the new key is decided at once.
-// Only keys idle longer than every key kept lose events, and get their limit
-// back early: the price of a memory bound. Size n a sixteenth above the
-// clients active within the longest window, and they have none left to lose.
-// A client that mints keys can push its own idle key out, gaining nothing a
-// new key's budget did not; bound the keys one address may mint where it
-// matters.
-//
-// Making room walks the map once per n/16 new keys (10 to 25 ms at 100,000
-// keys on 2 cores), during which new keys wait and tracked keys do not.
-// WithRefuseNewKeys refuses new keys instead. Default: 0, no bound.
+// WithMaxKeys bounds the keys tracked at n, so that a flood of made up keys
+// grows memory no further: a new key at the bound evicts the n/16 keys decided
+// least recently, events and all. Size n a sixteenth above the clients active
+// in the longest window. Default: 0, no bound.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
 }
 
-// WithRefuseNewKeys makes a limiter at its WithMaxKeys bound refuse keys it
-// does not track instead of making room for them (fail closed): Take returns
-// a Decision with Allowed false and Overflow true, and nothing is stored.
-// Tracked keys never lose their events early, but room comes back only as
-// the janitor evicts idle keys, so a flood of new keys turns every new
-// client away for up to the longest window. Use it where forgetting an idle
-// key's events is worse than refusing new clients.
-//
-// Default: off, a full limiter makes room. Without WithMaxKeys it is an
-// error.
+// WithRefuseNewKeys makes a full limiter (WithMaxKeys) refuse new keys, with
+// Overflow, rather than evict; room then comes back only as keys go idle.
+// Default: off.
 func WithRefuseNewKeys() Option {
 	return func(cfg *config) { cfg.refuseNewKeys = true }
 }
-
-// ErrConfig is wrapped by every error New, NewPolicies and SetTier return
-// for an invalid argument or option, so callers can test for it with
-// errors.Is. The error names the field at fault.
-var ErrConfig = errors.New("keyrate: invalid configuration")
 
 // newConfig applies opts for a limiter whose default tier is def, validates
 // them and builds the tier table.

@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,15 +11,52 @@ import (
 // Policy is one limit: at most Limit events per key in any span of length
 // Window.
 type Policy struct {
-	// Name identifies the policy in headers and metrics. It may be "" for a
-	// Limiter's (or a tier's) only policy; where there are several, each
-	// needs a name of its own.
+	// Name names the policy in headers and metrics; "" only for a tier's
+	// one policy.
 	Name string
-	// Limit is the most events admitted per key in any window: 1 to
-	// math.MaxInt32.
-	Limit int
-	// Window is the length of the sliding window; positive.
+	// Limit is 1 to math.MaxInt32; Window positive.
+	Limit  int
 	Window time.Duration
+}
+
+// MaxPolicies is the most policies a Limiter or one of its tiers enforces
+// together: a Decision carries each one's numbers inline, with no allocation.
+const MaxPolicies = 4
+
+// ErrConfig is wrapped by every error for an invalid argument or option, of
+// New, NewPolicies, NewConcurrency and SetTier; it names the field at fault.
+var ErrConfig = errors.New("keyrate: invalid configuration")
+
+// Algorithm is how a Limiter counts (WithAlgorithm). Decisions, policies,
+// tiers, refunds and Wait work alike under each; the guarantee differs.
+type Algorithm uint8
+
+const (
+	// SlidingLog, the default, is exact: at most limit events in any span
+	// as long as the window, a log of their instants per key.
+	SlidingLog Algorithm = iota
+	// FixedWindow counts per calendar window (multiples of its length since
+	// the Unix epoch), O(1) per key, but a client may spend a limit at the
+	// end of one window and another at the start of the next: twice the
+	// limit within one window's span.
+	FixedWindow
+	// GCRA is a token bucket of limit tokens refilled one per window/limit,
+	// O(1) per key; after a burst it admits at the refill rate, so a span
+	// of one window may hold nearly twice the limit.
+	GCRA
+)
+
+// String names the algorithm.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "sliding log"
+	case FixedWindow:
+		return "fixed window"
+	case GCRA:
+		return "GCRA"
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
 }
 
 // tier is the set of policies that decide a key together: the Limiter's
@@ -61,37 +99,56 @@ type tier struct {
 	refill    [MaxPolicies]int64
 }
 
-// newTier validates policies and builds their tier. field names where they
-// came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
-// New's one policy, whose errors name its arguments (limit, window) alone.
-func newTier(field string, policies []Policy) (*tier, error) {
+// CheckPolicies returns why policies cannot be a tier, naming the field at
+// fault (field is "policies", `tiers["pro"]`, or "" for New's arguments) in
+// an error wrapping ErrConfig; or nil: 1 to MaxPolicies policies, each with
+// a Limit of 1 to math.MaxInt32, a positive Window, and a Name of its own
+// when there are several. Every backend checks its policies with it.
+func CheckPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
-		return nil, fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
+		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
 	case len(policies) > MaxPolicies:
-		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+	}
+	for i, p := range policies {
+		limit, window, name := policyField(field, i)
+		switch {
+		case p.Limit < 1 || p.Limit > math.MaxInt32:
+			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
+		case p.Window <= 0:
+			return fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
+		case p.Name == "" && len(policies) > 1:
+			return fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
+		}
+		for j, q := range policies[:i] {
+			if q.Name == p.Name {
+				return fmt.Errorf("%w: %s %q repeats %s[%d].Name", ErrConfig, name, p.Name, field, j)
+			}
+		}
+	}
+	return nil
+}
+
+// policyField returns how CheckPolicies names the Limit, Window and Name of
+// the i-th policy of field in its errors: "limit", "window" and "" when
+// field is "", else `tiers["pro"][1].Limit` and the like.
+func policyField(field string, i int) (limit, window, name string) {
+	if field == "" {
+		return "limit", "window", ""
+	}
+	at := fmt.Sprintf("%s[%d].", field, i)
+	return at + "Limit", at + "Window", at + "Name"
+}
+
+// newTier validates policies (see CheckPolicies) and builds their tier.
+func newTier(field string, policies []Policy) (*tier, error) {
+	if err := CheckPolicies(field, policies); err != nil {
+		return nil, err
 	}
 	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}
 	copy(t.policies, policies)
-	for i, p := range t.policies {
-		limit, window, name := "limit", "window", ""
-		if field != "" {
-			at := fmt.Sprintf("%s[%d].", field, i)
-			limit, window, name = at+"Limit", at+"Window", at+"Name"
-		}
-		switch {
-		case p.Limit < 1 || p.Limit > math.MaxInt32:
-			return nil, fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
-		case p.Window <= 0:
-			return nil, fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
-		case p.Name == "" && len(policies) > 1:
-			return nil, fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
-		}
-		for j, q := range t.policies[:i] {
-			if q.Name == p.Name {
-				return nil, fmt.Errorf("%w: %s %q repeats %s[%d].Name", ErrConfig, name, p.Name, field, j)
-			}
-		}
+	for _, p := range t.policies {
 		t.minLimit = min(t.minLimit, p.Limit)
 		w := int64(p.Window)
 		switch {

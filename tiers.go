@@ -1,34 +1,18 @@
 package keyrate
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
 )
 
-// WithTiers gives keys different policies, such as a free plan's and a paid
-// one's: tier names a key's tier and tiers maps names to policies (1 to
-// MaxPolicies each, validated as NewPolicies'). A key in no tier of the map,
-// or in tier "", gets the default tier: NewPolicies' (or New's) policies.
-// SetTier changes or adds tiers later.
-//
-// tier is called on every decision, outside any lock, so a key that changes
-// plan gets its new policies from its next request. It must be safe for
-// concurrent use and cheap (a map lookup, a prefix test). A panic in it is
-// recovered, and the key gets the default tier, never no limit.
-//
-// tier sees the client's identity as sent: TakeContext and WaitN pass it the
-// identity in their context (ContextWithIdentity), which httplimit and
-// grpclimit set to the API key or address, never the route, a header name or
-// a digest; so strings.HasPrefix(key, "pro-") works behind them too. Other
-// calls pass the key.
-//
-// A key's log keeps the events of the longest window of the tier that last
-// decided it; moved to a tier with a longer window, it counts those that
-// remain (see SetTier). The limiter's tick comes from the longest window of
-// all its tiers; SetTier may add longer ones up to WithMaxWindow. A nil
-// tier function, an invalid policy or a tier named "" is an error wrapping
-// ErrConfig. Default: no tiers.
+// WithTiers gives keys their plan's policies: tier names a key's tier, tiers
+// maps names to policies; a key in no tier of the map gets the default. tier
+// runs on every decision, so it must be cheap and safe for concurrent use; a
+// panic in it means the default tier. It sees the client's identity as sent
+// (ContextWithIdentity, as httplimit and grpclimit set it), else the key.
+// Default: no tiers.
 func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
 	return func(cfg *config) {
 		cfg.tierSet = true
@@ -75,30 +59,17 @@ func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
 	return next, nil
 }
 
-// SetTier replaces the policies of the tier called name, or adds the tier;
-// name "" is the default tier. It is safe to call while the limiter is in
-// use: each decision sees either the old policies or the new ones, whole.
-//
-// Keys keep their recorded events, and the new policies count them from
-// each key's next decision on. Events that had already left the longest
-// window of a key's old tier are gone, and do not count against a new,
-// longer window. Under FixedWindow and GCRA each policy keeps its count or
-// bucket by its place among the tier's policies; a place the old policies
-// did not have starts empty. The same holds for a key the tier function
-// moves to another tier.
-//
-// It returns an error wrapping ErrConfig, and changes nothing, for policies
-// New or NewPolicies would refuse, a window not longer than WithCoarseClock's
-// resolution, a window longer than the limiter holds (WithMaxWindow), or a
-// name other than "" on a limiter made without WithTiers (no key could
-// ever be in that tier).
+// SetTier replaces or adds the policies of the tier called name ("" is the
+// default) while the limiter is in use; a decision sees old or new, whole.
+// Keys keep their events, counted by the new policies from then on (under
+// FixedWindow and GCRA each policy keeps its count by its place); so does a key
+// the tier function moves. It refuses, changing nothing, policies New would,
+// a window the coarse clock or the ticks cannot tell (WithMaxWindow), and a
+// named tier without WithTiers.
 func (l *Limiter) SetTier(name string, policies []Policy) error {
-	if name != "" && l.tierOf == nil {
-		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
-	}
-	field := "policies"
-	if name != "" {
-		field = fmt.Sprintf("tiers[%q]", name)
+	field, err := TierField(name, l.tierOf != nil)
+	if err != nil {
+		return err
 	}
 	t, err := newTier(field, policies)
 	if err != nil {
@@ -118,6 +89,18 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	}
 	l.publish(next)
 	return nil
+}
+
+// TierField returns SetTier's name for tier name's policies in errors, or why
+// a backend without tiers (tiered false) cannot have that tier.
+func TierField(name string, tiered bool) (string, error) {
+	switch {
+	case name == "":
+		return "policies", nil
+	case !tiered:
+		return "", fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", ErrConfig, name)
+	}
+	return fmt.Sprintf("tiers[%q]", name), nil
 }
 
 // publish makes tab the limiter's tiers.
@@ -142,7 +125,7 @@ func (l *Limiter) tierFor(key string) *tier {
 // namedTier returns the tier the tier function names for key, or the
 // default tier when there is no such tier.
 func (l *Limiter) namedTier(key string) *tier {
-	name := l.tierName(key)
+	name := tierName(l.tierOf, key)
 	tab := l.tiers.Load()
 	if t, ok := tab.named[name]; ok {
 		return t
@@ -150,15 +133,24 @@ func (l *Limiter) namedTier(key string) *tier {
 	return tab.def
 }
 
-// tierName returns the tier function's answer for key, or "", the default
-// tier, when it panics.
-func (l *Limiter) tierName(key string) (name string) {
+// TierOf returns the tier the tier function tier names for the request of key
+// under ctx: for the identity ctx carries, else key; "" (the default) when
+// tier panics. Every backend with tiers asks through it.
+func TierOf(ctx context.Context, tier func(string) string, key string) string {
+	if id, ok := IdentityFromContext(ctx); ok {
+		key = id
+	}
+	return tierName(tier, key)
+}
+
+// tierName returns tier's answer for as, or "" when it panics.
+func tierName(tier func(string) string, as string) (name string) {
 	defer func() {
 		if recover() != nil {
 			name = ""
 		}
 	}()
-	return l.tierOf(key)
+	return tier(as)
 }
 
 // retention returns the tier whose longest window g keeps its events for:
@@ -169,4 +161,16 @@ func (l *Limiter) retention(g *eventLog) *tier {
 		return tab.byID[g.tier]
 	}
 	return tab.def // unreachable: ids are published before logs get them
+}
+
+// tierKey returns what the tier function decides key by under ctx: the
+// identity ctx carries, else key. Without tiers it looks for nothing.
+func (l *Limiter) tierKey(ctx context.Context, key string) string {
+	if l.tierOf == nil {
+		return key
+	}
+	if id, ok := IdentityFromContext(ctx); ok {
+		return id
+	}
+	return key
 }

@@ -2,12 +2,6 @@ package keyrate
 
 import "time"
 
-// windowAge returns, for the window (now-w, now] at reference tick r =
-// s.ceil(now), the bound below which an entry's age puts it inside.
-func windowAge(now, w, r int64, s *scale) uint32 {
-	return uint32(r - s.floor(now-w)) // in [1, 2^31]: see scale
-}
-
 // allow is decide reduced to its answer, for Allow: it records n events at
 // now when they fit. n must be in [1, limit]. Called with mu held.
 func (g *eventLog) allow(now int64, n int, t *tier) bool {

@@ -689,3 +689,15 @@ func TestCoarseClock(t *testing.T) {
 		assert.Contains(t, err.Error(), "coarse clock")
 	}
 }
+
+// TestDecisionFormat prints a Decision as its fields and its policies'
+// parts, none of its backend's own.
+func TestDecisionFormat(t *testing.T) {
+	l, _ := newManual(t, 3, time.Minute)
+	d := l.Take("k", 1)
+	got := fmt.Sprintf("%+v", d)
+	assert.Equal(t, "{Allowed:true Policy: Limit:3 Window:1m0s Remaining:2 RetryAfter:0s ResetAfter:1m0s RefillAfter:1m0s"+
+		" Overflow:false Fallback:false Receipt:{At:2026-01-01 00:00:00 +0000 UTC N:1}"+
+		" Policies:[{Policy:{Name: Limit:3 Window:1m0s} Allowed:true Remaining:2 RetryAfter:0s ResetAfter:1m0s RefillAfter:1m0s}]}", got)
+	assert.Equal(t, "{true  3 1m0s 2 0s 1m0s 1m0s false false {0001-01-01 00:00:00 +0000 UTC 0} [{{ 3 1m0s} true 2 0s 1m0s 1m0s}]}", fmt.Sprint(l.Peek("other")), "Peek: as a Take would leave it, with no receipt")
+}

@@ -48,6 +48,8 @@ func (b *blockingBackend) Policies() []keyrate.Policy {
 	return []keyrate.Policy{{Limit: 5, Window: time.Minute}}
 }
 
+func (*blockingBackend) Tiered() bool { return false }
+
 // recordingObserver writes down what it is told, one "route outcome; " each.
 type recordingObserver struct {
 	mu  sync.Mutex

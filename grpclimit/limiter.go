@@ -46,7 +46,7 @@ type route struct {
 // ratelimit metadata list every policy of each Decision. Without one (a call
 // served while the store is unavailable), ratelimit-policy lists the
 // backend's own policies: those its Policies method lists, when it has one
-// (keyrate.PolicyLister, as *keyrate.Limiter and the Redis backend are),
+// (keyrate.Described, as *keyrate.Limiter and the Redis backend are),
 // else none. A nil backend, an invalid option, or WithTimeBudget when
 // every backend is keyrate.Bounded gives an error wrapping
 // keyrate.ErrConfig.
@@ -128,7 +128,7 @@ func newBackend(b keyrate.Backend, budget time.Duration, refunds bool) (*backend
 		return nil, fmt.Errorf("%w: grpclimit: WithRefund, but a backend cannot refund", keyrate.ErrConfig)
 	}
 	nb := &backend{caller: caller}
-	if l, ok := b.(keyrate.PolicyLister); ok {
+	if l, ok := b.(keyrate.Described); ok {
 		nb.policies = l.Policies()
 	}
 	if len(nb.policies) > 0 {
@@ -215,7 +215,7 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	ev.Shadow = !d.Allowed && l.shadow
 	l.hooks.Decided(ev)
 	md := r.fields(&d, l.revision, ev.Cost)
-	reserve := l.cost != nil && r.caller.CanRefundPart()
+	reserve := l.cost != nil && r.caller.CanRefund()
 	if d.Allowed && (l.refund != nil || reserve) && d.Receipt.N() > 0 {
 		var res *middleware.Reservation
 		if reserve {
@@ -234,19 +234,16 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 // else the part of its weight the handler reported it did not use
 // (ReportCost). The header metadata went out with what was reserved.
 func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *middleware.Reservation, served error) {
-	n := -1 // nothing
+	n := 0 // nothing
 	switch {
 	case l.refund != nil && l.refund(status.Code(served)):
-		n = 0 // all
+		n = ev.Decision.Receipt.N() // all
 	case res != nil:
-		if unused, ok := res.Unused(); ok && unused > 0 {
+		if unused, ok := res.Unused(); ok {
 			n = unused
-			if unused == ev.Decision.Receipt.N() {
-				n = 0
-			}
 		}
 	}
-	if n < 0 {
+	if n <= 0 {
 		return
 	}
 	if err := r.caller.RefundN(ctx, ev.Key, &ev.Decision, n); err != nil {

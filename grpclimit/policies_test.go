@@ -32,7 +32,9 @@ func (b twoPolicies) TakeContext(context.Context, string, int) (keyrate.Decision
 	return keyrate.Combine(b.parts...), nil
 }
 func (twoPolicies) Policies() []keyrate.Policy { return []keyrate.Policy{perSecond, perDay} }
-func (twoPolicies) TimeBudget() time.Duration  { return 0 }
+func (twoPolicies) Tiered() bool               { return false }
+
+func (twoPolicies) TimeBudget() time.Duration { return 0 }
 
 // Under two policies the metadata lists both, named after the method and
 // the policy, and a refusal by either carries a RetryInfo of exactly the

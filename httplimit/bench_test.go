@@ -55,6 +55,8 @@ func (allowAll) TakeContext(ctx context.Context, key string, n int) (keyrate.Dec
 func (allowAll) Policies() []keyrate.Policy {
 	return []keyrate.Policy{{Limit: 100, Window: time.Minute}}
 }
+
+func (allowAll) Tiered() bool              { return false }
 func (allowAll) TimeBudget() time.Duration { return 0 }
 
 // blockingAllowAll is allowAll but not Bounded: every call pays for the
@@ -65,6 +67,7 @@ func (blockingAllowAll) TakeContext(ctx context.Context, key string, n int) (key
 	return allowAll{}.TakeContext(ctx, key, n)
 }
 func (blockingAllowAll) Policies() []keyrate.Policy { return allowAll{}.Policies() }
+func (blockingAllowAll) Tiered() bool               { return false }
 
 func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) http.Handler {
 	m, err := httplimit.New(backend, append(opts, httplimit.WithRoute("search"))...)

@@ -38,6 +38,8 @@ func (s boundedStore) Policies() []keyrate.Policy {
 	return []keyrate.Policy{{Limit: 3, Window: time.Minute}}
 }
 
+func (boundedStore) Tiered() bool { return false }
+
 // In front of a backend with its own budget, the middleware adds none: a
 // call of 400ms, past the middleware's default 250ms, inside the store's
 // 500ms, is waited for, on the request's goroutine with the request's

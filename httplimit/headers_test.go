@@ -193,6 +193,8 @@ func (b decided) TakeContext(ctx context.Context, key string, n int) (keyrate.De
 func (b decided) Policies() []keyrate.Policy {
 	return []keyrate.Policy{{Limit: b.limit, Window: b.window}}
 }
+
+func (decided) Tiered() bool                { return false }
 func (b decided) TimeBudget() time.Duration { return 0 }
 
 // The examples of draft-ietf-httpapi-ratelimit-headers (-10 and -11 alike)

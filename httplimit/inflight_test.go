@@ -215,6 +215,8 @@ func TestInFlightClientGoneWhileWaiting(t *testing.T) {
 // failingSlots is an in-flight store that cannot answer.
 type failingSlots struct{}
 
+func (failingSlots) Tiered() bool { return false }
+
 func (failingSlots) AcquireSlot(context.Context, string, bool) (func(), int, error) {
 	return nil, 0, fmt.Errorf("slots: %w", keyrate.ErrUnavailable)
 }

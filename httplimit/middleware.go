@@ -62,7 +62,7 @@ type Middleware struct {
 // DraftHeaders). The policies advertised without one (RateLimit-Policy on a
 // request served while the store is unavailable) are b's own: those its
 // Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (keyrate.PolicyLister; with tiers, the default
+// Redis backend do (keyrate.Described; with tiers, the default
 // tier's); else none, and WithWindow must give the window for decisions
 // that do not carry one.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
@@ -76,7 +76,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
 	var policies []keyrate.Policy
-	if l, ok := b.(keyrate.PolicyLister); ok {
+	if l, ok := b.(keyrate.Described); ok {
 		policies = l.Policies()
 	}
 	switch {
@@ -129,7 +129,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
 	}
 	m.timed = c.hooks.Timed()
-	m.reserve = c.cost != nil && caller.CanRefundPart()
+	m.reserve = c.cost != nil && caller.CanRefund()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
@@ -357,11 +357,7 @@ func (s *statusWriter) settle(status int, fresh bool) {
 		return
 	}
 	ctx := ev.Context
-	n := give
-	if give == left {
-		n = 0 // all: the backend's Refund
-	}
-	err := m.backend.RefundN(ctx, ev.Key, &ev.Decision, n)
+	err := m.backend.RefundN(ctx, ev.Key, &ev.Decision, give)
 	if err != nil {
 		ev.Err = err
 		m.hooks.Failed(*ev)

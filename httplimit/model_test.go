@@ -26,7 +26,9 @@ func newModel(clock *keyrate.ManualClock, policies ...keyrate.Policy) *model {
 }
 
 func (m *model) Policies() []keyrate.Policy { return m.policies }
-func (m *model) TimeBudget() time.Duration  { return 0 }
+func (*model) Tiered() bool                 { return false }
+
+func (m *model) TimeBudget() time.Duration { return 0 }
 
 func (m *model) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	m.mu.Lock()
@@ -81,4 +83,6 @@ func (b combined) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	return keyrate.Combine(b.parts...), nil
 }
 func (b combined) Policies() []keyrate.Policy { return b.policies }
-func (b combined) TimeBudget() time.Duration  { return 0 }
+func (combined) Tiered() bool                 { return false }
+
+func (b combined) TimeBudget() time.Duration { return 0 }

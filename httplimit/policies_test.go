@@ -254,4 +254,6 @@ func (b unavailable) TakeContext(context.Context, string, int) (keyrate.Decision
 	return keyrate.Decision{}, errors.New("store unavailable")
 }
 func (b unavailable) Policies() []keyrate.Policy { return b }
-func (b unavailable) TimeBudget() time.Duration  { return 0 }
+func (unavailable) Tiered() bool                 { return false }
+
+func (b unavailable) TimeBudget() time.Duration { return 0 }

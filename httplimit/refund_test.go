@@ -69,7 +69,7 @@ func TestRefundCountsOnlyFailures(t *testing.T) {
 // refundFails is a backend whose refunds fail, as a store that went away.
 type refundFails struct{ *keyrate.Limiter }
 
-func (refundFails) Refund(context.Context, string, *keyrate.Decision) error {
+func (refundFails) RefundContext(context.Context, string, *keyrate.Decision, int) error {
 	return errors.New("store unavailable")
 }
 

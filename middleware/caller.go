@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/tierhint"
 )
 
 // ErrBudgetExceeded is wrapped by the error of a backend call that
@@ -56,7 +55,7 @@ func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
 	return &Caller{
 		backend:   b,
 		inline:    bounded,
-		identity:  tierhint.ReadsIdentity(b),
+		identity:  tiered(b),
 		budget:    budget,
 		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
 	}, nil
@@ -132,49 +131,21 @@ func (c *Caller) take(ctx context.Context, key string, n int) (keyrate.Decision,
 // events stay counted, which errs on the side of the limit.
 var ErrRefundFailed = errors.New("keyrate: refund failed")
 
-// refunder is a backend that gives back a decision's events: the Redis
-// backend's Refund, or, without a context, *keyrate.Limiter's; and
-// partRefunder one that gives back part of them, by RefundN.
-type (
-	refunder interface {
-		Refund(context.Context, string, *keyrate.Decision) error
+// tiered reports whether b may read the identity a context carries: when
+// it says so (keyrate.Described), or when it says nothing.
+func tiered(b keyrate.Backend) bool {
+	if d, ok := b.(keyrate.Described); ok {
+		return d.Tiered()
 	}
-	inMemoryRefunds interface {
-		Refund(string, *keyrate.Decision) error
-	}
-	partRefunder interface {
-		RefundN(context.Context, string, *keyrate.Decision, int) error
-	}
-	inMemoryPartRefunds interface {
-		RefundN(string, *keyrate.Decision, int) error
-	}
-)
-
-// CanRefund reports whether the backend can give back a decision's events:
-// whether it has a method Refund(ctx, key, *Decision) error, as the Redis
-// backend has, or Refund(key, *Decision) error, as *keyrate.Limiter has.
-func (c *Caller) CanRefund() bool {
-	switch c.backend.(type) {
-	case refunder, inMemoryRefunds:
-		return true
-	}
-	return false
+	return true
 }
 
-// CanRefundPart reports whether the backend can give back part of a
-// decision's events: whether, beside Refund, it has RefundN(ctx, key,
-// *Decision, n) error or RefundN(key, *Decision, n) error, as the Redis
-// backend and *keyrate.Limiter have.
-func (c *Caller) CanRefundPart() bool {
-	switch c.backend.(type) {
-	case refunder:
-		_, ok := c.backend.(partRefunder)
-		return ok
-	case inMemoryRefunds:
-		_, ok := c.backend.(inMemoryPartRefunds)
-		return ok
-	}
-	return false
+// CanRefund reports whether the backend can give back a decision's events,
+// in whole or in part: whether it is a keyrate.Refunder, as
+// *keyrate.Limiter and the Redis backend are.
+func (c *Caller) CanRefund() bool {
+	_, ok := c.backend.(keyrate.Refunder)
+	return ok
 }
 
 // Refund gives back the events the admitted decision *d recorded for key,
@@ -183,53 +154,23 @@ func (c *Caller) CanRefundPart() bool {
 // budget when the backend does not bound its own calls. Its error wraps
 // ErrRefundFailed.
 func (c *Caller) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
-	return c.refund(ctx, key, d, 0)
+	return c.RefundN(ctx, key, d, d.Receipt.N())
 }
 
 // RefundN is Refund of n of the decision's events, the part of a
-// reservation its request did not use (see Reservation); of all of them
-// for an n of 0.
+// reservation its request did not use (see Reservation).
 func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
-	return c.refund(ctx, key, d, n)
-}
-
-// refund gives back n of d's events, or all when n is 0: by the backend's
-// Refund for all, by its RefundN for part.
-func (c *Caller) refund(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	ctx = context.WithoutCancel(ctx)
 	if !c.inline {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
 		defer cancel()
 	}
-	var err error
-	switch b := c.backend.(type) {
-	case refunder:
-		if n == 0 {
-			err = b.Refund(ctx, key, d)
-			break
-		}
-		p, ok := c.backend.(partRefunder)
-		if !ok {
-			err = errors.New("the backend gives back whole decisions only")
-			break
-		}
-		err = p.RefundN(ctx, key, d, n)
-	case inMemoryRefunds:
-		if n == 0 {
-			err = b.Refund(key, d)
-			break
-		}
-		p, ok := c.backend.(inMemoryPartRefunds)
-		if !ok {
-			err = errors.New("the backend gives back whole decisions only")
-			break
-		}
-		err = p.RefundN(key, d, n)
-	default:
-		err = errors.New("the backend cannot refund")
+	r, ok := c.backend.(keyrate.Refunder)
+	if !ok {
+		return fmt.Errorf("%w: the backend cannot refund", ErrRefundFailed)
 	}
-	if err != nil {
+	if err := r.RefundContext(ctx, key, d, n); err != nil {
 		return fmt.Errorf("%w: %w", ErrRefundFailed, err)
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/tierhint"
 )
 
 // InFlight is a store of in-flight slots: how many requests of a key may
@@ -29,6 +28,10 @@ import (
 // (keyrate.ContextWithIdentity).
 type InFlight interface {
 	AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error)
+	// Tiered reports whether the store chooses a key's limit by the
+	// client's identity: then Slots hands it the identity in the context
+	// (keyrate.ContextWithIdentity), and otherwise spares the allocation.
+	Tiered() bool
 }
 
 // SlotRetryAfter is the Retry-After of a request refused for want of a
@@ -61,7 +64,7 @@ func NewSlots(s InFlight, wait time.Duration) (*Slots, error) {
 	case wait < 0:
 		return nil, fmt.Errorf("%w: middleware: in-flight wait is %v, want >= 0", keyrate.ErrConfig, wait)
 	}
-	return &Slots{store: s, wait: wait, identity: tierhint.ReadsIdentity(s)}, nil
+	return &Slots{store: s, wait: wait, identity: s.Tiered()}, nil
 }
 
 // errWaited is the cause of a wait for a slot that ran out of its bound.

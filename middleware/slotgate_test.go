@@ -20,6 +20,8 @@ func (s failingStore) AcquireSlot(context.Context, string, bool) (func(), int, e
 	return nil, 0, s.err
 }
 
+func (failingStore) Tiered() bool { return false }
+
 // told records what Hooks told, in order.
 type told []string
 

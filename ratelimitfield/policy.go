@@ -27,7 +27,7 @@ func AppendPolicy(b []byte, d *keyrate.Decision, route, unit string) []byte {
 // AppendPolicies appends the RateLimit-Policy value for policies, in
 // order, as AppendPolicy does for a Decision's: for a response sent
 // without a decision (one served while the store is unavailable), from a
-// backend's own policies (keyrate.PolicyLister).
+// backend's own policies (keyrate.Described).
 func AppendPolicies(b []byte, policies []keyrate.Policy, route, unit string) []byte {
 	start := len(b)
 	for i := range policies {

@@ -301,22 +301,10 @@ func (c *Concurrency) limitFor(ctx context.Context, key string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if id, ok := keyrate.IdentityFromContext(ctx); ok {
-		key = id
-	}
-	if n, ok := c.tiers[c.tierName(key)]; ok {
+	if n, ok := c.tiers[keyrate.TierOf(ctx, c.tierOf, key)]; ok {
 		return n
 	}
 	return c.limit
-}
-
-func (c *Concurrency) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return c.tierOf(key)
 }
 
 // Close stops renewing leases and waits for the renewal goroutine to

@@ -163,23 +163,20 @@ func (f *fallback) setTier(name string, policies []keyrate.Policy) error {
 // the fallback, under the tier the Limiter's tier function names for it
 // under ctx, which is the caller's and not done.
 func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) keyrate.Decision {
-	if id, ok := keyrate.IdentityFromContext(ctx); ok {
-		key = id
-	}
-	d := l.fallback.lim.Take(l.fallbackKey(key, id), n)
+	d := l.fallback.lim.Take(l.fallbackKey(ctx, key, id), n)
 	d.Fallback = true
 	return d
 }
 
 // fallbackKey returns the fallback's key for the bounded key id, whose
-// tier the tier function names from as: the length of the tier's name
-// (a uvarint), the name and id, so that a name of any bytes reads back
-// whole; id alone without tiers.
-func (l *Limiter) fallbackKey(as, id string) string {
+// tier the tier function names for the request of key under ctx: the
+// length of the tier's name (a uvarint), the name and id, so that a name
+// of any bytes reads back whole; id alone without tiers.
+func (l *Limiter) fallbackKey(ctx context.Context, key, id string) string {
 	if l.tierOf == nil {
 		return id
 	}
-	name := l.tierName(as)
+	name := keyrate.TierOf(ctx, l.tierOf, key)
 	if _, ok := l.tiers.Load().named[name]; !ok {
 		name = "" // the default tier, as tierFor finds it
 	}

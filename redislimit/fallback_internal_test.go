@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -37,11 +38,11 @@ func TestFallbackKey(t *testing.T) {
 	l.tiers.Store(tab)
 	for name := range tab.named {
 		key := name + name // the tier function names the first half
-		if got := fallbackTier(l.fallbackKey(key, "id")); got != name {
+		if got := fallbackTier(l.fallbackKey(context.Background(), key, "id")); got != name {
 			t.Errorf("tier %q read back as %q", name, got)
 		}
 	}
-	if got := fallbackTier(l.fallbackKey("zzzz", "id")); got != "" {
+	if got := fallbackTier(l.fallbackKey(context.Background(), "zzzz", "id")); got != "" {
 		t.Errorf("an unknown tier read back as %q, want the default", got)
 	}
 	for _, bad := range []string{"", "\x05ab", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"} {

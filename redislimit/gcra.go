@@ -14,11 +14,11 @@ package redislimit
 //	refillAfter the time until the bucket holds one more token
 //
 // which are the core's keyrate.GCRA numbers, and redis_rate's (with burst
-// = limit and rate = limit per window): see the README for where they
-// differ. Field l holds the newest instant the key was decided at: every
-// decision of the key writes it (a refusal, that field alone), and a
-// server clock that steps back is clamped to it, as the in-process bucket
-// decides at the newest instant it saw.
+// = limit and rate = limit per window): see GCRA for where they differ.
+// Field l holds the newest instant the key was decided at: every decision
+// of the key writes it (a refusal, that field alone), and a server clock
+// that steps back is clamped to it, as the in-process bucket decides at
+// the newest instant it saw.
 //
 // Fields are named by T, not by the policy's position, so that a key whose
 // policies change (SetTier, tiers) never reads one bucket as another: two

@@ -323,48 +323,70 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 			return cached, nil
 		}
 	}
-
 	t := l.tagOf(key, id)
 	r := &request{keys: []string{l.storeKey(id, t)}, weights: []int{n}, tiers: []*tier{tr}, tag: t, instant: sent / 1000}
-	if !l.breaker.closed() {
-		l.probe(r)
-		if l.fallback != nil {
-			return l.fallbackTake(ctx, key, id, n), nil
-		}
-		return tr.failed(), l.notAsked(t)
-	}
-	budget, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	r.ctx = budget
-	a := l.batcherFor(budget, r.keys[0]).do(r)
-	if a.err != nil {
-		if err := ctx.Err(); err != nil {
-			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
-		}
-		down, err := l.callError(budget, a.err)
-		if down {
-			l.breaker.trip(l.mono(), err)
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		} else if !errors.Is(err, ErrOutOfMemory) {
-			return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
-		}
-		if l.fallback != nil {
-			return l.fallbackTake(ctx, key, id, n), nil
-		}
-		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
+	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
+	switch {
+	case fallback:
+		return l.fallbackTake(ctx, key, id, n), nil
+	case err != nil:
+		return tr.failed(), err
 	}
 	d, err := tr.decision(n, a.admitted, a.replies[0])
 	if err != nil {
 		return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
 	}
-	if l.deny != nil {
-		if d.Allowed {
-			l.deny.forget(id)
-		} else {
-			l.deny.store(id, tr, n, sent, d)
-		}
-	}
+	l.remember(id, tr, n, sent, d, d.Allowed)
 	return d, nil
+}
+
+// ask sends r to Redis, through the circuit breaker and within the time
+// budget, and returns its answer. When Redis cannot answer (the breaker is
+// open, the budget ran out, the store went away, or it is out of memory
+// and cannot record), it reports fallback instead, for the local fallback
+// to decide, or, without a fallback, the error to fail with; any other
+// failure is an error too. what(i) names the call in errors, i being the
+// place of the key at fault, or -1: "take {tag}".
+func (l *Limiter) ask(ctx context.Context, r *request, what func(i int) string) (a answer, fallback bool, err error) {
+	if !l.breaker.closed() {
+		l.probe(r)
+		if l.fallback != nil {
+			return a, true, nil
+		}
+		return a, false, l.notAsked(r.tag)
+	}
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r.ctx = budget
+	if a = l.batcherFor(budget, r.keys[0]).do(r); a.err == nil {
+		return a, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return a, false, fmt.Errorf("redislimit: %s: %w", what(-1), err)
+	}
+	down, err := l.callError(budget, a.err)
+	if down {
+		l.breaker.trip(l.mono(), err)
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if (down || errors.Is(err, ErrOutOfMemory)) && l.fallback != nil {
+		return a, true, nil
+	}
+	return a, false, fmt.Errorf("redislimit: %s: %w", what(a.failedAt), err)
+}
+
+// remember keeps what Redis said of key id, bounded, under tier tr at
+// weight n, sent at the local instant sent, in the deny cache: a refusal
+// (refused, d) until its RetryAfter, an admission as the end of any
+// refusal held.
+func (l *Limiter) remember(id string, tr *tier, n int, sent int64, d keyrate.Decision, admitted bool) {
+	switch {
+	case l.deny == nil:
+	case admitted:
+		l.deny.forget(id)
+	case !d.Allowed:
+		l.deny.store(id, tr, n, sent, d)
+	}
 }
 
 // callError reports whether Redis did not answer a script run under

@@ -64,19 +64,33 @@ const (
 	// window length since the Unix epoch: O(1) memory and work per key
 	// whatever the limit (a small hash, about 100 bytes). The trade-off is the boundary burst: up to
 	// 2*limit events can be admitted within a short span around the end of
-	// one window and the start of the next.
+	// one window and the start of the next. A refund takes its weight from
+	// the count of the decision's window while that window lasts.
 	FixedWindow = keyrate.FixedWindow
 
 	// GCRA is the generic cell rate algorithm, the token bucket of the
 	// core's keyrate.GCRA and of github.com/go-redis/redis_rate: a bucket
 	// of limit tokens that refills one every window/limit (rounded up to a
-	// microsecond), so a burst of limit, then one per window/limit. Its
-	// decisions are redis_rate's with burst = limit and rate = limit per
-	// window (see the README for where the numbers differ), so a user of
-	// redis_rate can switch with the same budgets. O(1) memory and work
-	// per key (a small hash, a field per policy); after a burst it keeps
-	// admitting at the refill rate, so a span of one window may hold up to
-	// nearly twice the limit.
+	// microsecond), so a burst of limit, then one per window/limit. O(1)
+	// memory and work per key (a small hash, a field per policy); after a
+	// burst it keeps admitting at the refill rate, so a span of one window
+	// may hold up to nearly twice the limit. A refund gives each bucket
+	// back only the part of the decision's tokens it has not refilled yet,
+	// less what refunds since the decision moved earlier: never more.
+	//
+	// It admits what redis_rate.Limit{Rate: limit, Burst: limit, Period:
+	// window} admits, with the same Remaining, RetryAfter and ResetAfter,
+	// so a user of redis_rate can switch with the same budgets, except
+	// that: an admission's RetryAfter is 0 (redis_rate: -1); a refusal's
+	// Remaining is the tokens left, which a smaller request could take
+	// (redis_rate: 0); a weight above limit is refused with RetryAfter 0,
+	// as it can never fit (redis_rate: the time the bucket takes to refill
+	// that far); n == 0 is an admission, as everywhere in keyrate
+	// (redis_rate: Allowed 0); redis_rate computes in floating-point
+	// seconds, so with an interval of no exact binary value (7 per day) it
+	// can report one token fewer Remaining, where this counts whole
+	// microseconds; and the Decision has RefillAfter, the time until the
+	// bucket holds one more token.
 	GCRA = keyrate.GCRA
 )
 
@@ -159,7 +173,10 @@ func WithTimeout(d time.Duration) Option {
 // lapses up to a round trip and 0.1% early, never late; a forward step of
 // the Redis server's clock is the one thing it cannot see (Redis then
 // admits up to the step earlier than the cache does, for at most the
-// maximum hold). Default: no cache; maxKeys must be positive.
+// maximum hold). A refund (Refund, RefundN) drops the key's refusal from
+// this Limiter's cache; other Limiters' caches cannot see it, and may go
+// on refusing the key for up to their maximum hold. Default: no cache;
+// maxKeys must be positive.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) {
 		cfg.denyKeys = maxKeys

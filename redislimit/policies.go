@@ -2,7 +2,6 @@ package redislimit
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/keyrate/keyrate"
@@ -51,32 +50,15 @@ type tier struct {
 // came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
 // New's one policy, whose errors name its arguments (limit, window) alone.
 func newTier(field string, policies []keyrate.Policy) (*tier, error) {
-	switch {
-	case len(policies) == 0:
-		return nil, fmt.Errorf("%w: %s is empty, want 1 to %d policies", keyrate.ErrConfig, field, keyrate.MaxPolicies)
-	case len(policies) > keyrate.MaxPolicies:
-		return nil, fmt.Errorf("%w: %s has %d policies, want at most %d (keyrate.MaxPolicies)", keyrate.ErrConfig, field, len(policies), keyrate.MaxPolicies)
+	if err := keyrate.CheckPolicies(field, policies); err != nil {
+		return nil, err
 	}
 	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies))}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
-		limit, window, name := "limit", "window", ""
-		if field != "" {
-			at := fmt.Sprintf("%s[%d].", field, i)
-			limit, window, name = at+"Limit", at+"Window", at+"Name"
-		}
-		switch {
-		case p.Limit < 1 || p.Limit > math.MaxInt32:
-			return nil, fmt.Errorf("%w: %s is %d, want 1 to %d", keyrate.ErrConfig, limit, p.Limit, math.MaxInt32)
-		case p.Window < time.Millisecond || p.Window%time.Microsecond != 0:
-			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, window, p.Window)
-		case p.Name == "" && len(policies) > 1:
-			return nil, fmt.Errorf("%w: %s is empty, want a name for each of several policies", keyrate.ErrConfig, name)
-		}
-		for j, q := range t.policies[:i] {
-			if q.Name == p.Name {
-				return nil, fmt.Errorf("%w: %s %q repeats %s[%d].Name", keyrate.ErrConfig, name, p.Name, field, j)
-			}
+		if p.Window < time.Millisecond || p.Window%time.Microsecond != 0 {
+			// The scripts count in the microseconds of Redis TIME.
+			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, windowField(field, i), p.Window)
 		}
 		t.args = append(t.args, p.Limit, p.Window.Microseconds())
 	}
@@ -108,11 +90,16 @@ func (t *tier) checkResolution(res time.Duration) error {
 		if p.Window >= res {
 			continue
 		}
-		window := "window"
-		if t.field != "" {
-			window = fmt.Sprintf("%s[%d].Window", t.field, i)
-		}
-		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, window, p.Window, res)
+		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, res)
 	}
 	return nil
+}
+
+// windowField names the Window of the i-th policy of field in errors, as
+// keyrate.CheckPolicies does.
+func windowField(field string, i int) string {
+	if field == "" {
+		return "window"
+	}
+	return fmt.Sprintf("%s[%d].Window", field, i)
 }

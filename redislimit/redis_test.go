@@ -26,9 +26,9 @@ import (
 // The middleware takes a redislimit.Limiter as its backend as it is, and
 // leaves the time budget to it.
 var (
-	_ keyrate.Backend      = (*redislimit.Limiter)(nil)
-	_ keyrate.Bounded      = (*redislimit.Limiter)(nil)
-	_ keyrate.PolicyLister = (*redislimit.Limiter)(nil)
+	_ keyrate.Backend   = (*redislimit.Limiter)(nil)
+	_ keyrate.Bounded   = (*redislimit.Limiter)(nil)
+	_ keyrate.Described = (*redislimit.Limiter)(nil)
 )
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.

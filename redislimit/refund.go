@@ -11,19 +11,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNothingToRefund is wrapped by Refund's error when it gives nothing
-// back (see Refund). It is keyrate.ErrNothingToRefund.
+// ErrNothingToRefund is wrapped by Refund's and RefundN's error when the
+// key holds nothing of the decision to give back: it recorded nothing (a
+// refusal, a weight of 0, an error), was refunded already, is another
+// key's, or its events are gone: they left the key's longest window (under
+// FixedWindow, their window ended; under GCRA, the buckets refilled them)
+// or Redis lost the key since (a DEL, an expiry, a FLUSHALL, a failover).
+// Another key's decision, and one of an earlier state of the key, are told
+// by a 16-bit generation drawn when the key's state is created, which the
+// Receipt names: short of a 1 in 65,536 chance. It is
+// keyrate.ErrNothingToRefund.
 var ErrNothingToRefund = keyrate.ErrNothingToRefund
 
-// Refund gives back exactly what the admitted decision *d recorded for
-// key and has not given back yet, as if its request had never been made,
-// with the meaning of the core's keyrate.Limiter.Refund: under the sliding
-// log the decision's own events leave the log (not the newest ones, which
-// would let a later window hold more than the limit), from every policy at
-// once; under FixedWindow they leave their window's count while that
-// window lasts; under GCRA every bucket gets back the part of the
-// decision's tokens it has not refilled yet. It is RefundN of all that d's
-// Receipt has left (d.Receipt.N()); see RefundN.
+// Refund gives back all that the admitted decision *d recorded for key
+// and has not given back yet, as if its request had never been made, from
+// any replica: RefundN of d.Receipt.N(), with its guarantees, errors and
+// cost. Taking first and refunding what should not count (a successful
+// login, a response under 400) makes "count only the failures" exact
+// across replicas.
 func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
 	n := 0
 	if d != nil {
@@ -33,53 +38,20 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
-// key, from the decision's own entry (never the newest events), as the
-// core's keyrate.Limiter.RefundN does: a request that reserved an estimate
-// (a model call's max_tokens, an upload's declared size) settles its real
-// cost once known. It can be called as many times as weight is left; each
-// success lowers d's Receipt.N by n, and Refund gives back what is left.
-// Under FixedWindow the weight leaves the decision's window's count while
-// that window lasts; under GCRA each bucket gets back min(n*T, E - now),
-// the part of the decision's tokens it has not refilled yet (T its refill
-// interval, E the instant it was to be full again after the decision,
-// earlier by any refunds since): never a token refilled already.
+// key, as keyrate.Limiter.RefundN does, so that a request that reserved an
+// estimate settles its real cost: from the decision's own entry, never the
+// newest events, and from every policy of the key (FixedWindow and GCRA
+// say how theirs give back). Each success lowers d.Receipt.N by n; refund
+// through one copy of a Decision, as another copy keeps the weight its
+// Receipt had. It costs one script run, one round trip, atomic with the
+// key's decisions, from any Limiter with the same prefix, algorithm and
+// hash tag secret (a fallback decision, in the fallback that made it).
 //
-// It is one script run, on the key's own Redis key (so its Cluster
-// slot), atomic with every other decision for the key, whichever Limiter
-// or replica made the decision: d only has to come from one with the same
-// prefix, hash tag secret and algorithm, which keeps the key's state in
-// the same Redis key. The key's tier is found as TakeContext finds it.
-// Refund each Decision through one copy: a copy still holds the weight
-// its Receipt had, and when other requests were recorded at the same
-// instant (or, with WithResolution, the same tick), refunding through the
-// copy too would give back theirs.
-//
-// It returns an error wrapping ErrNothingToRefund, and changes nothing,
-// for a decision that has nothing left to give back (a refusal, a weight
-// of 0, an error, a decision refunded already), or is another key's, or
-// when the key no longer holds its weight: it has left the longest window
-// of the key's policies (under FixedWindow, its window has ended; under
-// GCRA, the buckets have refilled it), or Redis lost the key since (a DEL,
-// an expiry, a FLUSHALL, a failover). Another key's decision, and one of
-// a key's earlier state, are told by the generation drawn when a key's
-// state is created, which the receipt names: short of a 1 in 65,536
-// chance. It returns an error wrapping keyrate.ErrExceedsLimit, and
-// changes nothing, for n below 1 or above what d has left; an error
-// wrapping ErrInvalidKey for an empty key; and ctx's error if ctx is done
-// before the call.
-//
-// Redis's or the network's error, or the time budget (WithTimeout)
-// running out, also returns an error; the refund may then have been
-// applied or not, so it consumes the whole Receipt all the same: a refund
-// is never applied twice, and a lost one only makes later decisions
-// stricter.
-//
-// A decision of the local fallback (WithLocalFallback) is given back in
-// the fallback, which made it. A successful refund drops the key's refusal
-// from this Limiter's deny cache (WithDenyCache), so that its next request
-// asks Redis. The deny caches of other Limiters cannot see it: they may go
-// on refusing the key for up to their maximum hold (WithDenyCacheMaxHold)
-// after a refund another replica made.
+// It changes nothing and returns an error wrapping ErrNothingToRefund when
+// the key holds nothing of d, keyrate.ErrExceedsLimit for n outside 1 to
+// d.Receipt.N(), or ErrInvalidKey for an empty key. When Redis does not
+// answer, or ctx ends while it waits, it returns that error and consumes
+// the Receipt: the refund may have been applied, and is never applied twice.
 func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	if d == nil || d.Receipt.N() <= 0 {
 		return fmt.Errorf("redislimit: refund: %w: the decision has nothing left to give back (it recorded nothing, or was refunded already)", ErrNothingToRefund)
@@ -496,11 +468,7 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if l.fallback == nil {
 		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", ErrNothingToRefund)
 	}
-	as := key
-	if identity, ok := keyrate.IdentityFromContext(ctx); ok {
-		as = identity
-	}
-	if err := l.fallback.lim.RefundN(l.fallbackKey(as, id), d, n); err != nil {
+	if err := l.fallback.lim.RefundN(l.fallbackKey(ctx, key, id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package redislimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -108,53 +107,26 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		p := &places[i]
 		r.keys[i], r.weights[i], r.tiers[i] = l.storeKey(p.id, p.tag), p.w, p.t
 	}
-	if !l.breaker.closed() {
-		l.probe(r)
-		if l.fallback != nil {
-			fds, ok := l.fallbackTakeAll(places, at)
-			return fds, ok, nil
+	a, fallback, err := l.ask(ctx, r, func(i int) string {
+		if i < 0 || i >= len(places) {
+			i = 0
 		}
-		return fail(l.notAsked(places[0].tag))
-	}
-	budget, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	r.ctx = budget
-	a := l.batcherFor(budget, r.keys[0]).do(r)
-	ref := keyRef(places[0].tag)
-	if a.err != nil {
-		if err := ctx.Err(); err != nil {
-			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
-		}
-		if a.failedAt >= 0 && a.failedAt < len(places) {
-			ref = keyRef(places[a.failedAt].tag)
-		}
-		down, err := l.callError(budget, a.err)
-		if down {
-			l.breaker.trip(l.mono(), err)
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		} else if !errors.Is(err, ErrOutOfMemory) {
-			return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
-		}
-		if l.fallback != nil {
-			fds, ok := l.fallbackTakeAll(places, at)
-			return fds, ok, nil
-		}
-		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+		return "take all " + keyRef(places[i].tag)
+	})
+	switch {
+	case fallback:
+		fds, ok := l.fallbackTakeAll(places, at)
+		return fds, ok, nil
+	case err != nil:
+		return fail(err)
 	}
 	ok, err := l.takeAllReply(places, a)
 	if err != nil {
-		return fail(fmt.Errorf("redislimit: take all %s: %w", ref, err))
+		return fail(fmt.Errorf("redislimit: take all %s: %w", keyRef(places[0].tag), err))
 	}
-	if l.deny != nil {
-		for i := range places {
-			p := &places[i]
-			switch {
-			case ok:
-				l.deny.forget(p.id)
-			case !p.d.Allowed:
-				l.deny.store(p.id, p.t, p.w, sent, p.d)
-			}
-		}
+	for i := range places {
+		p := &places[i]
+		l.remember(p.id, p.t, p.w, sent, p.d, ok)
 	}
 	for i := range keys {
 		ds[i] = places[at[i]].d
@@ -189,7 +161,7 @@ func (l *Limiter) keyTier(key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[l.tierName(key)]; ok {
+	if t, ok := tab.named[keyrate.TierOf(context.Background(), l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
@@ -233,7 +205,7 @@ func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decis
 	// its place's: the same request as the one given.
 	hits := make([]keyrate.Hit, len(places))
 	for i := range places {
-		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].key, places[i].id), N: places[i].w}
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), N: places[i].w}
 	}
 	pds, ok := l.fallback.lim.TakeAll(hits)
 	ds := make([]keyrate.Decision, len(at))

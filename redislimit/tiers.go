@@ -103,12 +103,9 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 // (WithResolution), or a name other than "" on a limiter made without
 // WithTiers (no key could ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
-	if name != "" && l.tierOf == nil {
-		return fmt.Errorf("%w: tier %q: the limiter has no tier function (WithTiers)", keyrate.ErrConfig, name)
-	}
-	field := "policies"
-	if name != "" {
-		field = fmt.Sprintf("tiers[%q]", name)
+	field, err := keyrate.TierField(name, l.tierOf != nil)
+	if err != nil {
+		return err
 	}
 	t, err := newTier(field, policies)
 	if err != nil {
@@ -140,22 +137,8 @@ func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if id, ok := keyrate.IdentityFromContext(ctx); ok {
-		key = id
-	}
-	if t, ok := tab.named[l.tierName(key)]; ok {
+	if t, ok := tab.named[keyrate.TierOf(ctx, l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
-}
-
-// tierName returns the tier function's answer for key, or "", the default
-// tier, when it panics.
-func (l *Limiter) tierName(key string) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	return l.tierOf(key)
 }

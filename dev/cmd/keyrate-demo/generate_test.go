@@ -226,9 +226,7 @@ func TestGenerateOnThePage(t *testing.T) {
 }
 
 // On Redis the tokens a request did not use go back in Redis, so that
-// replicas share what is left, where this build's redislimit can give part
-// of a decision back (redisSettles); where it cannot, each request keeps
-// all it reserved, and the hints and the page say so.
+// replicas share what is left.
 func TestRedisGenerateSettles(t *testing.T) {
 	client, _ := startRedis(t)
 	a, seen := newTestServer(t, config{Redis: client})
@@ -250,17 +248,6 @@ func TestRedisGenerateSettles(t *testing.T) {
 
 	rec = generate(a, "max_tokens=2000&used=500", "X-API-Key", "alice")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	if !redisSettles() {
-		t.Log("this build's redislimit has no RefundN: a request keeps all it reserved")
-		assert.Equal(t, generated{2000, 500, false}, answer(t, rec))
-		assert.Equal(t, `"generate";r=8000;t=60`, rec.Header().Get("RateLimit"))
-		rec = generate(b, "max_tokens=8000&used=1", "X-API-Key", "alice")
-		require.Equal(t, 200, rec.Code, rec.Body.String())
-		assert.Equal(t, `"generate";r=0;t=60`, rec.Header().Get("RateLimit"))
-		assert.Contains(t, note, "cannot give part of a request back")
-		assert.Contains(t, hint, "/api/generate 10000 tokens per 60s; 50000 tokens per 60s for a key starting with pro-, reserved and kept whole")
-		return
-	}
 	assert.Equal(t, generated{2000, 500, true}, answer(t, rec))
 	assert.Equal(t, `"generate";r=9500;t=60`, rec.Header().Get("RateLimit"))
 	assert.NotContains(t, note, "cannot give part")

@@ -24,9 +24,6 @@ func newLive(cfg config) (*live.Hub, error) {
 		if rt.Cost != nil {
 			// A request that used nothing is given back whole.
 			rs[i].Refunds = true
-			if !settles(cfg) {
-				rs[i].Note += " This build’s Redis budget cannot give part of a request back: each keeps all it reserved."
-			}
 		}
 	}
 	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))

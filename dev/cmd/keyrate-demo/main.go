@@ -248,7 +248,7 @@ func hints(base string, cfg config) string {
 			b.WriteString(", failed attempts only")
 		}
 		if rt.Cost != nil {
-			b.WriteString(settleHint(cfg))
+			b.WriteString(settleHint())
 		}
 		b.WriteString("\n")
 	}
