@@ -1,9 +1,9 @@
 // Package middleware holds what keyrate's middleware packages share,
 // declared once: httplimit (net/http) and grpclimit (gRPC) take the same
-// FailureMode, report the same Event to their hooks and to an Observer,
-// and ask their backend through a Caller, so that both bound and classify
-// failures alike. A middleware of your own, for another protocol, can use
-// them too.
+// FailureMode, report the same Event to their Hooks and to an Observer,
+// ask their backend through a Caller and take in-flight slots through a
+// SlotGate, so that both bound and classify failures alike. A middleware
+// of your own, for another protocol, can use them too.
 //
 // Every request is decided by one atomic call to a keyrate.Backend. What
 // happens when that call gives no decision depends on why:
