@@ -195,32 +195,12 @@ func TestGenerateOnThePage(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, `"generate";r=9500;t=60`, resp.Header.Get("RateLimit"))
 
-	type event struct {
-		name                            string
-		Route, Receipt, Rest            string
-		Allowed                         bool
-		Limit, Remaining, Weight, Given int
-	}
-	var events []event
-	name := ""
-	for len(events) < 2 && lines.Scan() {
-		if n, ok := strings.CutPrefix(lines.Text(), "event: "); ok {
-			name = n
-			continue
-		}
-		data, ok := strings.CutPrefix(lines.Text(), "data: ")
-		if !ok || (name != "decision" && name != "refund") {
-			continue
-		}
-		e := event{name: name}
-		require.NoError(t, json.Unmarshal([]byte(data), &e))
-		events = append(events, e)
-	}
+	events := liveEvents(t, lines, 2)
 	require.Len(t, events, 2, "stream ended: %v", lines.Err())
 	d, s := events[0], events[1]
-	assert.Equal(t, event{name: "decision", Route: "generate", Receipt: d.Receipt, Allowed: true, Limit: 10_000, Remaining: 8000, Weight: 2000}, d)
+	assert.Equal(t, liveEvent{name: "decision", Route: "generate", Receipt: d.Receipt, Allowed: true, Limit: 10_000, Remaining: 8000, Weight: 2000}, d)
 	assert.NotEmpty(t, d.Receipt)
-	assert.Equal(t, event{name: "refund", Route: "generate", Receipt: d.Receipt, Rest: s.Rest, Allowed: true, Limit: 10_000, Remaining: 9500, Weight: 2000, Given: 1500}, s)
+	assert.Equal(t, liveEvent{name: "refund", Route: "generate", Receipt: d.Receipt, Rest: s.Rest, Allowed: true, Limit: 10_000, Remaining: 9500, Weight: 2000, Given: 1500}, s)
 	assert.NotEmpty(t, s.Rest)
 	assert.NotEqual(t, d.Receipt, s.Rest, "what the decision still holds is named anew")
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The demo serves the page and its stream beside the API, and every
@@ -193,4 +195,35 @@ func startLiveDemo(t *testing.T) (*httptest.Server, *http.Client) {
 	client := srv.Client()
 	client.Timeout = 30 * time.Second
 	return srv, client
+}
+
+// liveEvent is what a test reads of a decision or refund event of the
+// live page's stream.
+type liveEvent struct {
+	name                            string // "decision" or "refund"
+	Route, Receipt, Rest            string
+	Allowed                         bool
+	Limit, Remaining, Weight, Given int
+}
+
+// liveEvents reads the stream's decision and refund events until it has
+// n of them or the stream ends, and returns those it read.
+func liveEvents(t *testing.T, lines *bufio.Scanner, n int) []liveEvent {
+	t.Helper()
+	var events []liveEvent
+	name := ""
+	for len(events) < n && lines.Scan() {
+		if v, ok := strings.CutPrefix(lines.Text(), "event: "); ok {
+			name = v
+			continue
+		}
+		data, ok := strings.CutPrefix(lines.Text(), "data: ")
+		if !ok || (name != "decision" && name != "refund") {
+			continue
+		}
+		e := liveEvent{name: name}
+		require.NoError(t, json.Unmarshal([]byte(data), &e))
+		events = append(events, e)
+	}
+	return events
 }

@@ -151,29 +151,7 @@ func TestLoginOnThePage(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	type event struct {
-		name             string
-		Route, Receipt   string
-		Allowed          bool
-		Limit, Remaining int
-	}
-	var events []event
-	name := ""
-	for len(events) < 4 && lines.Scan() {
-		if n, ok := strings.CutPrefix(lines.Text(), "event: "); ok {
-			name = n
-			continue
-		}
-		data, ok := strings.CutPrefix(lines.Text(), "data: ")
-		if !ok || (name != "decision" && name != "refund") {
-			continue
-		}
-		e := event{name: name}
-		if err := json.Unmarshal([]byte(data), &e); err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, e)
-	}
+	events := liveEvents(t, lines, 4)
 	if len(events) < 4 {
 		t.Fatalf("stream ended after %+v: %v", events, lines.Err())
 	}
