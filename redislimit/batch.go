@@ -42,6 +42,7 @@ type request struct {
 	tiers   []*tier
 	tag     string          // the keys' hash tag: their Cluster slot
 	instant int64           // the local instant it was sent at, µs (a test's clock only)
+	lease   int             // a lease of one key: the most to take (lease.go); 0: none
 	ctx     context.Context // the caller's budget
 
 	ans  answer      // set by send
@@ -277,7 +278,7 @@ func settle(reqs []*request, v string, err error) {
 			policies[i] = len(t.policies)
 		}
 		a := &r.ans
-		a.admitted, a.replies, b, a.failedAt, a.err = parseRecord(b, policies)
+		a.admitted, a.replies, b, a.failedAt, a.err = parseRecord(b, policies, r.lease > 0)
 		if b == nil {
 			// The rest cannot be read: this request and every later one
 			// fail.

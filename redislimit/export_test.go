@@ -124,3 +124,17 @@ func SetMaxFlights(n int) int {
 	maxFlights = n
 	return prev
 }
+
+// WithLeaseClock times a Limiter's leases on c instead of its decision
+// clock, so that a test can step the server's clock back while the
+// replicas' clocks, monotonic as real ones are, go on.
+func WithLeaseClock(c keyrate.Clock) Option {
+	return func(cfg *config) { cfg.leaseClock = func() int64 { return c.Now().UnixNano() } }
+}
+
+// SweepLeases runs l's lease sweep at its lease clock's instant: with a
+// test's clock no sweeper runs by itself.
+func SweepLeases(l *Limiter) { l.sweep(l.leaseNow()) }
+
+// LeaseKeys returns how many keys l holds lease state for.
+func LeaseKeys(l *Limiter) int { return int(l.leases.count.Load()) }

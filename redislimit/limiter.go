@@ -167,6 +167,14 @@ type Limiter struct {
 	tiers   atomic.Pointer[tierTable]
 	tierOf  func(key string) string // WithTiers; nil: every key in the default tier
 	setTier sync.Mutex              // serialises SetTier's copy-and-swap of tiers
+
+	// leases holds this replica's leases (WithLeases); nil: none.
+	leases     *leases
+	leaseClock func() int64 // the local clock leases are timed on, in ns; nil: leaseNow's
+	leaseLast  atomic.Int64 // the latest instant leaseNow read from a test's clock
+
+	closeOnce sync.Once
+	closed    atomic.Bool
 }
 
 // New returns a Limiter that admits at most limit events per key in any
@@ -203,6 +211,9 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLeases(&cfg, tab); err != nil {
+		return nil, err
+	}
 	var fb *fallback
 	if cfg.fallbackSet {
 		if fb, err = newFallback(&cfg, tab, cfg.tierOf != nil); err != nil {
@@ -223,6 +234,12 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		fallback: fb,
 	}
 	l.one.l = l
+	if cfg.leaseSet {
+		for _, t := range tab.named {
+			t.lengthen(cfg.lease)
+		}
+		l.leases = newLeases(cfg.lease)
+	}
 	l.tiers.Store(tab)
 	if cfg.denyKeys > 0 {
 		// With a clock set by tests, the script and the cache read the same
@@ -233,6 +250,14 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		l.direct = true
 	}
 	l.dials = watchDials(client, l.base, l.breaker.trip)
+	if l.leases != nil {
+		l.leaseClock = cfg.leaseClock
+		if l.clock == nil {
+			go l.sweeper() // with a test's clock, the test sweeps
+		} else {
+			close(l.leases.done)
+		}
+	}
 	switch cfg.algorithm {
 	case FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
@@ -312,11 +337,17 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	if key == "" {
 		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
 	}
+	if l.closed.Load() {
+		return l.tiers.Load().def.failed(), errClosed("take")
+	}
 	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
 		return tr.failed(), err
 	}
 	id := clientkey.Bound(key)
+	if l.leases != nil && n > 0 {
+		return l.takeLeased(ctx, key, id, tr, n)
+	}
 	sent := l.localNow()
 	if l.deny != nil {
 		if cached, ok := l.deny.refuse(id, tr, n, sent); ok {

@@ -35,6 +35,10 @@ type config struct {
 
 	group    func(key string) string // WithHashTagFunc; nil: each key its own tag
 	groupSet bool                    // WithHashTagFunc was given
+
+	lease      time.Duration // WithLeases; 0: none
+	leaseSet   bool          // WithLeases was given
+	leaseClock func() int64  // tests only: the local clock of leases, ns
 }
 
 // Algorithm selects how a Limiter counts: keyrate.Algorithm, the same

@@ -65,6 +65,25 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 	return t, nil
 }
 
+// lengthen makes t's scripts look back d further than its windows, as
+// every decision of a Limiter with leases of d must (lease.go); its
+// policies, which Decisions name, keep their windows. Only a tier not yet
+// published may be lengthened.
+func (t *tier) lengthen(d time.Duration) {
+	for i := 1; i < len(t.args); i += 2 {
+		t.args[i] = t.args[i].(int64) + d.Microseconds()
+	}
+}
+
+// minLimit returns the least limit of t's policies.
+func (t *tier) minLimit() int {
+	m := t.policies[0].Limit
+	for _, p := range t.policies[1:] {
+		m = min(m, p.Limit)
+	}
+	return m
+}
+
 // Policies returns a copy of the default tier's policies, in the order they
 // were given: for New, one policy with an empty name. Middleware reads it to
 // advertise them when it has no Decision at hand. A key in another tier

@@ -66,29 +66,20 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 	if d.Fallback {
 		return l.fallbackRefund(ctx, key, id, d, n)
 	}
+	if l.closed.Load() {
+		return errClosed("refund")
+	}
+	if l.leases != nil && l.leases.refundLeased(id, d, n, l.leaseNow()) {
+		return nil // into the live lease the decision was spent from
+	}
 	tr := l.tierFor(ctx, key)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	t := l.tagOf(key, id)
 	r := d.Receipt
-	args := make([]any, 5, 5+3*keyrate.MaxPolicies)
-	args[0], args[1], args[2], args[3], args[4] = n, "", r.At().UnixMicro(), int64(r.ID()&maxOffset), r.ID()>>48
-	if l.clock != nil {
-		args[1] = l.localNow() / 1000
-	}
-	if ps := d.Policies(); l.script != slidingLogScript && len(ps) > 0 {
-		// The counts and buckets the decision itself went to.
-		for _, p := range ps {
-			args = append(args, p.Limit, p.Window.Microseconds(), p.ResetAfter.Microseconds())
-		}
-	} else {
-		for i := 0; i < len(tr.args); i += 2 {
-			args = append(args, tr.args[i], tr.args[i+1], 0)
-		}
-	}
-
-	v, err := l.runBudgeted(ctx, l.refundScript(), []string{l.storeKey(id, t)}, args)
+	skey, args := l.refundArgs(id, t, tr, d, n)
+	v, err := l.runBudgeted(ctx, l.refundScript(), []string{skey}, args)
 	if err != nil {
 		// The script may have run: never let the receipt give back twice.
 		d.Receipt = keyrate.Receipt{}
@@ -118,6 +109,28 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 		l.deny.forget(id)
 	}
 	return nil
+}
+
+// refundArgs returns the Redis key and the refund script's ARGV that give
+// back n of the decision *d for the key id, of hash tag t, under tier tr.
+func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int) (string, []any) {
+	r := d.Receipt
+	args := make([]any, 5, 5+3*keyrate.MaxPolicies)
+	args[0], args[1], args[2], args[3], args[4] = n, "", r.At().UnixMicro(), int64(r.ID()&maxOffset), r.ID()>>48
+	if l.clock != nil {
+		args[1] = l.localNow() / 1000
+	}
+	if ps := d.Policies(); l.script != slidingLogScript && len(ps) > 0 {
+		// The counts and buckets the decision itself went to.
+		for _, p := range ps {
+			args = append(args, p.Limit, p.Window.Microseconds(), p.ResetAfter.Microseconds())
+		}
+	} else {
+		for i := 0; i < len(tr.args); i += 2 {
+			args = append(args, tr.args[i], tr.args[i+1], 0)
+		}
+	}
+	return l.storeKey(id, t), args
 }
 
 // A Receipt of this package holds, besides the weight, the instant the

@@ -24,7 +24,8 @@ import (
 //	         number of policies P, then P limit, window pairs, windows in
 //	         microseconds
 //	then     each request: its number of keys K, then per key its weight n
-//	         and the index of its tier (from 1)
+//	         and the index of its tier (from 1); or a lease (lease.go): 0,
+//	         then n, the most it may take, m, and its tier's index
 //
 // A request is admitted when every key of it has room for its weight, and
 // then recorded against every key; else nothing is recorded, and each key
@@ -52,6 +53,7 @@ import (
 //	then for 0 and 1, per key: now (the instant it was decided at), then
 //	         per policy remaining, retryAfter, resetAfter and refillAfter,
 //	         then gen and rid, each an int64, durations in microseconds
+//	         and for a lease, then the weight granted (0 for a refusal)
 //	or for an error, the index of the key at fault (uint16, from 1), then
 //	         the error's text (its length, uint16, then the text)
 //
@@ -91,6 +93,7 @@ if not now0 then
   now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = tonumber(ARGV[2])
+local leasable
 `
 
 const driverTiers = `
@@ -131,7 +134,33 @@ local reply, ki = {}, 1
 while a <= #ARGV do
   local K = tonumber(ARGV[a])
   a = a + 1
-  if K == 1 then
+  if K == 0 then
+    -- A lease: one key, at least n and at most m, as leasable grants.
+    local n, m, tr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tiers[tonumber(ARGV[a + 2])]
+    local r, err = load(KEYS[ki], n, tr)
+    ki, a = ki + 1, a + 3
+    if r and not leasable then r, err = nil, 'leases need the sliding log' end
+    if not r then
+      reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
+    else
+      assess(r)
+      local ok, s
+      if r.room and n > 0 then
+        r.n = leasable(r, m)
+        ok, s = pcall(admit, r)
+      else
+        ok, s = pcall(describe, r, n)
+      end
+      if not ok then
+        s = tostring(type(s) == 'table' and s.err or s)
+        reply[#reply + 1] = struct.pack('<BHH', 2, 1, #s) .. s
+      elseif r.room and n > 0 then
+        reply[#reply + 1] = '\1' .. s .. struct.pack('<i8', r.n)
+      else
+        reply[#reply + 1] = '\0' .. s .. struct.pack('<i8', 0)
+      end
+    end
+  elseif K == 1 then
     local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
     ki, a = ki + 1, a + 2
     if not r then
@@ -226,11 +255,12 @@ func (e *scriptError) Error() string { return e.msg }
 func (e *scriptError) RedisError() {}
 
 // parseRecord reads the record of a request of len(policies) keys, key i
-// under policies[i] policies, from the start of b. It returns whether
+// under policies[i] policies, from the start of b; a lease's (one key)
+// ends with the weight granted, which its keyReply keeps last. It returns whether
 // the request was admitted, each key's reply, and the rest of b; a
 // request the script failed gives an error naming its key by index (from
 // 0), and one that b cannot hold, an error saying so.
-func parseRecord(b []byte, policies []int) (admitted bool, keys []keyReply, rest []byte, failedAt int, err error) {
+func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []keyReply, rest []byte, failedAt int, err error) {
 	if len(b) < 1 {
 		return false, nil, nil, -1, errors.New("the script's reply ended early")
 	}
@@ -254,6 +284,9 @@ func parseRecord(b []byte, policies []int) (admitted bool, keys []keyReply, rest
 	keys = make([]keyReply, len(policies))
 	for i, p := range policies {
 		n := 3 + 4*p
+		if lease && i == len(policies)-1 {
+			n++ // the weight granted
+		}
 		if len(b) < 8*n {
 			return false, nil, nil, -1, errors.New("the script's reply ended early")
 		}
@@ -282,6 +315,10 @@ func appendArgs(args []any, instant any, res int64, reqs []*request) []any {
 	}
 	body := make([]any, 0, 3*len(reqs))
 	for _, r := range reqs {
+		if r.lease > 0 {
+			body = append(body, 0, r.weights[0], r.lease, index(r.tiers[0]))
+			continue
+		}
 		body = append(body, len(r.keys))
 		for i := range r.keys {
 			body = append(body, r.weights[i], index(r.tiers[i]))

@@ -323,6 +323,20 @@ local function admit(r)
   return struct.pack(tr.fmt, unpack(out))
 end
 
+-- leasable returns the weight a lease of r takes (lease.go): m, what the
+-- replica asks for, but no more than half the room any policy has left,
+-- so that a replica leaves the others at least as much as it takes; and
+-- at least r.n, which assess found room for.
+leasable = function(r, m)
+  local tr, w, g = r.tr, r.w, m
+  for i = 1, tr.P do
+    local half = math.floor((tr.limits[i] - w[4 * i - 3]) / 2)
+    if half < g then g = half end
+  end
+  if g < r.n then g = r.n end
+  return g
+end
+
 -- describe gives r's numbers at weight n, recording nothing, then settles
 -- the log at r.now: what left the longest window goes, and last moves on.
 local function describe(r, n)

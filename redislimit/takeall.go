@@ -58,6 +58,10 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	for i, h := range hits {
 		keys[i] = h.Key
 	}
+	if l.closed.Load() {
+		l.failAll(ds, keys)
+		return ds, false, errClosed("take all")
+	}
 	// One place per distinct key, in the order they first appear; at[i] is
 	// the place of hits[i].
 	places := make([]takePlace, 0, len(hits))

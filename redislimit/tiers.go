@@ -114,6 +114,12 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	if err := t.checkResolution(time.Duration(l.res) * time.Microsecond); err != nil {
 		return err
 	}
+	if l.leases != nil {
+		if err := t.checkLease(time.Duration(l.leases.d)); err != nil {
+			return err
+		}
+		t.lengthen(time.Duration(l.leases.d))
+	}
 	l.setTier.Lock()
 	defer l.setTier.Unlock()
 	if l.fallback != nil {

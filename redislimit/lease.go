@@ -1,0 +1,506 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyrate/keyrate"
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/redis/go-redis/v9"
+)
+
+// WithLeases lets each replica decide a busy key in process: a decision
+// that finds no lease takes one from Redis, a share of the key's budget
+// recorded as one entry, which the replica then spends with no round trip
+// until it is spent or d has passed on its own clock; what is left goes
+// back. Every decision of the Limiter looks back over window + d, so that
+// no window of real time ever holds more than the limit, across any number
+// of replicas; the price is up to d / (window + d) of the limit, and the
+// unused part of live leases. A quiet key decides in Redis as before. d is
+// from 1ms to the shortest window, in whole microseconds, and needs the
+// sliding log; every Limiter on the prefix must use the same d. Close gives
+// the leases back. See "Leases" in the README. Default: none.
+func WithLeases(d time.Duration) Option {
+	return func(cfg *config) { cfg.lease, cfg.leaseSet = d, true }
+}
+
+// checkLeases validates WithLeases against the algorithm and the tiers.
+func checkLeases(cfg *config, tab *tierTable) error {
+	if !cfg.leaseSet {
+		return nil
+	}
+	d := cfg.lease
+	switch {
+	case d < time.Millisecond || d%time.Microsecond != 0:
+		return fmt.Errorf("%w: lease is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, d)
+	case cfg.algorithm != SlidingLog:
+		// A fixed window ends for every replica at once, and a bucket
+		// refills while a lease is spent: neither bounds what a lease
+		// spent after its instant adds to a window.
+		return fmt.Errorf("%w: leases need the sliding log, not %v", keyrate.ErrConfig, cfg.algorithm)
+	}
+	for _, t := range tab.named {
+		if err := t.checkLease(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLease returns an error wrapping keyrate.ErrConfig when a lease of d
+// is longer than one of t's windows: it would cost that policy more than
+// half its limit.
+func (t *tier) checkLease(d time.Duration) error {
+	for i, p := range t.policies {
+		if p.Window < d {
+			return fmt.Errorf("%w: %s is %v, shorter than the lease %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, d)
+		}
+	}
+	return nil
+}
+
+// maxLeaseKeys bounds the keys a Limiter keeps lease state for (a few
+// hundred bytes each): a key beyond it is decided in Redis, as without
+// leases, until the sweep has removed the state of keys gone quiet.
+const maxLeaseKeys = 1 << 16
+
+// leases holds a Limiter's leases, by bounded key.
+type leases struct {
+	d     int64 // the lease's length, in ns of the local clock
+	keys  *xsync.MapOf[string, *lease]
+	count atomic.Int64 // entries in keys
+
+	stop chan struct{} // closed by Close
+	done chan struct{} // closed when the sweeper has stopped
+}
+
+// lease is one key's lease in this replica, and what it last learnt of the
+// key from Redis. Every field is under mu.
+type lease struct {
+	mu   sync.Mutex
+	key  string // as the caller gave it, for giving back
+	tr   *tier  // the tier of the lease and of the refusal held
+	dead bool   // removed from the map by the sweep: look again
+
+	// The lease: Redis's decision, whose Receipt names its entry; k
+	// units, used of them spent; live from sent until end (local ns).
+	rec       keyrate.Receipt
+	parts     [keyrate.MaxPolicies]keyrate.PolicyDecision // Redis's numbers after the lease
+	nparts    int
+	k, used   int
+	sent, end int64
+
+	// A refusal Redis gave a weight of denyN, sent at denySent, which
+	// stands for weights from denyN up until denyUntil.
+	deny      keyrate.Decision
+	denyN     int
+	denySent  int64
+	denyUntil int64
+
+	renewing chan struct{} // closed when the renewal in flight ends; nil: none
+}
+
+func newLeases(d time.Duration) *leases {
+	return &leases{d: int64(d), keys: xsync.NewMapOf[string, *lease](), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// get returns the lease state of key id, made if there is room; nil when
+// there is none.
+func (ls *leases) get(id, key string) *lease {
+	if le, ok := ls.keys.Load(id); ok {
+		return le
+	}
+	if ls.count.Load() >= maxLeaseKeys {
+		return nil
+	}
+	le, loaded := ls.keys.LoadOrCompute(id, func() *lease { return &lease{key: key} })
+	if !loaded {
+		ls.count.Add(1)
+	}
+	return le
+}
+
+// leaseNow returns the local instant leases are timed on, in ns: the
+// monotonic clock, or a test's clock, held from going back.
+func (l *Limiter) leaseNow() int64 {
+	if l.leaseClock != nil {
+		return l.leaseClock()
+	}
+	if l.clock == nil {
+		return l.mono()
+	}
+	now := l.clock.Now().UnixNano()
+	for {
+		last := l.leaseLast.Load()
+		if now <= last {
+			return last
+		}
+		if l.leaseLast.CompareAndSwap(last, now) {
+			return now
+		}
+	}
+}
+
+// takeLeased decides a request of weight n > 0 for key (bounded: id) under
+// tier tr from the key's lease, renewing the lease through Redis when it is
+// spent, ended or of another tier. One caller renews at a time; the others
+// wait for its answer.
+func (l *Limiter) takeLeased(ctx context.Context, key, id string, tr *tier, n int) (keyrate.Decision, error) {
+	for {
+		le := l.leases.get(id, key)
+		if le == nil {
+			d, _, _, err := l.askLease(ctx, key, id, tr, n, n)
+			return d, err
+		}
+		le.mu.Lock()
+		if le.dead {
+			le.mu.Unlock()
+			continue
+		}
+		// Read under the lock, so that no caller spends the lease at an
+		// instant read before it ended.
+		now := l.leaseNow()
+		if le.tr == tr && now < le.end && le.used+n <= le.k {
+			le.used += n
+			d := le.spent(n, now)
+			le.mu.Unlock()
+			return d, nil
+		}
+		if le.tr == tr && now < le.denyUntil && n >= le.denyN {
+			d := countedDown(&le.deny, time.Duration(now-le.denySent))
+			le.mu.Unlock()
+			return d, nil
+		}
+		if ch := le.renewing; ch != nil {
+			le.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return tr.failed(), fmt.Errorf("redislimit: take %s: %w", keyRef(l.tagOf(key, id)), ctx.Err())
+			}
+		}
+		ch := make(chan struct{})
+		le.renewing = ch
+		want := le.want(n, now, l.leases.d)
+		back := le.finish(id)
+		le.mu.Unlock()
+		if back.n > 0 {
+			// First, so that the new lease can have what the old one
+			// did not spend.
+			l.giveBack([]leaseBack{back})
+		}
+		d, grant, sent, err := l.askLease(ctx, key, id, tr, n, want)
+		le.mu.Lock()
+		le.renewing = nil
+		close(ch)
+		if err == nil && !d.Fallback {
+			if d.Allowed {
+				le.take(tr, &d, grant, n, sent, l.leaseEnd(sent))
+				d = le.spent(n, sent)
+			} else {
+				le.refused(tr, d, n, sent, l.leaseEnd(sent))
+			}
+		}
+		le.mu.Unlock()
+		return d, err
+	}
+}
+
+// leaseEnd returns the local instant a lease sent at sent ends: d later,
+// less 0.1% on the real clock, so that a local clock up to that much slower
+// than Redis's cannot stretch it.
+func (l *Limiter) leaseEnd(sent int64) int64 {
+	d := l.leases.d
+	if l.clock == nil && l.leaseClock == nil {
+		d -= d / 1000
+	}
+	return sent + d
+}
+
+// askLease asks Redis for a lease of at least n and at most want for key
+// under tr, through the deny cache, the breaker and the fallback as
+// TakeContext does. It returns the decision of the request of weight n
+// (its Receipt the lease's, for the weight granted), the weight granted,
+// and the local instant it was sent at.
+func (l *Limiter) askLease(ctx context.Context, key, id string, tr *tier, n, want int) (keyrate.Decision, int, int64, error) {
+	sent := l.leaseNow()
+	if l.deny != nil {
+		if cached, ok := l.deny.refuse(id, tr, n, l.localNow()); ok {
+			return cached, 0, sent, nil
+		}
+	}
+	t := l.tagOf(key, id)
+	local := l.localNow()
+	r := &request{keys: []string{l.storeKey(id, t)}, weights: []int{n}, tiers: []*tier{tr}, tag: t, instant: local / 1000, lease: want}
+	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
+	switch {
+	case fallback:
+		return l.fallbackTake(ctx, key, id, n), 0, sent, nil
+	case err != nil:
+		return tr.failed(), 0, sent, err
+	}
+	v := a.replies[0]
+	grant := int(v[len(v)-1])
+	v = v[:len(v)-1]
+	d, err := tr.decision(n, a.admitted, v)
+	if err != nil {
+		return tr.failed(), 0, sent, fmt.Errorf("redislimit: take %s: %w", keyRef(t), err)
+	}
+	if d.Allowed {
+		if grant < n || grant > tr.minLimit() {
+			return tr.failed(), 0, sent, fmt.Errorf("redislimit: take %s: the script granted a lease of %d for a weight of %d", keyRef(t), grant, n)
+		}
+		d.Receipt = newReceipt(grant, v.now(), v.rid(), v.gen())
+	}
+	l.remember(id, tr, n, local, d, d.Allowed)
+	return d, grant, sent, nil
+}
+
+// want returns the size of the lease to ask for a request of weight n at
+// now: about what the lease before spent in a lease's time d, and at least
+// n. A key's first lease is n alone, a decision like any other.
+func (le *lease) want(n int, now, d int64) int {
+	if le.sent == 0 || le.used == 0 {
+		return n
+	}
+	span := max(now-le.sent, 1)
+	w := float64(le.used) * float64(d) / float64(span)
+	if w >= float64(maxLeaseWant) {
+		return maxLeaseWant
+	}
+	return max(n, int(w+0.5))
+}
+
+// maxLeaseWant bounds what a replica asks for; the script grants no more
+// than half of what the key has room for in any case.
+const maxLeaseWant = 1<<31 - 1
+
+// take records a lease of grant units for tier tr, of which n are spent at
+// once, sent at the local instant sent and live until end; d is Redis's
+// decision (its Receipt the lease's).
+func (le *lease) take(tr *tier, d *keyrate.Decision, grant, n int, sent, end int64) {
+	le.tr, le.rec, le.k, le.used, le.sent, le.end = tr, d.Receipt, grant, n, sent, end
+	le.nparts = copy(le.parts[:], d.Policies())
+	le.denyUntil = 0
+}
+
+// refused records Redis's refusal d of weight n under tr, sent at sent: it
+// stands until its RetryAfter, and at most until end (a lease's length), so
+// that room another replica gave back meanwhile is seen soon.
+func (le *lease) refused(tr *tier, d keyrate.Decision, n int, sent, end int64) {
+	le.tr, le.k, le.used, le.end = tr, 0, 0, 0
+	le.deny, le.denyN, le.denySent = d, n, sent
+	le.denyUntil = 0
+	if d.RetryAfter > 0 {
+		le.denyUntil = min(sent+int64(d.RetryAfter), end)
+	}
+}
+
+// spent returns the Decision of a request of weight n spent from the lease
+// at now, used counting it: Redis's numbers after the lease, with the
+// lease's unused part still to spend, and every duration counted down by
+// the time since the lease was sent. Its Receipt names the lease's entry.
+func (le *lease) spent(n int, now int64) keyrate.Decision {
+	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	k := copy(parts[:], le.parts[:le.nparts])
+	el := time.Duration(now - le.sent)
+	for i := range parts[:k] {
+		p := &parts[i]
+		p.Allowed = true
+		p.Remaining += le.k - le.used
+		p.RetryAfter = 0
+		p.ResetAfter = max(p.ResetAfter-el, 0)
+		p.RefillAfter = max(p.RefillAfter-el, 0)
+	}
+	d := keyrate.Combine(parts[:k]...)
+	d.Receipt = keyrate.NewReceipt(le.rec.At(), n, le.rec.ID())
+	return d
+}
+
+// countedDown returns the refusal d el after it was sent, which is less
+// than its RetryAfter (see refused): the binding policy still refuses, and
+// a policy whose own wait has passed has room now.
+func countedDown(d *keyrate.Decision, el time.Duration) keyrate.Decision {
+	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	k := copy(parts[:], d.Policies())
+	for i := range parts[:k] {
+		p := &parts[i]
+		if p.RetryAfter > 0 && p.RetryAfter <= el {
+			p.Allowed = true
+		}
+		p.RetryAfter = max(countDown(p.RetryAfter, el), 0)
+		p.ResetAfter = max(countDown(p.ResetAfter, el), 0)
+		p.RefillAfter = max(countDown(p.RefillAfter, el), 0)
+	}
+	if c := keyrate.Combine(parts[:k]...); !c.Allowed {
+		return c
+	}
+	return *d // not reached while el < d.RetryAfter: a held refusal never admits
+}
+
+// leaseBack is the unused part of a lease, to give back.
+type leaseBack struct {
+	key, id string
+	d       keyrate.Decision // its Receipt names the lease's entry
+	n       int
+}
+
+// finish ends the lease, if any is held, and returns its unused part to
+// give back: nothing for a lease spent.
+func (le *lease) finish(id string) leaseBack {
+	var b leaseBack
+	if unused := le.k - le.used; unused > 0 && le.rec.N() > 0 {
+		b = leaseBack{key: le.key, id: id, n: unused}
+		b.d.Receipt = le.rec
+	}
+	le.k, le.used, le.end = 0, 0, 0
+	return b
+}
+
+// refundLeased gives n back into the live lease that the decision *d was
+// spent from, and reports whether it did; when the lease has ended, the
+// refund is the entry's, in Redis.
+func (ls *leases) refundLeased(id string, d *keyrate.Decision, n int, now int64) bool {
+	le, ok := ls.keys.Load(id)
+	if !ok {
+		return false
+	}
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	r := d.Receipt
+	if le.dead || now >= le.end || le.rec.At() != r.At() || le.rec.ID() != r.ID() || n > le.used {
+		return false
+	}
+	le.used -= n
+	if left := r.N() - n; left > 0 {
+		d.Receipt = keyrate.NewReceipt(r.At(), left, r.ID())
+	} else {
+		d.Receipt = keyrate.Receipt{}
+	}
+	return true
+}
+
+// giveBack refunds the unused parts of leases, in one round trip per
+// node, under the time budget. What Redis does not take back stays counted
+// until it leaves the window: fewer admissions, never more.
+func (l *Limiter) giveBack(backs []leaseBack) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	type run struct {
+		key  string
+		args []any
+		cmd  *redis.Cmd
+	}
+	runs := make([]run, len(backs))
+	for i := range backs {
+		b := &backs[i]
+		tr := l.tiers.Load().def
+		if le, ok := l.leases.keys.Load(b.id); ok {
+			le.mu.Lock()
+			if le.tr != nil {
+				tr = le.tr
+			}
+			le.mu.Unlock()
+		}
+		runs[i].key, runs[i].args = l.refundArgs(b.id, l.tagOf(b.key, b.id), tr, &b.d, b.n)
+	}
+	for full := false; ; full = true {
+		pipe := l.client.Pipeline()
+		for i := range runs {
+			r := &runs[i]
+			switch {
+			case !full:
+				r.cmd = slidingLogRefundScript.EvalSha(ctx, pipe, []string{r.key}, r.args...)
+			case r.cmd.Err() != nil && redis.HasErrorPrefix(r.cmd.Err(), "NOSCRIPT"):
+				r.cmd = slidingLogRefundScript.Eval(ctx, pipe, []string{r.key}, r.args...)
+			}
+		}
+		if pipe.Len() == 0 {
+			return
+		}
+		pipe.Exec(ctx) // a refund that fails is not retried
+		if full {
+			return
+		}
+	}
+}
+
+// sweep gives back the unused part of every lease ended by now, and
+// forgets the keys whose state has stood unused for a lease's length since,
+// in one round trip per node. The sweeper runs it every lease's length;
+// tests call it with their clock's instants.
+func (l *Limiter) sweep(now int64) {
+	ls := l.leases
+	var backs []leaseBack
+	ls.keys.Range(func(id string, le *lease) bool {
+		le.mu.Lock()
+		if le.renewing == nil && now >= le.end {
+			if b := le.finish(id); b.n > 0 {
+				backs = append(backs, b)
+			}
+			if now >= le.sent+2*ls.d && now >= le.denyUntil {
+				le.dead = true
+				ls.keys.Delete(id)
+				ls.count.Add(-1)
+			}
+		}
+		le.mu.Unlock()
+		return true
+	})
+	if len(backs) > 0 {
+		l.giveBack(backs)
+	}
+}
+
+// sweeper runs sweep every lease's length until Close, on the real clock.
+func (l *Limiter) sweeper() {
+	defer close(l.leases.done)
+	t := time.NewTicker(time.Duration(l.leases.d))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.leases.stop:
+			return
+		case <-t.C:
+			l.sweep(l.leaseNow())
+		}
+	}
+}
+
+// Close gives back the unused part of every live lease (WithLeases), in
+// one round trip per Redis node within the time budget, and stops the
+// Limiter's goroutines; later calls return an error wrapping
+// keyrate.ErrClosed. A Limiter without leases holds nothing to give back.
+// It is idempotent and returns nil.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		if l.leases == nil {
+			return
+		}
+		close(l.leases.stop)
+		<-l.leases.done
+		var backs []leaseBack
+		l.leases.keys.Range(func(id string, le *lease) bool {
+			le.mu.Lock()
+			if b := le.finish(id); b.n > 0 {
+				backs = append(backs, b)
+			}
+			le.mu.Unlock()
+			return true
+		})
+		if len(backs) > 0 {
+			l.giveBack(backs)
+		}
+	})
+	return nil
+}
+
+// errClosed is the error of a call after Close.
+func errClosed(what string) error {
+	return fmt.Errorf("redislimit: %s: %w", what, keyrate.ErrClosed)
+}
