@@ -149,6 +149,12 @@ func (l *Limiter) leaseNow() int64 {
 // spent, ended or of another tier. One caller renews at a time; the others
 // wait for its answer.
 func (l *Limiter) takeLeased(ctx context.Context, key, id string, tr *tier, n int) (keyrate.Decision, error) {
+	return l.decideLeased(ctx, key, id, tr, n, true)
+}
+
+// decideLeased is takeLeased; without full, a decision made in process
+// sets Allowed alone (Allow's).
+func (l *Limiter) decideLeased(ctx context.Context, key, id string, tr *tier, n int, full bool) (keyrate.Decision, error) {
 	for {
 		le := l.leases.get(id, key)
 		if le == nil {
@@ -165,12 +171,18 @@ func (l *Limiter) takeLeased(ctx context.Context, key, id string, tr *tier, n in
 		now := l.leaseNow()
 		if le.tr == tr && now < le.end && le.used+n <= le.k {
 			le.used += n
-			d := le.spent(n, now)
+			var d keyrate.Decision
+			if d.Allowed = true; full {
+				d = le.spent(n, now)
+			}
 			le.mu.Unlock()
 			return d, nil
 		}
 		if le.tr == tr && now < le.denyUntil && n >= le.denyN {
-			d := countedDown(&le.deny, time.Duration(now-le.denySent))
+			var d keyrate.Decision
+			if full {
+				d = countedDown(&le.deny, time.Duration(now-le.denySent))
+			}
 			le.mu.Unlock()
 			return d, nil
 		}

@@ -278,6 +278,15 @@ func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 // Allow reports whether one event for key fits now, and records it if so.
 // See TakeContext for the errors.
 func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
+	if l.leases != nil && key != "" && !l.closed.Load() {
+		// The answer alone: a decision made in process builds no numbers.
+		tr := l.tierFor(ctx, key)
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		d, err := l.decideLeased(ctx, key, clientkey.Bound(key), tr, 1, false)
+		return d.Allowed, err
+	}
 	d, err := l.TakeContext(ctx, key, 1)
 	return d.Allowed, err
 }

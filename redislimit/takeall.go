@@ -62,6 +62,18 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		l.failAll(ds, keys)
 		return ds, false, errClosed("take all")
 	}
+	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.N > 0 {
+		// One key: from its lease. Several decide in Redis, each key
+		// looking back window + d as every decision does.
+		tr := l.tierFor(ctx, h.Key)
+		if err := ctx.Err(); err != nil {
+			l.failAll(ds, keys)
+			return ds, false, err
+		}
+		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.N)
+		ds[0] = d
+		return ds, d.Allowed && err == nil, err
+	}
 	// One place per distinct key, in the order they first appear; at[i] is
 	// the place of hits[i].
 	places := make([]takePlace, 0, len(hits))

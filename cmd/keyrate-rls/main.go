@@ -14,7 +14,7 @@
 //	            [-max-streams-per-conn 128] [-max-in-flight 4096]
 //	            [-redis host:port | -redis-cluster host:port,...] [-redis-prefix keyrate-rls:]
 //	            [-redis-timeout 10s] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
-//	            [-redis-fallback 0] [-redis-resolution 0] [-redis-hash-tag-secret-file FILE]
+//	            [-redis-fallback 0] [-redis-resolution 0] [-redis-leases 0] [-redis-hash-tag-secret-file FILE]
 //
 // A setting of envoyproxy/ratelimit that keyrate-rls does not honour is
 // named at start, in a WARN line; one it would be unsafe to run without
@@ -115,6 +115,7 @@ type options struct {
 	// What the environment says of Redis, before the flags.
 	redisEnv       redisEnv
 	redisTimeout   time.Duration
+	redisLeases    time.Duration // KEYRATE_REDIS_LEASES
 	redisPrefix    string
 	redisDenyCache int
 
@@ -200,6 +201,7 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 	fs.DurationVar(&r.denyHold, "redis-deny-cache-max-hold", 0, "the longest the deny cache holds a refusal without asking Redis (default 1s)")
 	fs.Float64Var(&r.fallback, "redis-fallback", 0, "while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: answer UNAVAILABLE)")
 	fs.DurationVar(&r.resolution, "redis-resolution", 0, "record hits in Redis at this resolution, bounding a budget's memory by its window instead of its limit (default 0: exact)")
+	fs.DurationVar(&r.leases, "redis-leases", o.redisLeases, "decide busy descriptors in this process from leases of their Redis budget, each at most this long; exact across replicas, every decision looking back its window and this much more (KEYRATE_REDIS_LEASES; default 0: every decision in Redis)")
 	fs.StringVar(&r.secretFile, "redis-hash-tag-secret-file", "", "a file holding the secret (16 bytes or more) that keys the hash tags placing budgets in Cluster slots")
 	if err := fs.Parse(args); err != nil {
 		return o, err

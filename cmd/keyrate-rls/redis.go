@@ -26,6 +26,7 @@ type redisOptions struct {
 	fallback     float64       // the local fallback's share; 0: none
 	fallbackKeys int           // the fallback's bound on keys; 0: redislimit's default
 	resolution   time.Duration // 0: none
+	leases       time.Duration // redislimit.WithLeases; 0: none
 	secretFile   string        // the hash tag secret's file; "": no secret
 	conn         redisConn     // how to reach it, beyond the addresses (redisclient.go)
 }
@@ -78,6 +79,9 @@ func newRedisStore(ctx context.Context, o redisOptions) (*redisStore, error) {
 	if o.resolution > 0 {
 		opts = append(opts, redislimit.WithResolution(o.resolution))
 	}
+	if o.leases > 0 {
+		opts = append(opts, redislimit.WithLeases(o.leases))
+	}
 	if o.secretFile != "" {
 		secret, err := os.ReadFile(o.secretFile)
 		if err != nil {
@@ -117,7 +121,10 @@ func (s *redisStore) SetTier(name string, policies []keyrate.Policy) error {
 }
 
 // Close closes the connection to Redis; the budgets stay there.
-func (s *redisStore) Close() error { return s.client.Close() }
+func (s *redisStore) Close() error {
+	s.l.Close() // gives back the leases' unused parts
+	return s.client.Close()
+}
 
 // redisKey returns the key of a budget in Redis: the length of the domain
 // (a uvarint), the domain, then the key of the budget as in process (see
@@ -179,6 +186,8 @@ func parseRedisFlags(addr, cluster string, set []string, r redisOptions) (*redis
 		return nil, fmt.Errorf("-redis-deny-cache-max-hold is %v, want more than 0, with -redis-deny-cache", r.denyHold)
 	case r.resolution < 0:
 		return nil, fmt.Errorf("-redis-resolution is %v, want 0 (none) or more", r.resolution)
+	case r.leases < 0:
+		return nil, fmt.Errorf("-redis-leases is %v, want 0 (none) or more", r.leases)
 	}
 	r.addr = addr
 	if cluster != "" {

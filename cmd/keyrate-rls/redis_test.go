@@ -193,6 +193,25 @@ func TestRedisKey(t *testing.T) {
 	}
 }
 
+// Two keyrate-rls with -redis-leases on one redis-server share one budget
+// per descriptor value exactly, a descriptor decided from each one's lease.
+func TestBinaryRedisLeases(t *testing.T) {
+	addr := startRedis(t)
+	a := startServer(t, binaryConfig(t), "-redis", addr, "-redis-leases", "100ms")
+	b := startServer(t, binaryConfig(t), "-redis", addr, "-redis-leases", "100ms")
+	one := request("messaging", desc("message_type", "marketing", "to_number", "2061111111"))
+	ok := 0
+	for i := range 12 {
+		got := []*server{a, b}[i%2].ask(t, one)
+		if strings.HasPrefix(got, "OK ") {
+			ok++
+		}
+	}
+	if ok != 5 {
+		t.Errorf("12 calls under 5 a day on two replicas with leases: %d admitted, want 5", ok)
+	}
+}
+
 // The Redis flags are checked: one of -redis and -redis-cluster, the other
 // -redis-... options only with one of them, and sane values.
 func TestRedisFlags(t *testing.T) {
@@ -206,6 +225,8 @@ func TestRedisFlags(t *testing.T) {
 		{[]string{"-redis-fallback", "0.5"}, "-redis-fallback need -redis"},
 		{[]string{"-redis", "a:1", "-redis-fallback", "1.5"}, "-redis-fallback is 1.5"},
 		{[]string{"-redis", "a:1", "-redis-timeout", "0s"}, "-redis-timeout"},
+		{[]string{"-redis", "a:1", "-redis-leases", "-1s"}, "-redis-leases is -1s"},
+		{[]string{"-redis-leases", "100ms"}, "-redis-leases need -redis"},
 		{[]string{"-redis", "a:1", "-redis-deny-cache", "0", "-redis-deny-cache-max-hold", "2s"}, "-redis-deny-cache-max-hold"},
 	} {
 		o, err := parseFlags(append([]string{"-config", "rules.yaml"}, c.args...), io.Discard)

@@ -290,6 +290,7 @@ func (s *settings) backend() {
 	r.tlsSkipVerify = s.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)
 	o.redisEnv = r
 	o.redisTimeout = s.duration("REDIS_TIMEOUT", o.redisTimeout)
+	o.redisLeases = s.duration("KEYRATE_REDIS_LEASES", 0)
 	if v, ok := s.str("CACHE_KEY_PREFIX"); ok {
 		o.redisPrefix = v
 	}
