@@ -52,6 +52,10 @@
 // script run; on a Redis Cluster its keys must share a slot, which
 // WithHashTagFunc arranges by group.
 //
+// WithLeases decides busy keys in process, from leases of their budget
+// that each replica takes from Redis, still exact across replicas: every
+// decision looks back window + d (see WithLeases).
+//
 // WithDenyCache refuses a key that Redis has just refused locally, with no
 // round trip, for as long as Redis's refusal must stand, and at most a
 // maximum hold (1s by default, WithDenyCacheMaxHold); it never admits, so
@@ -128,10 +132,11 @@ var ErrOutOfMemory = keyrate.ErrOutOfMemory
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no state of its own beyond its configuration,
-// its circuit breaker (and the deny cache and local fallback, when on),
-// and needs no Close: the client's lifetime is the caller's. It holds no
-// goroutine either, except while Redis is unavailable: then at most one
-// probe at a time, which ends within the time budget. It adds one go-redis
+// its circuit breaker (and the deny cache, local fallback and leases, when
+// on); the client's lifetime is the caller's. Without leases it needs no
+// Close, and holds no goroutine except while Redis is unavailable: then at
+// most one probe at a time, which ends within the time budget. With
+// WithLeases it runs a sweeper until Close, which gives the leases back. It adds one go-redis
 // hook to the client, which notes whether connecting to Redis fails (see
 // TakeContext's errors; a failure opens the breaker); create Limiters
 // once, not per request.
