@@ -82,7 +82,7 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
-	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
+	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port or redis://[:PASSWORD@]host:port[/db] URL (rediss:// for TLS), shared by every demo process using it (default: in this process)")
 	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
 	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; past it, one from a new address takes the place of the least recently used of the address holding the most")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
@@ -113,7 +113,7 @@ func main() {
 			log.Fatalf("keyrate-demo: %v", err)
 		}
 		defer c.Close()
-		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, *redisAddr, *fallback
+		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, shownRedis(*redisAddr), *fallback
 	}
 	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
 		log.Fatalf("keyrate-demo: %v", err)

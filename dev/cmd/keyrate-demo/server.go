@@ -153,7 +153,8 @@ type config struct {
 	// so that every demo process using it shares them. nil: each budget
 	// lives in this process. The caller closes it after the server stops.
 	Redis redis.UniversalClient
-	// RedisAddr is Redis's address, for the start-up hints.
+	// RedisAddr is Redis's address, for the start-up hints, as shownRedis
+	// shows it: never with a password.
 	RedisAddr string
 	// RedisFallback, when above 0, is the share of each limit that this
 	// process admits on its own while Redis cannot answer
