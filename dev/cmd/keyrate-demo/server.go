@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -169,6 +170,10 @@ type config struct {
 	// Telemetry says where run exports the OpenTelemetry metrics; by
 	// default, nowhere.
 	Telemetry telemetry
+	// onConnState, when set, sees each change of a connection's state
+	// after the connection caps have: for tests, to wait until the
+	// server holds a connection idle.
+	onConnState func(net.Conn, http.ConnState)
 	// otel, when set, observes every route beside the Prometheus metrics:
 	// run sets it from Telemetry.
 	otel *otellimit.Metrics
