@@ -37,7 +37,10 @@ import (
 // seconds, or a Unix time in seconds when it reads as one, as GitHub's
 // does) hold it to what the upstream says is left: with r remaining until
 // a reset, at most r more requests are sent before it, and with none
-// remaining, none. The answers themselves, a 429 included, are returned
+// remaining, none. No answer holds the upstream back longer than
+// WithMaxPause (a minute by default): a caller waits at most that for what
+// the upstream said, or gets the error of a wait that passes its context's
+// deadline. The answers themselves, a 429 included, are returned
 // to the caller as they are: a request that may not be idempotent is never
 // sent twice (WithRetries retries those that are, on request).
 //
@@ -62,7 +65,7 @@ type Transport struct {
 // keyrate.ErrConfig, and nothing is sent.
 func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOption) *Transport {
 	t := &Transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
-	t.key, t.clock = upstreamHost, wallClock{}
+	t.key, t.clock, t.maxPause = upstreamHost, wallClock{}, defaultMaxPause
 	for _, o := range opts {
 		if o != nil {
 			o(&t.transportConfig)
@@ -81,6 +84,8 @@ func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOp
 		t.err = fmt.Errorf("%w: httplimit: transport: clock is nil", keyrate.ErrConfig)
 	case t.retries < 0 || t.retries > maxRetries:
 		t.err = fmt.Errorf("%w: httplimit: transport: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
+	case t.maxPause <= 0:
+		t.err = fmt.Errorf("%w: httplimit: transport: a maximum pause of %v, want one above 0", keyrate.ErrConfig, t.maxPause)
 	}
 	return t
 }

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/keyrate/keyrate"
 )
@@ -16,11 +17,15 @@ type transportConfig struct {
 	retries  int
 	clock    keyrate.Clock
 	clockSet bool
+	maxPause time.Duration
 }
 
 // maxRetries bounds WithRetries: a request retried more often than this
 // is one the upstream does not want now.
 const maxRetries = 10
+
+// defaultMaxPause is WithMaxPause's default.
+const defaultMaxPause = time.Minute
 
 // WithUpstreamKey sets the budget a request counts against: the key f
 // returns for it, in the backend. Default: the request's host, in lower
@@ -71,4 +76,16 @@ func WithRetries(n int) TransportOption {
 // when it is moved. A nil clock is an error.
 func WithTransportClock(c keyrate.Clock) TransportOption {
 	return func(cfg *transportConfig) { cfg.clock, cfg.clockSet = c, true }
+}
+
+// WithMaxPause bounds how long one answer of an upstream can hold back the
+// requests to it: a Retry-After, or a reset with nothing left, further off
+// than d (as with "Retry-After: 99999999", a far-future date, or a Date
+// far in the past) counts as d from the answer, and what is left lapses
+// after d. A caller then waits at most d for what the upstream said, or
+// gets what any wait that does not fit gives: an error wrapping
+// context.DeadlineExceeded when its context's deadline comes first, a
+// *LimitedError with WithFailFast. d must be positive. Default: a minute.
+func WithMaxPause(d time.Duration) TransportOption {
+	return func(c *transportConfig) { c.maxPause = d }
 }

@@ -329,11 +329,13 @@ func TestTransportErrors(t *testing.T) {
 	defer l.Close()
 	up := newUpstream(t, keyrate.NewManualClock(t0), nil)
 	for name, tr := range map[string]*httplimit.Transport{
-		"nil backend": httplimit.NewTransport(nil, nil),
-		"nil key":     httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(nil)),
-		"nil clock":   httplimit.NewTransport(nil, l, httplimit.WithTransportClock(nil)),
-		"11 retries":  httplimit.NewTransport(nil, l, httplimit.WithRetries(11)),
-		"-1 retries":  httplimit.NewTransport(nil, l, httplimit.WithRetries(-1)),
+		"nil backend":   httplimit.NewTransport(nil, nil),
+		"nil key":       httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(nil)),
+		"nil clock":     httplimit.NewTransport(nil, l, httplimit.WithTransportClock(nil)),
+		"11 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(11)),
+		"-1 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(-1)),
+		"0 max pause":   httplimit.NewTransport(nil, l, httplimit.WithMaxPause(0)),
+		"-1s max pause": httplimit.NewTransport(nil, l, httplimit.WithMaxPause(-time.Second)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			body := &closeCounter{Reader: strings.NewReader("x")}

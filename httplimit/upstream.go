@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -96,6 +97,9 @@ func (t *Transport) learn(key string, resp *http.Response) bool {
 	if !paused && !known {
 		return false
 	}
+	// However far off the upstream says, no answer holds it back longer
+	// than maxPause.
+	pause, reset = min(pause, t.maxPause), min(reset, t.maxPause)
 	for {
 		u, _ := t.upstreams.LoadOrCompute(key, func() *upstream { return &upstream{left: -1} })
 		u.mu.Lock()
@@ -115,17 +119,18 @@ func (t *Transport) learn(key string, resp *http.Response) bool {
 }
 
 // retryAfter reads a Retry-After: delay-seconds, or an HTTP date, read
-// against date, the answer's own.
+// against date, the answer's own. A delay too long for a Duration is the
+// longest one (the caller bounds it).
 func retryAfter(v string, date time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 || n > math.MaxInt64/int64(time.Second) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if n < 0 {
 			return 0, false
 		}
-		return time.Duration(n) * time.Second, true
+		return seconds(float64(n)), true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
@@ -178,9 +183,19 @@ func resetIn(v string, date time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if f >= unixTimes {
-		return max(time.Unix(0, int64(f*1e9)).Sub(date), 0), true
+		sec, frac := math.Modf(f)
+		return max(time.Unix(int64(sec), int64(frac*1e9)).Sub(date), 0), true
 	}
-	return time.Duration(f * float64(time.Second)), true
+	return seconds(f), true
+}
+
+// seconds returns f seconds, f >= 0, as a Duration: the longest one when
+// f is too long for one.
+func seconds(f float64) time.Duration {
+	if f*float64(time.Second) >= math.MaxInt64 { // float64(math.MaxInt64) is 2^63
+		return math.MaxInt64
+	}
+	return time.Duration(f * float64(time.Second))
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -15,11 +16,19 @@ import (
 // accepted no one.
 type connLimits struct {
 	// Total bounds the connections open at once. Once it is reached, a
-	// new connection from an address holding fewer than the address that
-	// holds the most takes the place of that address's connection used
-	// least recently (a keep-alive connection idle the longest); else it
-	// is closed at once. No set of addresses can so lock another out, as
-	// a listen backlog that makes newcomers wait would.
+	// new connection takes the place of another, which is closed: the
+	// least recently used of the address holding the most, when that
+	// address holds at least two more than the newcomer's; else the one
+	// idle the longest, whoever holds it. Idle is waiting for a request,
+	// the first (within ReadHeaderTimeout) or the next on a keep-alive
+	// connection (within IdleTimeout); a connection serving a request
+	// (the page's event streams included) is not idle. With none idle,
+	// the newcomer is closed at once: every connection is then serving a
+	// request, which the server's timeouts bound, and the page's streams
+	// have a cap of their own. However many addresses hold idle
+	// connections, a newcomer is served; a client whose idle keep-alive
+	// connection was closed opens another (HTTP clients retry a request
+	// on a reused connection that was closed).
 	Total int
 	// PerAddr bounds the connections open at once from one client address
 	// (an IPv6 address by its /64, which one host can fill with addresses
@@ -46,8 +55,10 @@ func (lim connLimits) orDefault() connLimits {
 	return lim
 }
 
-// limitConns returns ln bounded by lim.
-func limitConns(ln net.Listener, lim connLimits) net.Listener {
+// limitConns returns ln bounded by lim. Set the server's ConnState to its
+// connState, so that it can tell idle connections from busy ones; without
+// it every connection counts as idle.
+func limitConns(ln net.Listener, lim connLimits) *addrListener {
 	return &addrListener{Listener: ln, total: lim.Total, max: lim.PerAddr, open: make(map[string]map[*addrConn]struct{})}
 }
 
@@ -81,6 +92,22 @@ func (l *addrListener) Accept() (net.Conn, error) {
 	}
 }
 
+// connState is the http.Server's ConnState hook: a connection serving a
+// request (StateActive, or taken over: StateHijacked) is busy until it is
+// idle again.
+func (l *addrListener) connState(c net.Conn, s http.ConnState) {
+	ac, ok := c.(*addrConn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateActive, http.StateHijacked:
+		ac.busy.Store(true)
+	case http.StateNew, http.StateIdle:
+		ac.busy.Store(false)
+	}
+}
+
 // admit adds c, and reports whether it may stay, with the connection it
 // takes the place of, if any.
 func (l *addrListener) admit(c *addrConn) (evict *addrConn, ok bool) {
@@ -91,19 +118,8 @@ func (l *addrListener) admit(c *addrConn) (evict *addrConn, ok bool) {
 		return nil, false
 	}
 	if l.n >= l.total {
-		var most map[*addrConn]struct{}
-		for _, set := range l.open {
-			if len(set) > len(most) {
-				most = set
-			}
-		}
-		if len(most) <= mine+1 {
+		if evict = l.victim(mine); evict == nil {
 			return nil, false
-		}
-		for o := range most {
-			if evict == nil || o.used.Load() < evict.used.Load() {
-				evict = o
-			}
 		}
 		l.remove(evict)
 	}
@@ -115,6 +131,35 @@ func (l *addrListener) admit(c *addrConn) (evict *addrConn, ok bool) {
 	set[c] = struct{}{}
 	l.n++
 	return evict, true
+}
+
+// victim returns the connection a newcomer from an address holding mine
+// takes the place of (see connLimits.Total), or nil for none. Called with
+// mu held.
+func (l *addrListener) victim(mine int) *addrConn {
+	var most map[*addrConn]struct{}
+	for _, set := range l.open {
+		if len(set) > len(most) {
+			most = set
+		}
+	}
+	var lru *addrConn
+	if len(most) >= mine+2 {
+		for o := range most {
+			if lru == nil || o.used.Load() < lru.used.Load() {
+				lru = o
+			}
+		}
+		return lru
+	}
+	for _, set := range l.open {
+		for o := range set {
+			if !o.busy.Load() && (lru == nil || o.used.Load() < lru.used.Load()) {
+				lru = o
+			}
+		}
+	}
+	return lru
 }
 
 // remove takes c out once; called with mu held.
@@ -130,15 +175,17 @@ func (l *addrListener) remove(c *addrConn) {
 	l.n--
 }
 
-// addrConn notes when it was last used, in either direction, and gives
-// its address's place back once, on its first Close. A stream of the live
-// page writes at least every keep-alive tick, so it is never the least
-// recently used while idle keep-alive connections are open.
+// addrConn notes when it was last used, in either direction, and whether
+// it is serving a request, and gives its address's place back once, on its
+// first Close. A stream of the live page writes at least every keep-alive
+// tick, so it is never the least recently used while idle keep-alive
+// connections are open.
 type addrConn struct {
 	net.Conn
 	l    *addrListener
 	addr string
 	used atomic.Int64 // UnixNano of the last read or write that moved data
+	busy atomic.Bool  // serving a request, as the server's ConnState says
 	once sync.Once
 }
 

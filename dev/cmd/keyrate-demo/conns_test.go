@@ -151,6 +151,45 @@ func TestEventStreamsPerAddress(t *testing.T) {
 	}
 }
 
+// 32 addresses holding one of the page's event streams each fill the
+// hub's 32, yet a 33rd address gets a stream: the oldest ends, and its
+// page, reconnecting, gets one in turn.
+func TestManyAddressesCannotFillTheEventStreams(t *testing.T) {
+	otherLoopback(t)
+	addr := startDemo(t, config{})
+	stream := func(local string) *http.Response {
+		t.Helper()
+		tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext}
+		t.Cleanup(tr.CloseIdleConnections)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/live/events", nil)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("a stream of %s: %d, want 200", local, resp.StatusCode)
+		}
+		return resp
+	}
+	held := make([]*http.Response, 32)
+	for i := range held {
+		held[i] = stream(fmt.Sprintf("127.0.7.%d", i+1))
+	}
+	stream("127.0.8.1") // a newcomer
+	// The oldest stream ends: its body reaches its end (hello and the
+	// history first), where an open one would wait for the next event.
+	if _, err := io.Copy(io.Discard, held[0].Body); err != nil {
+		t.Fatalf("the oldest stream did not end cleanly for the newcomer: %v", err)
+	}
+	stream("127.0.7.1") // its page reconnects
+	if _, err := io.Copy(io.Discard, held[1].Body); err != nil {
+		t.Fatalf("the next oldest stream did not end for the reconnecting page: %v", err)
+	}
+}
+
 // fakeListener hands out the connections pushed to it, in order.
 type fakeListener struct {
 	conns     chan net.Conn
@@ -187,9 +226,11 @@ func (c *fakeConn) Close() error         { c.closed.Store(true); return nil }
 // The caps, traced on connections from chosen addresses: an address's
 // connections over PerAddr are closed at once (an IPv6 address counts by
 // its /64, an IPv4-mapped one as IPv4); at Total, a connection from an
-// address holding fewer than the one holding the most takes the place of
-// that address's least recently used, else it is closed; closing a
-// connection twice gives its place back once.
+// address holding at least two fewer than the one holding the most takes
+// the place of that address's least recently used, else of the one idle
+// the longest, whoever holds it, never of one serving a request; with
+// none idle it is closed. Closing a connection twice gives its place back
+// once.
 func TestConnLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fl := &fakeListener{conns: make(chan net.Conn, 100), done: make(chan struct{})}
@@ -237,29 +278,202 @@ func TestConnLimits(t *testing.T) {
 		}
 		a1c := push("192.0.2.1:1001")
 		a1 := want(a1c, "accepted")
-		want(push("192.0.2.1:1002"), "accepted")
-		a3 := want(push("192.0.2.1:1003"), "accepted")
+		a2c := push("192.0.2.1:1002")
+		want(a2c, "accepted")
+		a3c := push("192.0.2.1:1003")
+		a3 := want(a3c, "accepted")
 		want(push("[::ffff:192.0.2.1]:1004"), "closed")
-		want(push("[2001:db8:1:2::1]:1001"), "accepted")
-		want(push("[2001:db8:1:2:ffff::2]:1001"), "accepted") // the total of 5 is reached
+		b1c := push("[2001:db8:1:2::1]:1001")
+		b1 := want(b1c, "accepted")
+		b2c := push("[2001:db8:1:2:ffff::2]:1001")
+		b2 := want(b2c, "accepted") // the total of 5 is reached
 
-		// A newcomer takes the place of 192.0.2.1's least recently used.
+		// A newcomer takes the place of 192.0.2.1's least recently used:
+		// that address holds 3, two more than the newcomer would.
 		d1 := want(push("198.51.100.1:1001"), "accepted")
 		if !a1c.closed.Load() {
 			t.Fatal("the newcomer took no one's place")
 		}
-		// Holding 1 against the most's 2, it gets no more.
-		want(push("198.51.100.1:1002"), "closed")
+		// Holding 1 against the most's 2, it takes the place of the one
+		// idle the longest, a2; b1 serving a request is passed over.
+		ln.connState(b1, http.StateActive)
+		d2c := push("198.51.100.1:1002")
+		d2 := want(d2c, "accepted")
+		if !a2c.closed.Load() || b1c.closed.Load() {
+			t.Fatalf("a2 closed %v, b1 closed %v: want a2, idle the longest, closed in the newcomer's place", a2c.closed.Load(), b1c.closed.Load())
+		}
+		// With every connection serving a request, a newcomer is closed
+		// (its address holds 1, so none holds two more).
+		for _, c := range []net.Conn{a3, b1, b2, d1, d2} {
+			ln.connState(c, http.StateActive)
+		}
+		want(push("192.0.2.1:1006"), "closed")
+		// One idle again: it gives way, though its request came after
+		// the others'.
+		ln.connState(b2, http.StateIdle)
+		a4c := push("192.0.2.1:1007")
+		want(a4c, "accepted")
+		if !b2c.closed.Load() {
+			t.Fatal("the idle connection did not give way")
+		}
 		a3.Close()
 		synctest.Wait()
-		want(push("198.51.100.1:1003"), "accepted") // in a3's place
-		a3.Close()                                  // again: nothing more to give back
-		a1.Close()                                  // evicted: its place went to d1 already
+		e1c := push("203.0.113.1:1001")
+		want(e1c, "accepted") // in a3's place
+		a3.Close()            // again: nothing more to give back
+		a1.Close()            // evicted: its place went to d1 already
 		d1.Close()
 		synctest.Wait()
-		want(push("192.0.2.1:1005"), "accepted")
-		want(push("192.0.2.1:1006"), "closed") // full, and 192.0.2.1 holds as many as anyone
+		want(push("192.0.2.1:1008"), "accepted") // in d1's place
+		for _, c := range []*fakeConn{b1c, d2c, a4c, e1c} {
+			if c.closed.Load() {
+				t.Fatalf("%v was closed while there was room", c.remote)
+			}
+		}
 	})
+}
+
+// connEvents records the server's connection states, by client address
+// (the client's local one), so that a test can wait until the server
+// holds a connection idle: an observable event, not a guess of time.
+type connEvents struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	state map[string]http.ConnState
+}
+
+func newConnEvents() *connEvents {
+	e := &connEvents{state: make(map[string]http.ConnState)}
+	e.cond = sync.NewCond(&e.mu)
+	return e
+}
+
+func (e *connEvents) hook(c net.Conn, s http.ConnState) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.state[c.RemoteAddr().String()] = s
+	e.cond.Broadcast()
+}
+
+// wait waits until the server's end of c is in state s.
+func (e *connEvents) wait(t *testing.T, c net.Conn, s http.ConnState) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a failsafe: the event comes within milliseconds
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.cond.Broadcast()
+	})
+	defer stop()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for e.state[c.LocalAddr().String()] != s {
+		if ctx.Err() != nil {
+			t.Fatalf("the server never held %v %v", c.LocalAddr(), s)
+		}
+		e.cond.Wait()
+	}
+}
+
+// closedByServer reports whether the server has closed c: a read gets
+// EOF or a reset at once, where an open idle connection would block until
+// the deadline.
+func closedByServer(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+// 64 addresses holding one idle keep-alive connection each fill the 64
+// the server holds (as 1,100 addresses fill its default 1,024), yet 8
+// newcomers are each served: in the place of the connection idle the
+// longest, whichever address holds it. Each client whose connection gave
+// way is served again on a new one.
+func TestManyAddressesCannotLockOutNewcomers(t *testing.T) {
+	otherLoopback(t)
+	events := newConnEvents()
+	addr := startDemo(t, config{Conns: connLimits{Total: 64, PerAddr: 4}, onConnState: events.hook})
+	held := make([]net.Conn, 64)
+	for i := range held {
+		held[i] = dialFrom(t, fmt.Sprintf("127.0.1.%d", i+1), addr)
+		if !served(t, held[i]) {
+			t.Fatalf("connection of 127.0.1.%d was closed, within the caps", i+1)
+		}
+		events.wait(t, held[i], http.StateIdle)
+	}
+	for i := range 8 {
+		local := fmt.Sprintf("127.0.2.%d", i+1)
+		c := dialFrom(t, local, addr)
+		if !served(t, c) {
+			t.Fatalf("newcomer %d of 8 (%s) was not served while 64 addresses held an idle connection each", i+1, local)
+		}
+		events.wait(t, c, http.StateIdle)
+		if !closedByServer(t, held[i]) {
+			t.Fatalf("newcomer %d: the connection idle the longest (127.0.1.%d's) is still open", i+1, i+1)
+		}
+	}
+	if again := dialFrom(t, "127.0.1.1", addr); !served(t, again) {
+		t.Fatal("the client whose idle connection gave way was not served on a new one")
+	}
+}
+
+// Connections that never send a request count as idle: 16 addresses
+// holding one each fill the server's 16, yet a newcomer is served, in the
+// place of the one opened first.
+func TestSilentConnectionsGiveWay(t *testing.T) {
+	otherLoopback(t)
+	events := newConnEvents()
+	addr := startDemo(t, config{Conns: connLimits{Total: 16, PerAddr: 4}, onConnState: events.hook})
+	silent := make([]net.Conn, 16)
+	for i := range silent {
+		silent[i] = dialFrom(t, fmt.Sprintf("127.0.3.%d", i+1), addr)
+		events.wait(t, silent[i], http.StateNew)
+	}
+	if !served(t, dialFrom(t, "127.0.4.1", addr)) {
+		t.Fatal("a newcomer was not served while 16 addresses held a silent connection each")
+	}
+	if !closedByServer(t, silent[0]) {
+		t.Error("the silent connection opened first is still open")
+	}
+}
+
+// A connection serving a request is not idle: with the page's event
+// streams holding every connection, a newcomer holding as many as any
+// address is closed, the streams are left alone, and a stream that ends
+// leaves its place to the next newcomer.
+func TestBusyConnectionsDoNotGiveWay(t *testing.T) {
+	otherLoopback(t)
+	events := newConnEvents()
+	addr := startDemo(t, config{Conns: connLimits{Total: 4, PerAddr: 4}, onConnState: events.hook})
+	streams := make([]net.Conn, 4)
+	for i := range streams {
+		c := dialFrom(t, fmt.Sprintf("127.0.5.%d", i+1), addr)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /live/events HTTP/1.1\r\nHost: demo\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %v %v", i+1, resp, err)
+		}
+		c.SetDeadline(time.Time{})
+		streams[i] = c // the server's end was active before the handler ran
+	}
+	if served(t, dialFrom(t, "127.0.6.1", addr)) {
+		t.Fatal("a newcomer took the place of an event stream")
+	}
+	streams[0].Close()
+	events.wait(t, streams[0], http.StateClosed)
+	if !served(t, dialFrom(t, "127.0.6.2", addr)) {
+		t.Fatal("a newcomer was not served in the place of a stream that ended")
+	}
 }
 
 // 8 addresses holding 128 keep-alive connections each fill the 1,024 the

@@ -48,12 +48,14 @@
 // replicas), logged and counted as the fallback's (see redislimit's
 // WithLocalFallback).
 //
-// The server holds at most -max-conns connections at once (past it, one
-// from a new address takes the place of the least recently used of the
-// address holding the most) and at most -max-conns-per-addr from one client
-// address (more are closed at once), so that no addresses can take every
-// connection or the process's file descriptors; and at most 4 of the page's
-// event streams per client, each for 10 minutes at most.
+// The server holds at most -max-conns connections at once (past it, a new
+// one takes the place of the least recently used of an address holding two
+// more than the newcomer's, else of the one idle the longest, whoever holds
+// it) and at most -max-conns-per-addr from one client address (more are
+// closed at once), so that no addresses can take every connection or the
+// process's file descriptors; and at most 32 of the page's event streams
+// (past it, a new one takes the place of the oldest of the clients holding
+// the most), 4 per client, each for 10 minutes at most.
 //
 // The first line of output is "keyrate-demo listening on http://ADDR", with
 // the real address, so -addr 127.0.0.1:0 picks a free port that scripts can
@@ -82,9 +84,9 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free one)")
 	hops := flag.Int("trusted-proxies", 0, "number of reverse proxies in front that append to X-Forwarded-For (0: ignore the header)")
-	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port, shared by every demo process using it (default: in this process)")
+	redisAddr := flag.String("redis", "", "keep the budgets in the Redis server at this host:port or redis://[:PASSWORD@]host:port[/db] URL (rediss:// for TLS), shared by every demo process using it (default: in this process)")
 	fallback := flag.Float64("redis-fallback", 0, "with -redis: while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: serve unlimited, failing open)")
-	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; past it, one from a new address takes the place of the least recently used of the address holding the most")
+	maxConns := flag.Int("max-conns", defaultConnLimits.Total, "connections open at once; past it, a new one takes the place of the least recently used of an address holding two more, else of the one idle the longest")
 	maxPerAddr := flag.Int("max-conns-per-addr", defaultConnLimits.PerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once. Behind a reverse proxy, set it to -max-conns")
 	otelStdout := flag.Bool("otel-stdout", false, "write the OpenTelemetry metrics to standard output, one JSON line per export")
 	otlpEndpoint := flag.String("otlp-endpoint", "", "export the OpenTelemetry metrics by OTLP over HTTP to this base URL (its /v1/metrics), as OTEL_EXPORTER_OTLP_ENDPOINT does (default: that variable's, or no OTLP when it is not set)")
@@ -113,7 +115,7 @@ func main() {
 			log.Fatalf("keyrate-demo: %v", err)
 		}
 		defer c.Close()
-		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, *redisAddr, *fallback
+		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, shownRedis(*redisAddr), *fallback
 	}
 	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
 		log.Fatalf("keyrate-demo: %v", err)
@@ -162,13 +164,20 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln = limitConns(ln, cfg.Conns.orDefault())
+	limited := limitConns(ln, cfg.Conns.orDefault())
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "keyrate-demo listening on %s\n%s", base, hints(base, cfg))
 
 	srv := newHTTPServer(withLive(h, hub), hub, cfg.Timeouts)
+	srv.ConnState = limited.connState
+	if cfg.onConnState != nil {
+		srv.ConnState = func(c net.Conn, s http.ConnState) {
+			limited.connState(c, s)
+			cfg.onConnState(c, s)
+		}
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(limited) }()
 	select {
 	case err := <-served:
 		return err

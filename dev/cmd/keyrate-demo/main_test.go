@@ -3,15 +3,58 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
+
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// TestMain removes the demo binary demoBinary built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// demoBinary builds the real command once per test binary and returns its
+// path; the test is skipped without a go command.
+func demoBinary(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the demo with")
+	}
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "keyrate-demo-test"); built.err != nil {
+			return
+		}
+		// The build has go test's own timeout: from a cold cache on two
+		// busy cores it can take minutes.
+		built.bin = filepath.Join(built.dir, "keyrate-demo")
+		if out, err := exec.Command(goTool, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
 
 // TestDemoBinary builds the real command, starts it on a free loopback port
 // and drives it with an HTTP client, as a user following the README would.
@@ -19,16 +62,7 @@ func TestDemoBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the demo binary")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build the demo with")
-	}
-	// The build has go test's own timeout: from a cold cache on two busy
-	// cores it can take minutes.
-	bin := filepath.Join(t.TempDir(), "keyrate-demo")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := demoBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -4,30 +4,83 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// dialRedis returns a client of the Redis server at addr (host:port) once it
-// answers PING, so that a wrong address stops the demo at start-up instead
-// of failing every request. Later outages are the limiters' to report: the
+// dialRedis returns a client of the Redis server that addr names, once it
+// answers PING, so that a wrong address or password stops the demo at
+// start-up instead of failing every request. addr is a host:port, or a URL
+// as go-redis reads one (redis.ParseURL): redis://[user:password@]host[:port][/db],
+// rediss:// for TLS, unix:///path. Its errors show addr as shownRedis does,
+// without a password. Later outages are the limiters' to report: the
 // middleware then serves requests unlimited (it fails open) and logs why,
 // unless -redis-fallback has them decided in this process.
 func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
-	c := redis.NewClient(&redis.Options{
-		Addr: addr,
-		// Lets each call stop at the limiter's time budget by itself, with
-		// no goroutine hand-off (see redislimit's package doc).
-		ContextTimeoutEnabled: true,
-	})
+	opts, err := redisOptions(addr)
+	if err != nil {
+		return nil, err
+	}
+	// Lets each call stop at the limiter's time budget by itself, with no
+	// goroutine hand-off (see redislimit's package doc).
+	opts.ContextTimeoutEnabled = true
+	c := redis.NewClient(opts)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("no Redis at %s: %w", addr, err)
+		return nil, fmt.Errorf("no Redis at %s: %s", shownRedis(addr), scrub(err.Error(), opts.Password))
 	}
 	return c, nil
+}
+
+// redisOptions reads -redis: a URL (anything with "://") as redis.ParseURL
+// does, else a plain host:port. Its errors never show a password.
+func redisOptions(addr string) (*redis.Options, error) {
+	if !strings.Contains(addr, "://") {
+		return &redis.Options{Addr: addr}, nil
+	}
+	opts, err := redis.ParseURL(addr)
+	if err == nil {
+		return opts, nil
+	}
+	shown := shownRedis(addr)
+	if shown != addr {
+		// go-redis's error may quote a part of the user part, as the
+		// database number of redis://:pa/ss@host.
+		return nil, fmt.Errorf("-redis %s: not a Redis URL; want redis://[user:password@]host[:port][/db], rediss://... for TLS, or unix:///path", shown)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) { // its text repeats the URL
+		err = ue.Err
+	}
+	return nil, fmt.Errorf("-redis %s: %v", shown, err)
+}
+
+// shownRedis returns -redis as messages may show it: a URL's user part
+// (its password, and the user name beside it) replaced by "xxxxx", up to
+// its last "@", so that a password holding "/" or "@" does not show
+// either.
+func shownRedis(addr string) string {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		return addr
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		return scheme + "://xxxxx" + rest[i:]
+	}
+	return addr
+}
+
+// scrub returns msg with every occurrence of secret replaced by "xxxxx".
+func scrub(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "xxxxx")
 }
 
 // checkFallback checks -redis-fallback's share: 0 (off), or in (0, 1]

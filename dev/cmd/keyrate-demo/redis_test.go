@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit/redistest"
@@ -239,5 +245,147 @@ func TestCheckFallback(t *testing.T) {
 		if err := checkFallback(c.share, c.redis); (err == nil) != c.ok {
 			t.Errorf("checkFallback(%v, %q) = %v, want ok %v", c.share, c.redis, err, c.ok)
 		}
+	}
+}
+
+// logCapture is a go-redis logger that keeps every line, so that a test
+// can check what the pool would have printed.
+type logCapture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logCapture) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+func (l *logCapture) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// captureRedisLog sends go-redis's log lines to a logCapture until the
+// test ends, and then to the standard logger.
+func captureRedisLog(t *testing.T) *logCapture {
+	l := &logCapture{}
+	redis.SetLogger(l)
+	t.Cleanup(func() { redis.SetLogger(stdRedisLog{}) })
+	return l
+}
+
+type stdRedisLog struct{}
+
+func (stdRedisLog) Printf(_ context.Context, format string, v ...any) {
+	log.Printf("redis: "+format, v...)
+}
+
+// closedAddr is a loopback host:port where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// -redis takes a redis:// URL with a password, as go-redis reads it, and
+// a plain host:port; against a Redis that asks for that password, the URL
+// reaches it, the plain address and a wrong password do not, and no
+// message, go-redis's log included, shows a password.
+func TestDialRedisURL(t *testing.T) {
+	const password = "s3cret-pw"
+	addr := redistest.StartT(t).Addr()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	if err := admin.ConfigSet(t.Context(), "requirepass", password).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	logged := captureRedisLog(t)
+
+	c, err := dialRedis(t.Context(), "redis://:"+password+"@"+addr+"/2")
+	if err != nil {
+		t.Fatalf("dialRedis(redis://:PASSWORD@%s/2): %v", addr, err)
+	}
+	if err := c.Set(t.Context(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if db := c.Options().DB; db != 2 {
+		t.Errorf("the client uses database %d, want 2 from the URL's path", db)
+	}
+	c.Close()
+
+	for _, bad := range []string{addr, "redis://:wrong-" + password + "@" + addr} {
+		_, err := dialRedis(t.Context(), bad)
+		if err == nil {
+			t.Fatalf("dialRedis(%s) reached a Redis that asks for a password", shownRedis(bad))
+		}
+		if msg := err.Error(); strings.Contains(msg, password) || !strings.Contains(msg, "no Redis at "+shownRedis(bad)) {
+			t.Errorf("dialRedis(%s) = %q, want it to name %s and no password", shownRedis(bad), msg, shownRedis(bad))
+		}
+	}
+	if strings.Contains(logged.String(), password) {
+		t.Errorf("go-redis logged the password:\n%s", logged)
+	}
+}
+
+// A -redis URL that cannot be reached or read fails with an error that
+// shows it without its password (not "too many colons"), and go-redis
+// logs no password either; the start-up hints show it the same way.
+func TestRedisURLNeverShowsThePassword(t *testing.T) {
+	logged := captureRedisLog(t)
+	closed := closedAddr(t)
+	for in, want := range map[string]string{
+		"redis://:s3cret@" + closed:              "no Redis at redis://xxxxx@" + closed,
+		"redis://user:s3cret@" + closed + "/0":   "no Redis at redis://xxxxx@" + closed + "/0",
+		"rediss://:s3cret@" + closed:             "no Redis at rediss://xxxxx@" + closed,
+		"redis://:s3cret@" + closed + "/x":       "-redis redis://xxxxx@" + closed + "/x: not a Redis URL",
+		"redis://:s3/cret@" + closed:             "-redis redis://xxxxx@" + closed + ": not a Redis URL",
+		"redis://:s3cret@[::1":                   "-redis redis://xxxxx@[::1: not a Redis URL",
+		"http://:s3cret@" + closed:               "-redis http://xxxxx@" + closed + ": not a Redis URL",
+		"http://" + closed:                       "-redis http://" + closed + ": redis: invalid URL scheme: http",
+		"redis://" + closed + "/?dial_timeout=x": "-redis redis://" + closed + "/?dial_timeout=x: redis: invalid dial_timeout duration",
+	} {
+		_, err := dialRedis(t.Context(), in)
+		if err == nil {
+			t.Fatalf("dialRedis(%s): no error", shownRedis(in))
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "s3") || strings.Contains(msg, "cret") || !strings.HasPrefix(msg, want) {
+			t.Errorf("dialRedis(%s) = %q, want it to start %q and show no password", shownRedis(in), msg, want)
+		}
+	}
+	if strings.Contains(logged.String(), "cret") {
+		t.Errorf("go-redis logged the password:\n%s", logged)
+	}
+	if got := hints("http://127.0.0.1:8080", config{Redis: redis.NewClient(&redis.Options{Addr: closed}), RedisAddr: shownRedis("redis://:s3cret@" + closed)}); strings.Contains(got, "s3cret") ||
+		!strings.Contains(got, "Budgets live in Redis at redis://xxxxx@"+closed) {
+		t.Errorf("the start-up hints show %q", got)
+	}
+}
+
+// The demo run with -redis redis://:PASSWORD@host:port, where no Redis
+// answers, exits 1 with a message naming the URL without its password,
+// and prints the password nowhere.
+func TestDemoBinaryRedisURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo binary")
+	}
+	bin := demoBinary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	url := "redis://:s3cret@" + closedAddr(t)
+	out, err := exec.CommandContext(ctx, bin, "-addr", "127.0.0.1:0", "-redis", url).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("demo with an unreachable -redis: %v, want exit status 1\n%s", err, out)
+	}
+	if strings.Contains(string(out), "s3cret") || strings.Contains(string(out), "too many colons") ||
+		!strings.Contains(string(out), "no Redis at "+shownRedis(url)) {
+		t.Errorf("output:\n%s\nwant it to name %s, without the password", out, shownRedis(url))
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -153,7 +154,8 @@ type config struct {
 	// so that every demo process using it shares them. nil: each budget
 	// lives in this process. The caller closes it after the server stops.
 	Redis redis.UniversalClient
-	// RedisAddr is Redis's address, for the start-up hints.
+	// RedisAddr is Redis's address, for the start-up hints, as shownRedis
+	// shows it: never with a password.
 	RedisAddr string
 	// RedisFallback, when above 0, is the share of each limit that this
 	// process admits on its own while Redis cannot answer
@@ -168,6 +170,10 @@ type config struct {
 	// Telemetry says where run exports the OpenTelemetry metrics; by
 	// default, nowhere.
 	Telemetry telemetry
+	// onConnState, when set, sees each change of a connection's state
+	// after the connection caps have: for tests, to wait until the
+	// server holds a connection idle.
+	onConnState func(net.Conn, http.ConnState)
 	// otel, when set, observes every route beside the Prometheus metrics:
 	// run sets it from Telemetry.
 	otel *otellimit.Metrics

@@ -148,7 +148,8 @@ func (h *Hub) serveKey(w http.ResponseWriter, r *http.Request) {
 
 // serveEvents streams decisions as Server-Sent Events until the client goes
 // away, a write to it fails or times out, the Hub is closed, the stream is
-// MaxStreamAge old, or another client's stream takes its place.
+// MaxStreamAge old, or a newer stream takes its place (see
+// Config.MaxSubscribers).
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	lastID, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
 	s, past, err := h.subscribe(lastID, h.cfg.ClientOf(r))
@@ -200,7 +201,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-h.done:
 			return
-		case <-s.ended: // another client's stream took its place
+		case <-s.ended: // a newer stream took its place
 			return
 		case <-age.C: // the browser opens another, resuming where this one ends
 			return

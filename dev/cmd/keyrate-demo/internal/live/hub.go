@@ -92,9 +92,11 @@ type Config struct {
 	// negative value keeps none. Each costs one encoded event of memory.
 	History int
 	// MaxSubscribers bounds the number of open event streams. Once it is
-	// reached, a request from a client holding fewer streams than the
-	// client that holds the most ends that client's oldest stream and
-	// takes its place; any other gets 503. Default: 32.
+	// reached, a new stream takes the place of the oldest stream of the
+	// clients holding the most, which ends (its page reconnects, after
+	// the last event it saw): a newcomer always gets a stream, from any
+	// number of addresses, and a stream lasts only until MaxSubscribers
+	// newer ones have been opened, or MaxStreamAge. Default: 32.
 	MaxSubscribers int
 	// MaxSubscribersPerClient bounds the open event streams of one client,
 	// as ClientOf names it, so that one client cannot take every stream;
@@ -437,7 +439,7 @@ type subscriber struct {
 	n       uint64 // the order it was opened in
 	frames  chan []byte
 	dropped atomic.Uint64
-	// ended is closed when another client's stream takes its place.
+	// ended is closed when a newer stream takes its place.
 	ended chan struct{}
 }
 
@@ -461,8 +463,8 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	if h.clients[client] >= h.cfg.MaxSubscribersPerClient {
 		return nil, nil, errClientBusy
 	}
-	if len(h.subs) >= h.cfg.MaxSubscribers && !h.makeRoom(client) {
-		return nil, nil, errBusy
+	if len(h.subs) >= h.cfg.MaxSubscribers {
+		h.makeRoom()
 	}
 	h.opened++
 	s := &subscriber{client: client, n: h.opened, frames: make(chan []byte, h.cfg.Buffer), ended: make(chan struct{})}
@@ -482,28 +484,24 @@ func (h *Hub) subscribe(lastID uint64, client string) (*subscriber, [][]byte, er
 	return s, past, nil
 }
 
-// makeRoom ends the oldest stream of the client holding the most, when it
-// holds more than client would after this one, and reports whether it
-// did. Called with mu held.
-func (h *Hub) makeRoom(client string) bool {
-	most, n := "", 0
-	for c, k := range h.clients {
-		if k > n {
-			most, n = c, k
-		}
-	}
-	if n <= h.clients[client]+1 {
-		return false
+// makeRoom ends the oldest stream of the clients holding the most, so
+// that a newcomer takes its place. Every stream is idle from its client's
+// side (the server alone writes), so age decides: the one held longest
+// gives way, and per-client fairness still takes it from a client with
+// more than others first. Called with mu held, with a stream open.
+func (h *Hub) makeRoom() {
+	most := 0
+	for _, k := range h.clients {
+		most = max(most, k)
 	}
 	var oldest *subscriber
 	for s := range h.subs {
-		if s.client == most && (oldest == nil || s.n < oldest.n) {
+		if h.clients[s.client] == most && (oldest == nil || s.n < oldest.n) {
 			oldest = s
 		}
 	}
 	h.remove(oldest)
 	close(oldest.ended)
-	return true
 }
 
 func (h *Hub) unsubscribe(s *subscriber) {
@@ -525,7 +523,6 @@ func (h *Hub) remove(s *subscriber) {
 
 var (
 	errClosed     = errors.New("live: hub closed")
-	errBusy       = errors.New("live: too many event streams")
 	errClientBusy = errors.New("live: too many event streams from this client")
 )
 

@@ -592,23 +592,115 @@ func TestCloseEndsStreamsAndRefusesNewOnes(t *testing.T) {
 	})
 }
 
+// At MaxSubscribers, a new stream takes the place of the oldest, which
+// ends; one that ends leaves its place free.
 func TestMaxSubscribers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHub(t, Config{MaxSubscribers: 1})
-		s := open(h, "")
-		s.drain()
-		resp := get(t, h.Handler(), http.MethodGet, EventsPath)
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-			t.Errorf("second stream: status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		first := open(h, "")
+		first.drain()
+		second := open(h, "")
+		if got := types(parseSSE(t, second.drain())); got != "hello" {
+			t.Errorf("second stream got %q, want hello: in the first's place", got)
 		}
-		s.cancel()
-		<-s.done
-		s = open(h, "")
-		if got := types(parseSSE(t, s.drain())); got != "hello" {
-			t.Errorf("after the first left, a new stream got %s", got)
+		<-first.done // ended
+		if n := h.Subscribers(); n != 1 {
+			t.Errorf("%d streams open, want 1", n)
 		}
-		s.cancel()
-		<-s.done
+		second.cancel()
+		<-second.done
+		if n := h.Subscribers(); n != 0 {
+			t.Errorf("%d streams open after the last left, want 0", n)
+		}
+	})
+}
+
+// 32 addresses holding one stream each, however many there are (IPv4
+// ones, or IPv6 /64s of one /52), fill the hub, yet a newcomer gets a
+// stream: in the place of the oldest, whose page reconnects and takes the
+// place of the next oldest in turn. No set of addresses holds a place
+// for longer than it takes 32 newer streams to open.
+func TestManyClientsCannotFillTheHub(t *testing.T) {
+	for name, addr := range map[string]func(i int) string{
+		"IPv4":               func(i int) string { return fmt.Sprintf("192.0.2.%d:1000", i+1) },
+		"IPv6 /64s of a /52": func(i int) string { return fmt.Sprintf("[2001:db8:0:%x::1]:1000", i) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHub(t, Config{KeepAlive: time.Hour})
+				hello := func(s *stream) bool { return types(parseSSE(t, s.drain())) == "hello" }
+				held := make([]*stream, 32)
+				for i := range held {
+					if held[i] = openFrom(h, addr(i)); !hello(held[i]) {
+						t.Fatalf("stream of client %d refused", i+1)
+					}
+				}
+				newcomer := openFrom(h, "203.0.113.9:1000")
+				if !hello(newcomer) {
+					t.Fatal("a newcomer was refused while 32 clients held a stream each")
+				}
+				ended := func() []int {
+					var out []int
+					for i, s := range held {
+						select {
+						case <-s.done:
+							out = append(out, i)
+						default:
+						}
+					}
+					return out
+				}
+				if got := ended(); !slices.Equal(got, []int{0}) || h.Subscribers() != 32 {
+					t.Fatalf("streams ended %v, %d open; want the oldest (0) ended, 32 open", got, h.Subscribers())
+				}
+				again := openFrom(h, addr(0)) // its page reconnects
+				if !hello(again) {
+					t.Fatal("the page whose stream gave way could not reconnect")
+				}
+				if got := ended(); !slices.Equal(got, []int{0, 1}) {
+					t.Errorf("streams ended %v, want 0 and then 1, the next oldest", got)
+				}
+				for _, s := range append(held[2:], newcomer, again) {
+					s.cancel()
+					<-s.done
+				}
+			})
+		})
+	}
+}
+
+// Per-client fairness still holds when the hub is full: the oldest
+// stream of the client holding the most gives way, before older streams
+// of clients holding fewer.
+func TestFullHubTakesFromTheClientHoldingTheMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, Config{MaxSubscribers: 4, KeepAlive: time.Hour})
+		var open []*stream
+		for _, a := range []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1", "192.0.2.3:2"} {
+			s := openFrom(h, a)
+			s.drain()
+			open = append(open, s)
+		}
+		newcomer := openFrom(h, "198.51.100.1:1")
+		newcomer.drain()
+		select {
+		case <-open[2].done:
+		default:
+			t.Fatal("192.0.2.3's oldest stream did not give way to the newcomer")
+		}
+		for i, s := range open {
+			select {
+			case <-s.done:
+				if i != 2 {
+					t.Errorf("stream %d ended, want only 192.0.2.3's oldest (2)", i)
+				}
+			default:
+				s.cancel()
+				<-s.done
+			}
+		}
+		newcomer.cancel()
+		<-newcomer.done
 	})
 }
 
@@ -824,8 +916,8 @@ func TestConfigDescribesFormsAndRefunds(t *testing.T) {
 
 // 8 clients holding 4 streams each fill the 32 places, yet a 9th client
 // gets a stream: in the place of the oldest of a client holding the most,
-// which ends. A client holding as many as any other is refused, and no
-// stream outlives MaxStreamAge, so no client holds a place for good.
+// which ends. No stream outlives MaxStreamAge either, so no client holds
+// a place for good.
 func TestStreamsCannotBeHeldForGood(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHub(t, Config{KeepAlive: time.Hour}) // no tick to read while time passes
