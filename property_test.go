@@ -417,7 +417,8 @@ type taken struct {
 	id   int
 	at   int64
 	left int
-	mark int64 // GCRA: the weight the key's refunds had given back
+	mark int64              // GCRA: the weight the key's refunds had given back
+	end  [MaxPolicies]int64 // GCRA: each bucket's TAT the decision left
 	d    Decision
 }
 
@@ -463,7 +464,7 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 			case m.algorithm == GCRA && k.tat[i] > now:
 				// The part of the decision's tokens not yet refilled, its
 				// span moved earlier by all weight given back since.
-				end := floorDiv(tk.at+int64(parts[i].ResetAfter), m.unit)*m.unit - (k.given-tk.mark)*m.every(p)
+				end := tk.end[i] - (k.given-tk.mark)*m.every(p)
 				if back := min(int64(n)*m.every(p), end-now, k.tat[i]-now); back > 0 {
 					k.tat[i] -= back
 					gave = true
@@ -583,7 +584,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 		changed := false
 		keep := func(key string, d Decision, id int) {
 			k := m.keys[key]
-			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), mark: k.given, d: d})
+			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), mark: k.given, end: k.tat, d: d})
 		}
 		atBound := func(key string) bool {
 			_, tracked := m.keys[key]
