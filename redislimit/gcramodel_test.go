@@ -17,8 +17,9 @@ type gcraModel struct {
 }
 
 // gcraTaken is what the model keeps of an admission: its instant, weight
-// left, every policy's T and E (the TAT it left, shortened to at most the
-// window as the Decision says it), and the ledger at the decision.
+// left, every policy's T and E (the TAT it left, which the Decision's
+// ResetAfter, at most the window, may not say), and the ledger at the
+// decision.
 type gcraTaken struct {
 	at, ledger int64
 	n          int
@@ -80,7 +81,7 @@ func (m *gcraModel) decide(now int64, n int, policies []keyrate.Policy) (keyrate
 		}
 		if tk != nil {
 			tk.t = append(tk.t, T)
-			tk.e = append(tk.e, now+parts[i].ResetAfter.Microseconds())
+			tk.e = append(tk.e, now+f)
 		}
 	}
 	return keyrate.Combine(parts...), tk
