@@ -235,11 +235,11 @@ func refillAfter(full, every int64) int64 {
 // more. A later request that found the bucket full began a span of its
 // own, and keeps it.
 func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) bool {
+	now, c := g.advance(now, t)
 	ledger := g.ledger()
 	if t.algorithm == GCRA && ledger > maxLedger {
 		return false // the ledger is full: see refunded
 	}
-	now, c := g.advance(now, t)
 	parts := d.Policies()
 	// The weight refunded since d; from 2^32 on, more ticks than any TAT
 	// holds, so it is clamped there to keep since*T in range.
