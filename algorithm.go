@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"math"
 	"time"
 	"unsafe"
 )
@@ -224,18 +225,25 @@ func refillAfter(full, every int64) int64 {
 //
 // Under GCRA, d's request took the span [E-n*T, E] of a policy's timeline
 // of refills, T its ticks between refills and E the theoretical arrival
-// time it left, which d's ResetAfter tells: at + ResetAfter. A refund of
-// weight ahead of it since moved the span earlier by that weight's ticks;
-// the log counts every weight given back (refunded, in g.n) and d's Receipt
-// the count at d, so the span ends at most (refunded since) * T before E.
-// By now the part of the span before now has been refilled; the rest is
-// what the request still holds, and what it gives back, never more. A
-// later request that found the bucket full began a span of its own, and
-// keeps it.
+// time it left, which d's Receipt holds (its ResetAfter is capped at the
+// window, and a bucket of limit refills of T may take longer to fill). A
+// refund of weight ahead of it since moved the span earlier by that
+// weight's ticks; the log counts every weight given back (its ledger) and
+// d's Receipt the count at d, so the span ends at most (refunded since) *
+// T before E. By now the part of the span before now has been refilled;
+// the rest is what the request still holds, and what it gives back, never
+// more. A later request that found the bucket full began a span of its
+// own, and keeps it.
 func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) bool {
 	now, c := g.advance(now, t)
+	ledger := g.ledger()
+	if t.algorithm == GCRA && ledger > maxLedger {
+		return false // the ledger is full: see refunded
+	}
 	parts := d.Policies()
-	since := int64(g.n - d.Receipt.mark) // weight refunded since d, mod 2^32: see refunded
+	// The weight refunded since d; from 2^32 on, more ticks than any TAT
+	// holds, so it is clamped there to keep since*T in range.
+	since := int64(min(ledger-d.Receipt.mark, math.MaxUint32))
 	gave := false
 	for i := range c {
 		if i >= len(parts) || parts[i].Policy != t.policies[i] || c[i] == 0 {
@@ -249,7 +257,7 @@ func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) boo
 			continue
 		}
 		// In ticks from now's, as the TAT is kept.
-		end := t.scale.floor(at+int64(parts[i].ResetAfter)) - since*t.refill[i]
+		end := t.scale.ceil(at) + int64(d.Receipt.full[i]) - since*t.refill[i]
 		left := min(int64(n)*t.refill[i], end-t.scale.ceil(now), int64(c[i]))
 		if left > 0 {
 			c[i] -= uint32(left)
@@ -262,8 +270,33 @@ func (g *eventLog) refundCounted(now, at int64, n int, d *Decision, t *tier) boo
 	return gave
 }
 
-// refunded counts n more weight given back by a key's GCRA refunds. An O(1)
-// log keeps no entries, so its n holds the count; it runs mod 2^32, as a
-// receipt is worth refunding only while its tokens may be out, within about
-// a window of its decision, in which less than 2^32 is ever given back.
-func (g *eventLog) refunded(n int) { g.n += uint32(n) }
+// A GCRA log keeps no entries, so its head and n hold its refund ledger,
+// the weight its refunds gave back, in 64 bits: the high and low halves.
+
+// maxLedger is the most a ledger may hold before a refund: one of any
+// weight then still fits in 64 bits.
+const maxLedger = math.MaxUint64 - math.MaxInt32
+
+// ledger returns g's refund ledger.
+func (g *eventLog) ledger() uint64 { return uint64(g.head)<<32 | uint64(g.n) }
+
+// refunded counts n more weight given back by a key's GCRA refunds. The
+// ledger never wraps, so a receipt's mark never reads as a later one: a
+// log whose ledger passed maxLedger (at least 2^33 refunds of the largest
+// weight) refunds nothing more, giving back less rather than more, until
+// it is dropped idle and starts again.
+func (g *eventLog) refunded(n int) {
+	v := g.ledger() + uint64(n)
+	g.head, g.n = uint32(v>>32), uint32(v)
+}
+
+// mark puts in r what a refund of it reads from a GCRA log decided at its
+// instant: the ledger and each policy's TAT. Called with mu held.
+func (g *eventLog) mark(r *Receipt) {
+	r.mark = g.ledger()
+	if g.ring != nil && g.ring != &g.inline[0] {
+		copy(r.full[:], unsafe.Slice(g.ring, MaxPolicies))
+	} else {
+		copy(r.full[:], g.inline[:])
+	}
+}

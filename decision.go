@@ -46,7 +46,11 @@ type Receipt struct {
 	n    int
 	id   uint64
 	log  *eventLog // *Limiter's: the log that holds the events
-	mark uint32    // *Limiter's under GCRA: the weight its key had given back before
+	mark uint64    // *Limiter's under GCRA: the weight its key had given back before
+	// *Limiter's under GCRA: each policy's TAT the decision left, in ticks
+	// from its instant's, which its ResetAfter, capped at the window, may
+	// not tell.
+	full [MaxPolicies]uint32
 }
 
 // NewReceipt returns the Receipt of n events recorded at instant at, in the

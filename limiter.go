@@ -176,7 +176,7 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 func (l *Limiter) receipt(g *eventLog, n int) Receipt {
 	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
 	if l.algorithm == GCRA {
-		r.mark = g.n // the weight the key's refunds gave back so far: see refundCounted
+		g.mark(&r) // the key's refund ledger and TATs: see refundCounted
 	}
 	return r
 }

@@ -51,7 +51,7 @@ type modelKey struct {
 	events []modelEvent
 	count  [MaxPolicies]int64 // FixedWindow
 	tat    [MaxPolicies]int64 // GCRA: when each bucket is full again
-	given  int64              // GCRA: the weight its refunds gave back
+	given  uint64             // GCRA: the weight its refunds gave back
 }
 
 // modelEvent is an admitted decision: its instant and the weight it still
@@ -417,7 +417,8 @@ type taken struct {
 	id   int
 	at   int64
 	left int
-	mark int64 // GCRA: the weight the key's refunds had given back
+	mark uint64             // GCRA: the weight the key's refunds had given back
+	end  [MaxPolicies]int64 // GCRA: each bucket's TAT the decision left
 	d    Decision
 }
 
@@ -436,6 +437,10 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 	}
 	policies := m.tiers[k.tier] // the tier that last decided it
 	now = m.settle(k, now, policies)
+	if m.algorithm == GCRA && k.given > maxLedger {
+		return ErrNothingToRefund // the ledger has no room to count it
+	}
+	since := k.given - tk.mark
 	gave := false
 	switch m.algorithm {
 	case SlidingLog:
@@ -460,10 +465,11 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 			case m.algorithm == FixedWindow && k.count[i] > 0 && m.windowOf(tk.at, p.Window) == m.windowOf(now, p.Window):
 				k.count[i] -= min(int64(n), k.count[i])
 				gave = true
-			case m.algorithm == GCRA && k.tat[i] > now:
+			case m.algorithm == GCRA && k.tat[i] > now && since <= uint64(p.Limit):
 				// The part of the decision's tokens not yet refilled, its
-				// span moved earlier by all weight given back since.
-				end := floorDiv(tk.at+int64(parts[i].ResetAfter), m.unit)*m.unit - (k.given-tk.mark)*m.every(p)
+				// span moved earlier by all weight given back since (more
+				// than the limit moves it all before now).
+				end := tk.end[i] - int64(since)*m.every(p)
 				if back := min(int64(n)*m.every(p), end-now, k.tat[i]-now); back > 0 {
 					k.tat[i] -= back
 					gave = true
@@ -478,7 +484,7 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 		return ErrNothingToRefund
 	}
 	if m.algorithm == GCRA {
-		k.given += int64(n)
+		k.given += uint64(n)
 	}
 	tk.left -= n
 	return nil
@@ -583,7 +589,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 		changed := false
 		keep := func(key string, d Decision, id int) {
 			k := m.keys[key]
-			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), mark: k.given, d: d})
+			decisions = append(decisions, &taken{key: key, gen: k.gen, id: id, at: k.last, left: d.Receipt.N(), mark: k.given, end: k.tat, d: d})
 		}
 		atBound := func(key string) bool {
 			_, tracked := m.keys[key]
@@ -600,7 +606,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 			at := fmt.Sprintf("step %d at %v", i, time.Duration(now))
 			key := rapid.SampledFrom(keys).Draw(t, "key")
 			_, policies := m.tierOf(key)
-			switch op := rapid.IntRange(0, 29).Draw(t, "op"); {
+			switch op := rapid.IntRange(0, 30).Draw(t, "op"); {
 			case op < 12: // Take or AllowN
 				n := drawWeight(t, policies)
 				allowN := rapid.Bool().Draw(t, "allowN")
@@ -691,6 +697,13 @@ func TestMatchesReferenceModel(t *testing.T) {
 			case op < 25:
 				l.Reset(key)
 				m.forget(key)
+			case op == 30: // GCRA: the key's refund ledger is (nearly) full
+				if k := m.keys[key]; algorithm == GCRA && k != nil {
+					k.given = maxLedger + 1 - rapid.SampledFrom([]uint64{0, 1, 2, 1000}).Draw(t, "ledger room")
+					g := l.lock(key, false)
+					g.head, g.n = uint32(k.given>>32), uint32(k.given)
+					g.mu.Unlock()
+				}
 			case op < 27: // a key moves to another tier, or to one that does not exist
 				m.plan[key] = rapid.SampledFrom([]string{"", "a", "b", "none"}).Draw(t, "plan")
 			default:

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -152,5 +153,83 @@ func TestRefundConcurrent(t *testing.T) {
 	wg.Wait()
 	for key, n := range kept {
 		assert.Equal(t, 1000-n, noReceipt(l.Take(key, 0)).Remaining, "key %s", key)
+	}
+}
+
+// TestGCRARefundLedgerPast32Bits takes and refunds at one instant until the
+// key's refund ledger has counted 2^32 of weight since a decision a, whose
+// span an earlier refund had moved to the bucket's start. a's tokens refill
+// soon after; a refund of a then must give back nothing. A ledger of 32
+// bits read "nothing refunded since a" there, and a's refund took the
+// tokens of a live request of 1,000, so that a full bucket was admitted
+// beside it.
+func TestGCRARefundLedgerPast32Bits(t *testing.T) {
+	const limit = 1 << 30 // a window of 2^30ns: a tick of 1ns, a refill of 1 tick
+	l, c := newManual(t, limit, limit*time.Nanosecond, WithAlgorithm(GCRA))
+	z := l.Take("k", limit-1000)
+	a := l.Take("k", 1000)
+	require.True(t, a.Allowed)
+	require.NoError(t, l.Refund("k", &z)) // a's span is now the bucket's first 1,000 ticks
+	given := limit - 1000
+	for _, w := range []int{limit - 1000, limit - 1000, limit - 1000, 4000} {
+		b := l.Take("k", w)
+		require.True(t, b.Allowed, "weight %d", w)
+		require.NoError(t, l.Refund("k", &b), "weight %d", w)
+		given += w
+	}
+	require.Equal(t, 1<<32, given, "the weight refunded since a")
+
+	c.Advance(2000 * time.Nanosecond) // a's 1,000 ticks have refilled
+	live := l.Take("k", 1000)
+	require.True(t, live.Allowed)
+	assert.ErrorIs(t, l.Refund("k", &a), ErrNothingToRefund, "a's tokens are back in the bucket already")
+	assert.Equal(t, limit-1000, noReceipt(l.Take("k", 0)).Remaining, "the live 1,000 stay taken")
+	assert.False(t, l.Take("k", limit).Allowed, "a full bucket beside the live 1,000")
+}
+
+// TestGCRARefundLedgerFull checks that a ledger too full to count one more
+// refund gives nothing back and changes nothing, rather than wrap.
+func TestGCRARefundLedgerFull(t *testing.T) {
+	l, _ := newManual(t, 10, time.Second, WithAlgorithm(GCRA))
+	d := l.Take("k", 4)
+	g := l.lock("k", false)
+	g.head, g.n = math.MaxUint32, math.MaxUint32-math.MaxInt32+1 // maxLedger + 1
+	g.mu.Unlock()
+	assert.ErrorIs(t, l.Refund("k", &d), ErrNothingToRefund)
+	assert.Equal(t, 4, d.Receipt.N(), "the receipt is kept")
+	assert.Equal(t, 6, noReceipt(l.Take("k", 0)).Remaining)
+}
+
+// TestGCRARefundBeyondTheWindow refunds, at its own instant, a decision
+// whose bucket takes longer than the window to refill: limit refills of
+// window/limit rounded up to a tick, or a tick more from an instant within
+// one. Its ResetAfter says the window, but its span ends later, and a full
+// refund must give it all back.
+func TestGCRARefundBeyondTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		limit      int
+		window     time.Duration
+		at         time.Duration // from t0
+		held, take int
+	}{
+		{7, time.Second, 0, 0, 7},                       // 7 refills of 142,857,143ns
+		{7, time.Second, 0, 3, 4},                       // the same, on a bucket holding 3
+		{math.MaxInt32, time.Hour, 0, 0, math.MaxInt32}, // 2^31-1 refills of a 2µs tick
+		{10, time.Hour, time.Microsecond, 0, 10},        // within a 2µs tick: the window and 1µs
+		{1, time.Hour, time.Microsecond, 0, 1},
+	} {
+		name := fmt.Sprintf("%d per %v, %d of %d at %v", tc.take, tc.window, tc.held, tc.limit, tc.at)
+		l, c := newManual(t, tc.limit, tc.window, WithAlgorithm(GCRA))
+		c.Set(t0.Add(tc.at))
+		if tc.held > 0 {
+			require.True(t, l.Take("k", tc.held).Allowed, name)
+		}
+		before := noReceipt(l.Take("k", 0)).Remaining
+		d := l.Take("k", tc.take)
+		require.True(t, d.Allowed, name)
+		require.NoError(t, l.Refund("k", &d), name)
+		assert.Zero(t, d.Receipt, name)
+		assert.Equal(t, before, noReceipt(l.Take("k", 0)).Remaining, name)
+		assert.True(t, l.AllowN("k", tc.take), name)
 	}
 }

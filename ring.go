@@ -51,8 +51,8 @@ type eventLog struct {
 	mu     sync.Mutex
 	last   int64   // newest instant this key was decided at; time never runs back past it
 	ring   *uint32 // the ring's first slot: &inline[0], a heap array, or nil
-	head   uint32  // index in the ring of the oldest entry
-	n      uint32  // number of entries held
+	head   uint32  // index in the ring of the oldest entry (GCRA: see ledger)
+	n      uint32  // number of entries held (GCRA: see ledger)
 	size   uint32  // the ring's capacity, in entries
 	tier   uint16
 	wide   bool  // entries are pairs: a tick and the running total before it

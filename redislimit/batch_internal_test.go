@@ -2,12 +2,19 @@ package redislimit
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/stretchr/testify/require"
 )
+
+// isolatePrefixes makes TestRunIsolatesErrors's keys unique on the shared
+// server on every run (-count, -shuffle), as uniquePrefix does for the
+// external tests: a run finds the keys an earlier one left otherwise.
+var isolatePrefixes atomic.Int64
 
 // TestRunIsolatesErrors decides, in one script run, requests of which
 // one has a key holding a value of another type: that request alone fails,
@@ -16,7 +23,7 @@ func TestRunIsolatesErrors(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	for _, alg := range []Algorithm{SlidingLog, FixedWindow, GCRA} {
-		l, err := New(client, 5, time.Hour, WithAlgorithm(alg), WithPrefix("isolate:"+alg.String()+":"))
+		l, err := New(client, 5, time.Hour, WithAlgorithm(alg), WithPrefix(fmt.Sprintf("isolate%d:%v:", isolatePrefixes.Add(1), alg)))
 		require.NoError(t, err)
 		tr := l.tiers.Load().def
 		key := func(k string) string { return l.storeKey(k, l.tagOf(k, k)) }

@@ -12,14 +12,17 @@ import "github.com/redis/go-redis/v9"
 // by a process that died comes back within a lease's time to live, without
 // a sweeper; the holder renews its leases while it holds them. Releasing is
 // a ZREM, and Redis deletes a set left empty, so a key with no slot held
-// costs nothing; the key also expires a time to live after its latest
-// write, should every holder die at once.
+// costs nothing; the key also expires when its latest lease lapses, should
+// every holder die at once. That is the set's highest score, not the
+// writer's own time to live: replicas of different times to live (a
+// rolling change of the setting) share a key, and one of a shorter time
+// would otherwise expire the others' live leases with it.
 //
 // Both scripts take ARGV[1], the instant: "" to read the server's TIME, so
 // that every replica shares one clock (only tests pass an instant, as they
 // do to the decision scripts). Each touches one key, so one Cluster slot.
 
-// slotNow reads the set's key and the instant.
+// slotNow reads the set's key and the instant, and defines keep.
 const slotNow = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -27,6 +30,14 @@ local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- keep makes the set expire when its latest lease lapses (ms, rounded up).
+local function keep()
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then
+    redis.call('PEXPIRE', key, math.max(math.ceil((tonumber(top[2]) - now) / 1000), 1))
+  end
 end
 `
 
@@ -44,7 +55,7 @@ if held >= limit then
   return {0, held}
 end
 redis.call('ZADD', key, now + ttl, ARGV[4])
-redis.call('PEXPIRE', key, math.ceil(ttl / 1000))
+keep()
 return {1, held + 1}
 `)
 
@@ -62,7 +73,7 @@ for i = 3, #ARGV do
   end
 end
 if renewed > 0 then
-  redis.call('PEXPIRE', key, math.ceil(ttl / 1000))
+  keep()
 end
 return renewed
 `)

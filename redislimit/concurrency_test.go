@@ -161,6 +161,48 @@ func TestConcurrencyLeasesLapseUnlessRenewed(t *testing.T) {
 	assert.True(t, ok, "a renewal put no lapsed lease back: b's one freed slot is free")
 }
 
+// Two replicas on one prefix, of times to live of 6s and 600ms (a rolling
+// change of the setting), hold a slot each under a limit of 2. The key
+// must outlive the longer lease, whichever replica wrote it last: expiring
+// it at the shorter time to live would drop the other's live lease with
+// it, and a third request would get a slot under the limit of 2.
+func TestConcurrencyTimesToLiveShareAKey(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	prefix := uniquePrefix()
+	long := newSlots(t, client, 2, 6*time.Second, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
+	short := newSlots(t, client, 2, 600*time.Millisecond, redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
+	ctx := context.Background()
+	key := long.SlotKey("k")
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := client.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		return d
+	}
+	_, ok, err := long.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = short.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Greater(t, ttl(), 5*time.Second, "after the 600ms replica's acquire, the key lives as long as the 6s lease")
+	require.True(t, short.RenewNow())
+	assert.Greater(t, ttl(), 5*time.Second, "and after its renewal")
+
+	clock.Advance(time.Second) // the 600ms lease lapses; the 6s one is live
+	_, ok, err = short.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok, "the lapsed lease's slot")
+	assert.Greater(t, ttl(), 4*time.Second, "the 6s lease has 5s to go")
+	_, ok, err = short.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	assert.False(t, ok, "two live leases under a limit of 2")
+
+	require.True(t, long.RenewNow())
+	assert.Greater(t, ttl(), 5*time.Second, "a renewal of the longer lease pushes the key's expiry back")
+}
+
 // Acquire waits for a slot another replica gives back, and gives up at its
 // context's end.
 func TestConcurrencyAcquireWaits(t *testing.T) {

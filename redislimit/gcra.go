@@ -1,5 +1,7 @@
 package redislimit
 
+import "github.com/keyrate/keyrate"
+
 // gcraSource keeps, per key, a hash: one field per refill interval T (in
 // microseconds, window/limit rounded up), tT, holding the policy's
 // theoretical arrival time (TAT): the instant, in microseconds on the
@@ -27,9 +29,13 @@ package redislimit
 //
 // Field g holds the hash's generation, drawn when an admission creates
 // it, which receipts name (see refund.go); field r, the key's refund
-// ledger: the weight refunds have given back since the hash was created,
-// mod 2^48, which an admission's receipt carries (see gcraRefundSource);
-// field e, an instant the key is sure to live until (µs). An admission whose new TAT would pass it sets
+// ledger: the weight refunds have given back in this generation, which an
+// admission's receipt carries (see gcraRefundSource). The ledger never
+// wraps: it stops below 2^48, the most a receipt holds, and an admission
+// that finds every bucket of its policies full once it has passed 2^47
+// draws a new generation (another than the current one) with a ledger of
+// 0; with the buckets full, no receipt of the old one held anything.
+// Field e, an instant the key is sure to live until (µs). An admission whose new TAT would pass it sets
 // the key to expire at the latest TAT and half the longest window more,
 // so a busy key pays for PEXPIRE about once per half window; no TAT is
 // ever cut short, whatever the policies of other tiers that wrote the key.
@@ -97,6 +103,15 @@ local function admit(r)
   if not st.gen then
     st.gen = ` + newGen + `
     set[3], set[4] = 'g', st.gen
+  elseif st.ledger >= ` + ledgerRenew + ` then
+    local idle = true
+    for i = 1, tr.P do
+      if st.full[i] > 0 then idle = false end
+    end
+    if idle then
+      st.gen, st.ledger = (st.gen + 1 + (` + newGen + `) % 65535) % 65536, 0
+      set[3], set[4], set[5], set[6] = 'g', st.gen, 'r', 0
+    end
   end
   for i = 1, tr.P do
     st.full[i] = st.full[i] + n * tr.T[i]
@@ -122,3 +137,25 @@ end
 `
 
 var gcraScript = decisionScript(gcraSource)
+
+// ledgerRenew is the ledger past which an admission that finds the
+// buckets full starts a new generation (see gcraSource): 2^47, half the
+// most a receipt holds, so that a busy key's refunds have 2^47 of weight
+// to go before one is refused.
+const ledgerRenew = "140737488355328"
+
+// gcraFull returns how long, in microseconds, the bucket of an admitted
+// GCRA decision's part p took to be full again: its ResetAfter, which
+// says at most the window, where limit refill intervals may pass it (7
+// per second: 7 of 142,858µs). It is exact from Remaining and RefillAfter:
+// the bucket held limit - Remaining tokens, the newest RefillAfter of a
+// whole refill interval T, which is at most the window.
+func gcraFull(p keyrate.PolicyDecision) int64 {
+	w := p.Window.Microseconds()
+	T := (w + int64(p.Limit) - 1) / int64(p.Limit)
+	tokens := int64(p.Limit - p.Remaining)
+	if tokens <= 0 || p.Remaining < 0 {
+		return p.ResetAfter.Microseconds()
+	}
+	return (tokens-1)*T + p.RefillAfter.Microseconds()
+}

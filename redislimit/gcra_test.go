@@ -52,7 +52,8 @@ func TestGCRABurstThenRate(t *testing.T) {
 }
 
 // TestGCRAMatchesCore plays random sequences of weights, refunds (whole
-// and in part) and clock moves on one to three GCRA policies against
+// and in part), clock moves and raises of the key's refund ledger (to
+// near its renewal and its top) on one to three GCRA policies against
 // Redis, the core's in-process keyrate.GCRA limiter and gcraModel, and
 // compares every number of every Decision: with the model throughout,
 // refunds' outcomes included, and with the core until a sequence's first
@@ -95,6 +96,17 @@ func TestGCRAMatchesCore(t *testing.T) {
 				clock.Advance(time.Duration(rng.IntN(30)) * time.Second)
 			}
 			now := clock.Now().UnixMicro()
+			if model.gen > 0 && rng.IntN(20) == 0 {
+				// The ledger raised to near where an admission at full
+				// buckets renews the generation, or near its top, as
+				// refunds raise it: never lowered.
+				v := []int64{modelLedgerRenew - 1, modelLedgerRenew, modelLedgerTop - 1000, modelLedgerTop - 1, modelLedgerTop}[rng.IntN(5)]
+				v = max(v, model.ledger)
+				if err := client.HSet(ctx, l.StoreKey("k"), "r", v).Err(); err != nil {
+					t.Fatal(err)
+				}
+				model.ledger = v
+			}
 			if len(admitted) > 0 && rng.IntN(4) == 0 {
 				p := admitted[rng.IntN(len(admitted))]
 				left := p.d.Receipt.N()

@@ -13,15 +13,24 @@ import (
 // number the scripts give.
 type gcraModel struct {
 	tat    map[int64]int64 // by T, µs
-	ledger int64           // weight refunded since the key was created
+	ledger int64           // weight refunded in this generation
+	gen    int             // the key's generations so far: 0 before the first admission
 }
 
+// The ledger's top (what a receipt holds) and the point past which an
+// admission at full buckets starts a new generation.
+const (
+	modelLedgerTop   = 1<<48 - 1
+	modelLedgerRenew = 1 << 47
+)
+
 // gcraTaken is what the model keeps of an admission: its instant, weight
-// left, every policy's T and E (the TAT it left, shortened to at most the
-// window as the Decision says it), and the ledger at the decision.
+// left, every policy's T and E (the TAT it left, which the Decision's
+// ResetAfter, at most the window, may not say), and the ledger at the
+// decision.
 type gcraTaken struct {
 	at, ledger int64
-	n          int
+	n, gen     int
 	t, e       []int64
 }
 
@@ -51,7 +60,14 @@ func (m *gcraModel) decide(now int64, n int, policies []keyrate.Policy) (keyrate
 	record := allowed && n > 0
 	var tk *gcraTaken
 	if record {
-		tk = &gcraTaken{at: now, ledger: m.ledger, n: n}
+		idle := true
+		for _, f := range full {
+			idle = idle && f == 0
+		}
+		if m.gen == 0 || idle && m.ledger >= modelLedgerRenew {
+			m.gen, m.ledger = m.gen+1, 0
+		}
+		tk = &gcraTaken{at: now, ledger: m.ledger, n: n, gen: m.gen}
 		for i, p := range policies {
 			T := refillEvery(p)
 			full[i] += int64(n) * T
@@ -80,7 +96,7 @@ func (m *gcraModel) decide(now int64, n int, policies []keyrate.Policy) (keyrate
 		}
 		if tk != nil {
 			tk.t = append(tk.t, T)
-			tk.e = append(tk.e, now+parts[i].ResetAfter.Microseconds())
+			tk.e = append(tk.e, now+f)
 		}
 	}
 	return keyrate.Combine(parts...), tk
@@ -89,7 +105,11 @@ func (m *gcraModel) decide(now int64, n int, policies []keyrate.Policy) (keyrate
 // refund gives back n of tk's weight at now, as gcraRefundSource does, and
 // reports whether any bucket got something back.
 func (m *gcraModel) refund(now int64, tk *gcraTaken, n int) bool {
-	since := m.ledger - tk.ledger
+	if tk.gen != m.gen || m.ledger+int64(n) > modelLedgerTop {
+		return false
+	}
+	// Past 2^32µs of refills, since moves every span before now.
+	since := min(m.ledger-tk.ledger, 1<<32)
 	give := map[int64]int64{}
 	for i, T := range tk.t {
 		g := min(int64(n)*T, tk.e[i]-since*T-now)

@@ -123,7 +123,11 @@ func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int)
 	if ps := d.Policies(); l.script != slidingLogScript && len(ps) > 0 {
 		// The counts and buckets the decision itself went to.
 		for _, p := range ps {
-			args = append(args, p.Limit, p.Window.Microseconds(), p.ResetAfter.Microseconds())
+			reset := p.ResetAfter.Microseconds()
+			if l.script == gcraScript {
+				reset = gcraFull(p) // ResetAfter stops at the window
+			}
+			args = append(args, p.Limit, p.Window.Microseconds(), reset)
 		}
 	} else {
 		for i := 0; i < len(tr.args); i += 2 {
@@ -146,13 +150,16 @@ func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int)
 // maxOffset is the largest rid a Receipt holds.
 const maxOffset = 1<<48 - 1
 
+// maxLedger is maxOffset in Lua: the most GCRA's refund ledger holds.
+const maxLedger = "281474976710655"
+
 // newReceipt returns the Receipt of n events decided at the server's
 // instant now (µs), in the key state of generation gen, with the script's
 // rid.
 func newReceipt(n int, now, rid, gen int64) keyrate.Receipt {
 	// Only a resolution of some nine years could push the recorded
 	// instant that far; the refund then finds no entry, and says so.
-	// GCRA's ledger is kept mod 2^48 already.
+	// GCRA's ledger stops below 2^48 already.
 	off := min(max(rid, 0), maxOffset)
 	return keyrate.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
 }
@@ -188,8 +195,10 @@ func (l *Limiter) refundScript() *redis.Script {
 //	ARGV[6:] limit, window, resetAfter triples, windows and resetAfter in
 //	         microseconds: for the sliding log, the policies of the key's
 //	         tier now (resetAfter 0); for the fixed window and GCRA, the
-//	         decision's own policies and each one's ResetAfter, which
-//	         name the counts and buckets the decision went to
+//	         decision's own policies and each one's ResetAfter (GCRA:
+//	         the time its bucket took to be full again, past the window
+//	         where it is, see gcraFull), which name the counts and
+//	         buckets the decision went to
 //
 // Each returns 1 when it gave the weight back, 0 when the key's state is
 // not the receipt's generation (or there is none), and -1 when it is but
@@ -388,7 +397,8 @@ return 1
 // (gcra.go), the part of the decision's own tokens that the bucket has not
 // refilled yet, and never more: a decision of weight N at instant at took
 // the span [E - N*T, E] of its bucket's timeline, E being the TAT it left
-// (at + its ResetAfter) and T the bucket's refill interval, so a refund of
+// (at + the time until full, gcraFull) and T the bucket's refill interval,
+// so a refund of
 // n of it moves the TAT min(n*T, E - now) earlier, to now at the earliest;
 // nothing once E has passed. Giving back n*T whatever the age of the
 // decision would hand out tokens the bucket refilled long ago: under 1
@@ -403,10 +413,13 @@ return 1
 // receipt carries as it stood at the decision (rid), and each refund
 // counts E as E - (r - rid)*T. That is exact when only the decision's own
 // refunds came between, and gives back less, never more, otherwise (as it
-// does when later decisions queued behind this one).
+// does when later decisions queued behind this one). The ledger never
+// wraps (gcra.go): a refund that would take it past the most a receipt
+// holds gives nothing back, and a rid past the ledger names an earlier
+// generation of the same number.
 const gcraRefundSource = refundPrologue + `
 local function num(x) return string.format('%.0f', x) end
-local L = 281474976710656
+local L = ` + maxLedger + `
 local fields, T, E, seen = {'g', 'r', 'l'}, {}, {}, {}
 for i = 1, P do
   local t, e = math.ceil(windows[i] / limits[i]), decided + resets[i]
@@ -423,7 +436,9 @@ local cur = redis.call('HMGET', key, unpack(fields))
 if tonumber(cur[1]) ~= gen then return 0 end
 local ledger, last = tonumber(cur[2]) or 0, tonumber(cur[3])
 if last and now < last then now = last end
-local since = (ledger - rid) % L
+local since = ledger - rid
+if since < 0 then return 0 end
+if ledger + n > L then return -1 end
 local set = {}
 for i = 1, #T do
   local tat = tonumber(cur[3 + i])
@@ -435,7 +450,7 @@ for i = 1, #T do
 end
 if #set == 0 then return -1 end
 set[#set + 1] = 'r'
-set[#set + 1] = num((ledger + n) % L)
+set[#set + 1] = num(ledger + n)
 set[#set + 1] = 'l'
 set[#set + 1] = num(now)
 redis.call('HSET', key, unpack(set))
