@@ -294,9 +294,16 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 		return err
 	}
 	rl := &reloader{src: src, merge: o.merge, metrics: m, log: log}
-	rs, err := rl.first()
+	rs, invalid, err := rl.first()
 	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		return err
+	}
+	if invalid != nil {
+		// As envoyproxy/ratelimit: start, log, and answer calls with an
+		// error until valid rules load.
+		log.Error("invalid configuration; no rules loaded: every call is answered UNAVAILABLE until valid rules load",
+			"rules", src.String(), "err", invalid)
+		m.configLoaded(invalid)
 	}
 	var st store
 	if o.redis != nil {
@@ -322,8 +329,10 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	m.configLoaded(nil)
-	if len(rs.domains) == 0 {
+	if invalid == nil {
+		m.configLoaded(nil)
+	}
+	if len(rs.domains) == 0 && invalid == nil {
 		log.Warn("no domain loaded: every request is answered OK until the rules hold one", "rules", src.String())
 	}
 	rl.svc = svc

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -220,19 +221,24 @@ func httpServer(h http.Handler, write time.Duration) *http.Server {
 }
 
 // debugHandler serves envoyproxy/ratelimit's debug endpoints that mean
-// something here: /rlconfig (the rules loaded), /metrics and the pprof
-// profiles.
+// something here: /rlconfig (the rules loaded), /stats, /metrics and the
+// pprof profiles.
 func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	endpoints := map[string]string{
 		"/rlconfig":     "print out the currently loaded configuration for debugging",
+		"/stats":        "print out stats",
 		"/metrics":      "the metrics, in Prometheus's format",
 		"/debug/pprof/": "root of various pprof endpoints. hit for help.",
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		for _, p := range []string{"/debug/pprof/", "/metrics", "/rlconfig"} {
+		for _, p := range []string{"/debug/pprof/", "/metrics", "/rlconfig", "/stats"} {
 			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
 		}
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		writeStats(w, reg)
 	})
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -247,6 +253,49 @@ func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// writeStats writes /stats: every counter and gauge of reg, a line each,
+// "name{labels}: value", in the plain text form of envoyproxy/ratelimit's
+// /stats, under the names /metrics gives them. Labels never hold a value
+// a request sent, so neither does this page.
+func writeStats(w io.Writer, reg prometheus.Gatherer) {
+	families, err := reg.Gather()
+	if err != nil && len(families) == 0 {
+		fmt.Fprintf(w, "# gathering the metrics: %v\n", err)
+		return
+	}
+	var b []byte
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			default:
+				continue // histograms and summaries: /metrics has them
+			}
+			b = append(b[:0], f.GetName()...)
+			if len(m.GetLabel()) > 0 {
+				b = append(b, '{')
+				for i, l := range m.GetLabel() {
+					if i > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, l.GetName()...)
+					b = append(b, '=')
+					b = strconv.AppendQuote(b, l.GetValue())
+				}
+				b = append(b, '}')
+			}
+			b = append(b, ": "...)
+			b = strconv.AppendFloat(b, v, 'f', -1, 64)
+			b = append(b, '\n')
+			w.Write(b)
+		}
+	}
 }
 
 // setRules records the rules loaded, for /rlconfig and the health checks.
