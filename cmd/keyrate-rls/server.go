@@ -20,13 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 )
 
 // Connection defaults. A connection costs a file descriptor and some 20 to
@@ -49,9 +46,14 @@ type grpcLimits struct {
 	// opens another connection when it needs more.
 	streamsPerConn int
 	// inFlight bounds the calls in flight on all connections together,
-	// each a goroutine and buffers, counted from its headers on, so that
-	// calls whose request never comes cannot pile up.
+	// each a goroutine and buffers, counted once their request has come
+	// (see callGate).
 	inFlight int
+	// readTimeout bounds the time from a call's headers to its complete
+	// request, and reading the calls whose request is still being read,
+	// each holding up to maxMessage bytes of it (see callGate).
+	readTimeout time.Duration
+	reading     int
 	// maxAge and maxAgeGrace are GRPC_MAX_CONNECTION_AGE and its _GRACE:
 	// how long a connection lives before the server asks its client to
 	// move to a new one, and how long it then has.
@@ -62,10 +64,15 @@ type grpcLimits struct {
 
 // defaultGRPCLimits: 128 concurrent calls per connection is more than an
 // Envoy worker has in flight to one replica at tens of thousands of
-// requests a second; 4,096 calls in flight is some 50 MB at most.
+// requests a second; 4,096 calls in flight is some 50 MB at most. Envoy
+// sends a request with its headers, read in microseconds: 5s is ample
+// for a slow network, and 64 calls reading at once hold at most 64 MiB
+// of partial requests.
 var defaultGRPCLimits = grpcLimits{
 	streamsPerConn: 128,
 	inFlight:       4096,
+	readTimeout:    5 * time.Second,
+	reading:        64,
 	maxAge:         24 * time.Hour, // envoyproxy/ratelimit's defaults
 	maxAgeGrace:    time.Hour,
 	idle:           5 * time.Minute,
@@ -159,19 +166,19 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		}
 	}
 
-	var inFlight atomic.Int64
 	g := o.grpc
+	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight)}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_grpc_calls_reading",
+		Help: "gRPC calls whose request is still being read, at most -max-reading.",
+	}, func() float64 { return float64(gate.Reading()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_grpc_calls_in_flight",
+		Help: "gRPC calls whose request has come, not yet answered, at most -max-in-flight.",
+	}, func() float64 { return float64(gate.InFlight()) }))
 	s.gs = grpc.NewServer(
 		grpc.MaxConcurrentStreams(uint32(g.streamsPerConn)),
-		grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-			if inFlight.Add(1) > int64(g.inFlight) {
-				inFlight.Add(-1)
-				return nil, status.Error(codes.Unavailable, "too many calls in flight")
-			}
-			// The call's context ends when the call does, however it ends.
-			context.AfterFunc(ctx, func() { inFlight.Add(-1) })
-			return ctx, nil
-		}),
+		grpc.InTapHandle(gate.tap),
+		grpc.ChainStreamInterceptor(gate.stream),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     g.idle,
 			MaxConnectionAge:      g.maxAge,
@@ -183,7 +190,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxHeaderListSize(maxMessage),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		grpc.ChainUnaryInterceptor(gate.unary, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			start := time.Now()
 			resp, err := h(ctx, req)
 			m.served(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:], time.Since(start))
