@@ -4,12 +4,14 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -29,6 +31,9 @@ type callGate struct {
 	readTimeout time.Duration
 	maxReading  int
 	maxInFlight int64
+	// requested, when set, learns of the connection (its two ends) of
+	// each call whose request has come (see connPool.requested).
+	requested func(local, remote net.Addr)
 
 	inFlight atomic.Int64
 	mu       sync.Mutex
@@ -118,6 +123,9 @@ func (g *callGate) read(ctx context.Context) (release func(), err error) {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
 		}
+	}
+	if pr, ok := peer.FromContext(ctx); ok && g.requested != nil {
+		g.requested(pr.LocalAddr, pr.Addr)
 	}
 	if g.inFlight.Add(1) > g.maxInFlight {
 		g.inFlight.Add(-1)

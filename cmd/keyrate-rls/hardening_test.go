@@ -169,6 +169,79 @@ func TestIdleConnectionsLockNoOneOut(t *testing.T) {
 	assert.Contains(t, s.log.String(), "-max-conns lowered to what the limit of open files allows")
 }
 
+// Many addresses each holding one idle connection fill the pool, and no
+// address holds more than a newcomer would: a client from another address
+// is still served, on the gRPC and the HTTP port, in the place of the
+// connection idle longest. (Per-address fairness alone let 4,100
+// addresses of one idle connection each lock every client out.)
+func TestManyAddressesLockNoOneOut(t *testing.T) {
+	const total, addrs = 64, 80
+	s := startServer(t, binaryConfig(t), "-max-conns", strconv.Itoa(total))
+	hold := func(addr string, hello string, from int) {
+		t.Helper()
+		for x := from; x < from+addrs; x++ {
+			c, err := loopbackDialer(x).Dial("tcp", addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			_, err = io.WriteString(c, hello)
+			require.NoError(t, err)
+		}
+	}
+	grpcFrom := func(x int) error {
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return loopbackDialer(x).DialContext(ctx, "tcp", addr)
+			}))
+		require.NoError(t, err)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("d", desc("b", "newcomer")),
+			grpc.WaitForReady(false))
+		return err
+	}
+	httpFrom := func(x int) error {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: loopbackDialer(x).DialContext}}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Get(s.httpBase + "/healthcheck")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+
+	hold(s.grpcAddr, http2Preface, 10) // 127.0.0.10 to .89, a connection each
+	assert.NoError(t, grpcFrom(200), "gRPC from a new address, the pool full of idle connections")
+	hold(strings.TrimPrefix(s.httpBase, "http://"), "", 100) // 127.0.0.100 to .179
+	assert.NoError(t, httpFrom(201), "HTTP from a new address, the pool full of idle connections")
+	assert.NoError(t, grpcFrom(202), "gRPC again")
+	assert.LessOrEqual(t, s.metric(t, "keyrate_rls_connections"), total)
+}
+
+// A connection that sends no request within -conn-request-timeout of its
+// accept is closed; one that sent a request stays.
+func TestConnWithoutRequestIsClosed(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-conn-request-timeout", "300ms")
+	asked := dialRaw(t, s.grpcAddr, 23)
+	asked.request(t)
+	idle := dialRaw(t, s.grpcAddr, 24)
+	select {
+	case <-idle.closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection with no request is still open")
+	}
+	select {
+	case <-asked.closed:
+		t.Error("the connection that sent a request was closed")
+	default:
+	}
+	assert.Equal(t, "OK | OK 4/5 HOUR", s.ask(t, request("d", desc("b", "after"))))
+}
+
 // writeTemp writes content to a new file and returns its path.
 func writeTemp(t *testing.T, content string) string {
 	t.Helper()
@@ -250,6 +323,13 @@ func dialRaw(t *testing.T, addr string, x int) *rawConn {
 // never the rest. It returns a channel closed when the server ends it.
 func (rc *rawConn) stall(t *testing.T, size, partial int) <-chan struct{} {
 	t.Helper()
+	return rc.call(t, size, partial, false)
+}
+
+// call starts a ShouldRateLimit call of a message of size bytes, sending
+// partial of them, and the end of the stream when end is set.
+func (rc *rawConn) call(t *testing.T, size, partial int, end bool) <-chan struct{} {
+	t.Helper()
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "keyrate-rls"},
@@ -269,10 +349,17 @@ func (rc *rawConn) stall(t *testing.T, size, partial int) <-chan struct{} {
 	msg := append([]byte{0, byte(size >> 24), byte(size >> 16), byte(size >> 8), byte(size)}, make([]byte, partial)...)
 	for len(msg) > 0 { // in frames of the default maximum size
 		n := min(len(msg), 16384)
-		require.NoError(t, rc.fr.WriteData(id, false, msg[:n]))
+		require.NoError(t, rc.fr.WriteData(id, end && n == len(msg), msg[:n]))
 		msg = msg[n:]
 	}
 	return ended
+}
+
+// request sends a whole ShouldRateLimit call, an empty request, which
+// the server answers with INVALID_ARGUMENT, and waits for its answer.
+func (rc *rawConn) request(t *testing.T) {
+	t.Helper()
+	waitEnded(t, rc.call(t, 0, 0, true), "a whole call")
 }
 
 // waitEnded waits until the server ends the stream, or fails the test

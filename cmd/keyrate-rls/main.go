@@ -125,6 +125,7 @@ type options struct {
 	healthyWithConfig bool    // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 
 	maxConns, maxConnsPerAddr int
+	connRequestTimeout        time.Duration // a connection with no request by then is closed
 	grpc                      grpcLimits
 
 	// warnings name the settings given that are not honoured, logged at
@@ -146,21 +147,22 @@ const defaultRedisTimeout = 10 * time.Second
 // defaultOptions are the settings before the environment and the flags.
 func defaultOptions() options {
 	return options{
-		runtime:         runtimeDir{root: defaultRuntimeRoot, app: "config"},
-		grpcAddr:        ":8081",
-		httpAddr:        ":8080",
-		reloadInterval:  5 * time.Second,
-		maxKeys:         1_000_000,
-		shutdownTimeout: 10 * time.Second,
-		logLevel:        "info",
-		logFormat:       "text",
-		redisTimeout:    defaultRedisTimeout,
-		redisPrefix:     defaultRedisPrefix,
-		redisDenyCache:  10_000,
-		nearRatio:       defaultNearLimitRatio,
-		maxConns:        defaultMaxConns,
-		maxConnsPerAddr: defaultMaxConnsPerAddr,
-		grpc:            defaultGRPCLimits,
+		runtime:            runtimeDir{root: defaultRuntimeRoot, app: "config"},
+		grpcAddr:           ":8081",
+		httpAddr:           ":8080",
+		reloadInterval:     5 * time.Second,
+		maxKeys:            1_000_000,
+		shutdownTimeout:    10 * time.Second,
+		logLevel:           "info",
+		logFormat:          "text",
+		redisTimeout:       defaultRedisTimeout,
+		redisPrefix:        defaultRedisPrefix,
+		redisDenyCache:     10_000,
+		nearRatio:          defaultNearLimitRatio,
+		maxConns:           defaultMaxConns,
+		maxConnsPerAddr:    defaultMaxConnsPerAddr,
+		connRequestTimeout: defaultConnRequestTimeout,
+		grpc:               defaultGRPCLimits,
 	}
 }
 
@@ -188,7 +190,8 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json (LOG_FORMAT)")
 	fs.BoolVar(&o.service.headers.fields, "ratelimit-fields", false, "add the IETF RateLimit-Policy and RateLimit fields to the responses Envoy sends, a member per limit of each descriptor")
 	fs.IntVar(&o.service.maxOverridesPerDomain, "max-overrides-per-domain", defaultOverridesPerDomain, "distinct limit overrides each domain holds at once; one more takes the place of the least recently used")
-	fs.IntVar(&o.maxConns, "max-conns", o.maxConns, "connections open at once on all ports together (at most the file descriptors allow); past it, one from a new address takes the place of one from the address holding the most")
+	fs.IntVar(&o.maxConns, "max-conns", o.maxConns, "connections open at once on all ports together (at most the file descriptors allow); past it, a new one takes the place of the one idle longest")
+	fs.DurationVar(&o.connRequestTimeout, "conn-request-timeout", o.connRequestTimeout, "how long a connection may stay open without sending a whole request before it is closed")
 	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-addr", o.maxConnsPerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once")
 	fs.IntVar(&o.grpc.streamsPerConn, "max-streams-per-conn", o.grpc.streamsPerConn, "concurrent gRPC calls on one connection")
 	fs.IntVar(&o.grpc.inFlight, "max-in-flight", o.grpc.inFlight, "gRPC calls in flight on all connections together, counted once their request has come; more are refused with UNAVAILABLE")
@@ -251,6 +254,8 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-shutdown-timeout is %v, want more than 0", o.shutdownTimeout)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return o, fmt.Errorf("-log-format is %q, want text or json", o.logFormat)
+	case o.connRequestTimeout <= 0:
+		return o, fmt.Errorf("-conn-request-timeout is %v, want more than 0", o.connRequestTimeout)
 	case o.maxConns < 1 || o.maxConnsPerAddr < 1:
 		return o, fmt.Errorf("-max-conns is %d and -max-conns-per-addr %d, want 1 or more", o.maxConns, o.maxConnsPerAddr)
 	case o.grpc.streamsPerConn < 1 || o.grpc.inFlight < 1 || o.grpc.reading < 1:

@@ -33,6 +33,9 @@ import (
 const (
 	defaultMaxConns        = 4096
 	defaultMaxConnsPerAddr = 256
+	// defaultConnRequestTimeout closes a connection that has sent no
+	// request by then: Envoy opens a connection to send one.
+	defaultConnRequestTimeout = 10 * time.Second
 	// fileReserve is the file descriptors kept for all but client
 	// connections (Redis, the rules, logs) when the limit of open files
 	// bounds -max-conns.
@@ -129,7 +132,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		total = max(limit-fileReserve, 64)
 		log.Warn("-max-conns lowered to what the limit of open files allows", "max_conns", total, "open_files", limit)
 	}
-	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr), healthyWithConfig: o.healthyWithConfig}
+	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr, o.connRequestTimeout), healthyWithConfig: o.healthyWithConfig}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keyrate_rls_connections",
 		Help: "Connections open on all ports, at most -max-conns.",
@@ -167,7 +170,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 	}
 
 	g := o.grpc
-	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight)}
+	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight), requested: s.pool.requested}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keyrate_rls_grpc_calls_reading",
 		Help: "gRPC calls whose request is still being read, at most -max-reading.",
@@ -209,6 +212,11 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		mux := http.NewServeMux()
 		mux.Handle("GET "+o.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		s.prmSrv = httpServer(mux, 15*time.Second)
+	}
+	for _, h := range []*http.Server{s.hsrv, s.debugSrv, s.prmSrv} {
+		if h != nil {
+			h.ConnState = s.pool.connState
+		}
 	}
 	ok = true
 	return s, nil
