@@ -263,11 +263,48 @@ func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// cmdline serves /debug/pprof/cmdline as pprof does, the command line's
+// arguments separated by NULs, but with the password of every redis:// or
+// rediss:// URL in them (-redis, -redis-cluster) redacted.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = redactURLs(a)
+	}
+	io.WriteString(w, strings.Join(args, "\x00"))
+}
+
+// redactURLs returns s with each redis:// or rediss:// URL in it, up to
+// the next comma, redacted (see redactAddr).
+func redactURLs(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "redis://")
+		if j := strings.Index(s, "rediss://"); j >= 0 && (i < 0 || j < i) {
+			i = j
+		}
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		end := strings.IndexByte(s, ',')
+		if end < 0 {
+			end = len(s)
+		}
+		b.WriteString(redactAddr(s[:end]))
+		s = s[end:]
+	}
 }
 
 // writeStats writes /stats: every counter and gauge of reg, a line each,
