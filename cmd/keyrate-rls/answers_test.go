@@ -52,8 +52,9 @@ func TestGlobalQuotaMode(t *testing.T) {
 	heavy := desc("k", "x")
 	heavy.HitsAddend = wrapperspb.UInt64(6)
 	h.trace(t, []step{
-		{0, request("d", heavy), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=0s"},
-		{0, request("d", heavy, desc("k", "y")), "OK | OVER_LIMIT 5/5 MINUTE t=0s | OK 4/5 MINUTE t=1m0s"},
+		// A weight above the limit: the reset is the window, never 0.
+		{0, request("d", heavy), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=1m0s"},
+		{0, request("d", heavy, desc("k", "y")), "OK | OVER_LIMIT 5/5 MINUTE t=1m0s | OK 4/5 MINUTE t=1m0s"},
 	})
 }
 

@@ -461,19 +461,18 @@ func TestBinaryReloadKeepsCounts(t *testing.T) {
 	}
 }
 
-// An invalid file at start is refused, naming its line; so is a runtime
-// directory that does not exist, without -config.
+// A file that cannot be read at start stops the service; so does a
+// runtime directory that does not exist, without -config.
 func TestBinaryBadConfig(t *testing.T) {
 	bin := builtBinary(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	write(t, path, "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
+	write(t, path, "domain: d\n")
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"-config", path}, 1, `rules.yaml:5: rate_limit: unit "fortnight"`},
 		{[]string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, 1, "no such file"},
 		{nil, 1, "no rules: the runtime directory " + missing + "/config does not exist"},
 		{[]string{"-config", path, "-log-level", "loud"}, 2, "-log-level"},
@@ -485,6 +484,33 @@ func TestBinaryBadConfig(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != c.code || !strings.Contains(string(out), c.want) {
 			t.Errorf("keyrate-rls %s: %v\n%s\nwant exit status %d and %q", strings.Join(c.args, " "), err, out, c.code, c.want)
 		}
+	}
+}
+
+// An invalid rules file at start is as envoyproxy/ratelimit takes it: the
+// service starts, logs the error with its line, counts it, and answers
+// every call UNAVAILABLE (Envoy's failure_mode_deny then decides) until
+// valid rules load, which they do once the file is fixed.
+func TestBinaryInvalidConfigAtStart(t *testing.T) {
+	s := startServer(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
+	s.log.waitFor(t, `rules.yaml:5: rate_limit: unit \"fortnight\"`, 1)
+	if !strings.Contains(s.log.String(), "invalid configuration; no rules loaded") {
+		t.Errorf("the log:\n%s", s.log)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.client.ShouldRateLimit(ctx, request("d", desc("k", "v"))); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call with no rules loaded: %v, want UNAVAILABLE", err)
+	}
+	if e, ok := s.metric(t, "ratelimit_service_config_load_error"), s.metric(t, "ratelimit_service_config_load_success"); e != 1 || ok != 0 {
+		t.Errorf("config_load_error %d, config_load_success %d; want 1 and 0", e, ok)
+	}
+
+	write(t, s.config, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	s.signal(t, syscall.SIGHUP)
+	s.log.waitFor(t, "configuration reloaded", 1)
+	if got := s.ask(t, request("d", desc("k", "v"))); got != "OK | OK 0/1 HOUR" {
+		t.Errorf("after the fix: %s", got)
 	}
 }
 

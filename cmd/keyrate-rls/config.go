@@ -23,7 +23,14 @@ import (
 type ruleSet struct {
 	domains map[string]*node
 	rules   []*rule // every rule, in the order of the file
+	// none marks the rules of a service whose configuration was invalid
+	// at start: as envoyproxy/ratelimit, it answers every call with an
+	// error until a valid one loads.
+	none bool
 }
+
+// noRules is the rule set of a service that has loaded no configuration.
+func noRules() *ruleSet { return &ruleSet{domains: map[string]*node{}, none: true} }
 
 // minMaxWindow is the longest window the in-process store always holds: a
 // day, the longest unit but for week, month and year. Its events count in

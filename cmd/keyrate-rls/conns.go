@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -16,23 +17,39 @@ import (
 // No address may hold more than perAddr connections (an IPv6 address
 // counts by its /64, which one host can fill with addresses of its own);
 // one over it is closed as soon as it is accepted. At the total, a new
-// connection from an address holding fewer than the address that holds
-// the most takes the place of that address's connection read from least
-// recently, so that no set of addresses can lock another out: a client
-// with a connection or two always gets in. Connections that are not from
-// an IP address (a Unix socket) count against the total only.
+// connection always gets in, in the place of the connection read from
+// least recently, whoever holds it: per-address fairness alone cannot
+// hold the pool, as many addresses of one connection each (4,100 of them,
+// or one IPv6 /52) would leave no address holding more than a newcomer.
+// Only when every connection has been read within busyWithin does the
+// address holding the most, if it holds more than the newcomer's would
+// and one more, give way instead, its connection read least recently. A
+// connection that has sent no request within requestTimeout of its
+// accept is closed (see requested). Connections that are not from an IP
+// address (a Unix socket) count against the total only, and have no
+// request deadline.
 type connPool struct {
 	total, perAddr int
+	// requestTimeout closes a connection with no request by then; 0: none.
+	requestTimeout time.Duration
 
 	mu     sync.Mutex
 	open   int
 	byAddr map[string]map[*poolConn]struct{} // under mu, addresses with connections
+	byPeer map[string]*poolConn              // under mu, IP connections by peerKey
 }
 
+// busyWithin is how recently every connection must have been read for
+// the pool to count as busy, when the address holding the most gives way
+// rather than the connection idle longest.
+const busyWithin = time.Second
+
 // newConnPool returns a pool of at most total connections, perAddr from
-// one address.
-func newConnPool(total, perAddr int) *connPool {
-	return &connPool{total: total, perAddr: perAddr, byAddr: map[string]map[*poolConn]struct{}{}}
+// one address, each closed when it has sent no request within
+// requestTimeout (0: never).
+func newConnPool(total, perAddr int, requestTimeout time.Duration) *connPool {
+	return &connPool{total: total, perAddr: perAddr, requestTimeout: requestTimeout,
+		byAddr: map[string]map[*poolConn]struct{}{}, byPeer: map[string]*poolConn{}}
 }
 
 // listen returns ln bounded by the pool.
@@ -58,12 +75,13 @@ func (l *poolListener) Accept() (net.Conn, error) {
 }
 
 // admit returns c as a connection of the pool, or closes it and returns nil
-// when its address is at its cap, or when the pool is full and no address
-// holds more than c's would.
+// when its address is at its cap. At the total, another connection gives
+// way (see victim).
 func (p *connPool) admit(c net.Conn) *poolConn {
 	addr, ip := clientAddr(c.RemoteAddr())
 	pc := &poolConn{Conn: c, pool: p, addr: addr}
-	pc.read.Store(time.Now().UnixNano())
+	now := time.Now()
+	pc.read.Store(now.UnixNano())
 	var evict *poolConn
 	p.mu.Lock()
 	mine := len(p.byAddr[addr])
@@ -73,12 +91,7 @@ func (p *connPool) admit(c net.Conn) *poolConn {
 		c.Close()
 		return nil
 	case p.open >= p.total:
-		evict = p.victim(mine)
-		if evict == nil {
-			p.mu.Unlock()
-			c.Close()
-			return nil
-		}
+		evict = p.victim(mine, now)
 		p.remove(evict)
 	}
 	set := p.byAddr[addr]
@@ -88,6 +101,15 @@ func (p *connPool) admit(c net.Conn) *poolConn {
 	}
 	set[pc] = struct{}{}
 	p.open++
+	if ip && p.requestTimeout > 0 {
+		pc.key = peerKey(c.LocalAddr(), c.RemoteAddr())
+		p.byPeer[pc.key] = pc
+		pc.deadline = time.AfterFunc(p.requestTimeout, func() {
+			if !pc.requested.Load() {
+				pc.Close()
+			}
+		})
+	}
 	p.mu.Unlock()
 	if evict != nil {
 		evict.Conn.Close()
@@ -96,27 +118,34 @@ func (p *connPool) admit(c net.Conn) *poolConn {
 }
 
 // victim returns the connection to close for a newcomer from an address
-// that holds mine: of the address holding the most, more than mine+1, the
-// one read from least recently; nil when no address holds that many.
-// Called with mu held, at the total, where a scan of the addresses is
+// that holds mine, at the total: the connection read from least recently;
+// but when even that one was read within busyWithin, the one read least
+// recently of the address holding the most, if that is more than mine+1.
+// Called with mu held, at the total, where a scan of the connections is
 // the price of a full pool.
-func (p *connPool) victim(mine int) *poolConn {
+func (p *connPool) victim(mine int, now time.Time) *poolConn {
+	var oldest *poolConn
 	var most map[*poolConn]struct{}
 	for _, set := range p.byAddr {
 		if len(set) > len(most) {
 			most = set
 		}
-	}
-	if len(most) <= mine+1 {
-		return nil
-	}
-	var oldest *poolConn
-	for c := range most {
-		if oldest == nil || c.read.Load() < oldest.read.Load() {
-			oldest = c
+		for c := range set {
+			if oldest == nil || c.read.Load() < oldest.read.Load() {
+				oldest = c
+			}
 		}
 	}
-	return oldest
+	if now.UnixNano()-oldest.read.Load() >= int64(busyWithin) || len(most) <= mine+1 {
+		return oldest
+	}
+	var fair *poolConn
+	for c := range most {
+		if fair == nil || c.read.Load() < fair.read.Load() {
+			fair = c
+		}
+	}
+	return fair
 }
 
 // remove takes c out of the pool once; called with mu held.
@@ -129,8 +158,39 @@ func (p *connPool) remove(c *poolConn) {
 	if len(set) == 0 {
 		delete(p.byAddr, c.addr)
 	}
+	if c.key != "" && p.byPeer[c.key] == c {
+		delete(p.byPeer, c.key)
+	}
+	if c.deadline != nil {
+		c.deadline.Stop()
+	}
 	p.open--
 }
+
+// requested notes that the connection between local and remote (a gRPC
+// call's peer) has sent a request, so that it outlives requestTimeout.
+func (p *connPool) requested(local, remote net.Addr) {
+	if local == nil || remote == nil {
+		return
+	}
+	p.mu.Lock()
+	pc := p.byPeer[peerKey(local, remote)]
+	p.mu.Unlock()
+	if pc != nil {
+		pc.requested.Store(true)
+	}
+}
+
+// connState is the HTTP servers' ConnState hook: a connection whose
+// request has begun has sent one.
+func (p *connPool) connState(c net.Conn, st http.ConnState) {
+	if pc, ok := c.(*poolConn); ok && st == http.StateActive {
+		pc.requested.Store(true)
+	}
+}
+
+// peerKey names a connection by both its ends.
+func peerKey(local, remote net.Addr) string { return local.String() + " " + remote.String() }
 
 // Open returns the number of connections held.
 func (p *connPool) Open() int {
@@ -140,13 +200,17 @@ func (p *connPool) Open() int {
 }
 
 // poolConn is a connection of a pool: it notes when it was last read
-// from, and gives its place back when closed.
+// from and whether it has sent a request, and gives its place back when
+// closed.
 type poolConn struct {
 	net.Conn
-	pool *connPool
-	addr string
-	read atomic.Int64 // UnixNano of the last read that returned data
-	once sync.Once
+	pool      *connPool
+	addr      string
+	key       string       // peerKey, for an IP connection with a request deadline
+	deadline  *time.Timer  // closes it without a request by then; nil: none
+	requested atomic.Bool  // it has sent a request
+	read      atomic.Int64 // UnixNano of the last read that returned data
+	once      sync.Once
 }
 
 func (c *poolConn) Read(b []byte) (int, error) {

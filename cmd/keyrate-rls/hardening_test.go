@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -21,10 +23,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -167,6 +169,79 @@ func TestIdleConnectionsLockNoOneOut(t *testing.T) {
 	assert.Contains(t, s.log.String(), "-max-conns lowered to what the limit of open files allows")
 }
 
+// Many addresses each holding one idle connection fill the pool, and no
+// address holds more than a newcomer would: a client from another address
+// is still served, on the gRPC and the HTTP port, in the place of the
+// connection idle longest. (Per-address fairness alone let 4,100
+// addresses of one idle connection each lock every client out.)
+func TestManyAddressesLockNoOneOut(t *testing.T) {
+	const total, addrs = 64, 80
+	s := startServer(t, binaryConfig(t), "-max-conns", strconv.Itoa(total))
+	hold := func(addr string, hello string, from int) {
+		t.Helper()
+		for x := from; x < from+addrs; x++ {
+			c, err := loopbackDialer(x).Dial("tcp", addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			_, err = io.WriteString(c, hello)
+			require.NoError(t, err)
+		}
+	}
+	grpcFrom := func(x int) error {
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return loopbackDialer(x).DialContext(ctx, "tcp", addr)
+			}))
+		require.NoError(t, err)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("d", desc("b", "newcomer")),
+			grpc.WaitForReady(false))
+		return err
+	}
+	httpFrom := func(x int) error {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: loopbackDialer(x).DialContext}}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Get(s.httpBase + "/healthcheck")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+
+	hold(s.grpcAddr, http2Preface, 10) // 127.0.0.10 to .89, a connection each
+	assert.NoError(t, grpcFrom(200), "gRPC from a new address, the pool full of idle connections")
+	hold(strings.TrimPrefix(s.httpBase, "http://"), "", 100) // 127.0.0.100 to .179
+	assert.NoError(t, httpFrom(201), "HTTP from a new address, the pool full of idle connections")
+	assert.NoError(t, grpcFrom(202), "gRPC again")
+	assert.LessOrEqual(t, s.metric(t, "keyrate_rls_connections"), total)
+}
+
+// A connection that sends no request within -conn-request-timeout of its
+// accept is closed; one that sent a request stays.
+func TestConnWithoutRequestIsClosed(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-conn-request-timeout", "300ms")
+	asked := dialRaw(t, s.grpcAddr, 23)
+	asked.request(t)
+	idle := dialRaw(t, s.grpcAddr, 24)
+	select {
+	case <-idle.closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection with no request is still open")
+	}
+	select {
+	case <-asked.closed:
+		t.Error("the connection that sent a request was closed")
+	default:
+	}
+	assert.Equal(t, "OK | OK 4/5 HOUR", s.ask(t, request("d", desc("b", "after"))))
+}
+
 // writeTemp writes content to a new file and returns its path.
 func writeTemp(t *testing.T, content string) string {
 	t.Helper()
@@ -175,40 +250,188 @@ func writeTemp(t *testing.T, content string) string {
 	return path
 }
 
-// Calls whose request never comes hold at most -max-in-flight places, and
-// -max-streams-per-conn on one connection: past them a call is refused at
-// once, and once they end, calls are served again.
-func TestStalledCallsAreBounded(t *testing.T) {
-	s := startServer(t, binaryConfig(t), "-max-in-flight", "8", "-max-streams-per-conn", "4")
-	const method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for range 3 { // three connections, each with as many stalled calls as it may have
-		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close() })
-		for range 4 {
-			// Headers, no message: the call waits for its request.
-			_, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, method)
-			require.NoError(t, err)
+// rawConn is an HTTP/2 connection to the gRPC port written frame by
+// frame, so that a test can start calls whose request never completes.
+type rawConn struct {
+	c      net.Conn
+	fr     *http2.Framer
+	wmu    sync.Mutex
+	next   uint32                   // the next stream's id
+	mu     sync.Mutex               // guards ended
+	ended  map[uint32]chan struct{} // closed when the server ends the stream
+	closed chan struct{}            // closed when the server closes the connection
+}
+
+// dialRaw opens a rawConn to addr from 127.0.0.x, answering the server's
+// settings and pings, and noting the streams it ends.
+func dialRaw(t *testing.T, addr string, x int) *rawConn {
+	t.Helper()
+	c, err := loopbackDialer(x).Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	rc := &rawConn{c: c, fr: http2.NewFramer(c, c), next: 1, ended: map[uint32]chan struct{}{}, closed: make(chan struct{})}
+	_, err = io.WriteString(c, http2.ClientPreface)
+	require.NoError(t, err)
+	require.NoError(t, rc.fr.WriteSettings())
+	go func() {
+		defer close(rc.closed)
+		for {
+			f, err := rc.fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			var end uint32
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					rc.wmu.Lock()
+					rc.fr.WriteSettingsAck()
+					rc.wmu.Unlock()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					rc.wmu.Lock()
+					rc.fr.WritePing(true, f.Data)
+					rc.wmu.Unlock()
+				}
+			case *http2.RSTStreamFrame:
+				end = f.StreamID
+			case *http2.HeadersFrame:
+				if f.StreamEnded() {
+					end = f.StreamID
+				}
+			case *http2.DataFrame:
+				if f.StreamEnded() {
+					end = f.StreamID
+				}
+			}
+			if end != 0 {
+				rc.mu.Lock()
+				if ch := rc.ended[end]; ch != nil {
+					close(ch)
+					delete(rc.ended, end)
+				}
+				rc.mu.Unlock()
+			}
+		}
+	}()
+	return rc
+}
+
+// stall starts a ShouldRateLimit call that sends its headers and the 5
+// bytes that announce a message of size bytes, then partial of them,
+// never the rest. It returns a channel closed when the server ends it.
+func (rc *rawConn) stall(t *testing.T, size, partial int) <-chan struct{} {
+	t.Helper()
+	return rc.call(t, size, partial, false)
+}
+
+// call starts a ShouldRateLimit call of a message of size bytes, sending
+// partial of them, and the end of the stream when end is set.
+func (rc *rawConn) call(t *testing.T, size, partial int, end bool) <-chan struct{} {
+	t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "keyrate-rls"},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	ended := make(chan struct{})
+	rc.wmu.Lock()
+	defer rc.wmu.Unlock()
+	id := rc.next
+	rc.next += 2
+	rc.mu.Lock()
+	rc.ended[id] = ended
+	rc.mu.Unlock()
+	require.NoError(t, rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}))
+	msg := append([]byte{0, byte(size >> 24), byte(size >> 16), byte(size >> 8), byte(size)}, make([]byte, partial)...)
+	for len(msg) > 0 { // in frames of the default maximum size
+		n := min(len(msg), 16384)
+		require.NoError(t, rc.fr.WriteData(id, end && n == len(msg), msg[:n]))
+		msg = msg[n:]
+	}
+	return ended
+}
+
+// request sends a whole ShouldRateLimit call, an empty request, which
+// the server answers with INVALID_ARGUMENT, and waits for its answer.
+func (rc *rawConn) request(t *testing.T) {
+	t.Helper()
+	waitEnded(t, rc.call(t, 0, 0, true), "a whole call")
+}
+
+// waitEnded waits until the server ends the stream, or fails the test
+// after a generous time.
+func waitEnded(t *testing.T, ended <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: the server did not end it", what)
+	}
+}
+
+// Calls whose request never completes (headers and the first 5 bytes of
+// a message; 32 connections x 128 such streams once held every in-flight
+// place) neither hold an in-flight place nor lock anyone out: past
+// -max-reading, each new call ends the one reading longest, and every
+// honest call is served.
+func TestStalledCallsLockNoOneOut(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-max-in-flight", "2", "-max-reading", "4",
+		"-max-streams-per-conn", "64", "-request-read-timeout", "1h")
+	served := func(what string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := s.client.ShouldRateLimit(ctx, request("d", desc("b", "honest")))
+		if assert.NoError(t, err, what) {
+			assert.Equal(t, rlspb.RateLimitResponse_OK, resp.GetOverallCode(), what)
 		}
 	}
-	var err error
-	require.Eventually(t, func() bool {
-		callCtx, callCancel := context.WithTimeout(context.Background(), time.Second)
-		defer callCancel()
-		_, err = s.client.ShouldRateLimit(callCtx, request("d", desc("b", "stalled")))
-		return err != nil
-	}, 10*time.Second, 20*time.Millisecond, "a call past -max-in-flight is refused")
-	assert.Equal(t, codes.Unavailable, status.Code(err), "a call past -max-in-flight: %v", err)
+	reading := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return s.metric(t, "keyrate_rls_grpc_calls_reading") == n },
+			20*time.Second, 10*time.Millisecond, "%d calls reading", n)
+	}
+	rc := dialRaw(t, s.grpcAddr, 20)
+	var stalled []<-chan struct{}
+	// Three stalled calls, more than -max-in-flight: none holds a place.
+	for range 3 {
+		stalled = append(stalled, rc.stall(t, 100, 0))
+	}
+	reading(3)
+	served("beside 3 stalled calls, past -max-in-flight 2")
+	assert.Equal(t, 0, s.metric(t, "keyrate_rls_grpc_calls_in_flight"))
+	// Nine more, past -max-reading 4: the oldest give way, in turn.
+	for range 9 {
+		stalled = append(stalled, rc.stall(t, 1000, 10))
+	}
+	for i, ended := range stalled[:8] {
+		waitEnded(t, ended, fmt.Sprintf("the stalled call %d, displaced", i))
+	}
+	reading(4)
+	served("beside 12 stalled calls, past -max-reading 4")
+	waitEnded(t, stalled[8], "the stalled call the honest one displaced")
+	assert.Equal(t, 3, s.metric(t, "keyrate_rls_grpc_calls_reading"))
+	for i, ended := range stalled[9:] {
+		select {
+		case <-ended:
+			t.Errorf("the stalled call %d ended: nothing displaced it", 9+i)
+		default:
+		}
+	}
+}
 
-	cancel() // the stalled calls end
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := s.client.ShouldRateLimit(ctx, request("d", desc("b", "after")))
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "served once the stalled calls ended")
+// A call whose request does not complete within -request-read-timeout is
+// ended by the server, whatever else happens on its connection.
+func TestStalledCallTimesOut(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-request-read-timeout", "200ms")
+	rc := dialRaw(t, s.grpcAddr, 22)
+	waitEnded(t, rc.stall(t, 100, 0), "a call with 5 bytes of its message")
+	waitEnded(t, rc.stall(t, 1<<20, 1<<20-1), "a call with all but a byte of a 1 MiB message")
+	assert.Equal(t, "OK | OK 4/5 HOUR", s.ask(t, request("d", desc("b", "after"))))
 }
 
 // A slow Redis (every client paused for 400ms, as a saturated host is) is

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,5 +61,24 @@ descriptors:
 	}
 	if code, _ := serve("GET", "/metrics", ""); code != http.StatusOK {
 		t.Errorf("GET /metrics: %d", code)
+	}
+}
+
+// The debug server's /debug/pprof/cmdline shows the command line without
+// the password of a -redis or -redis-cluster URL.
+func TestDebugCmdlineRedactsPasswords(t *testing.T) {
+	args := os.Args
+	t.Cleanup(func() { os.Args = args })
+	os.Args = []string{"keyrate-rls", "-redis", "redis://:s3cret@h:6379/0", "-redis-cluster=rediss://u:s3cret@a:1,redis://:s3cret@b:2", "-config", "r.yaml"}
+	s := &servers{}
+	rec := httptest.NewRecorder()
+	s.debugHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/cmdline", nil))
+	got := rec.Body.String()
+	if strings.Contains(got, "s3cret") {
+		t.Errorf("cmdline shows a password: %q", got)
+	}
+	want := "keyrate-rls\x00-redis\x00redis://:xxxxx@h:6379/0\x00-redis-cluster=rediss://u:xxxxx@a:1,redis://:xxxxx@b:2\x00-config\x00r.yaml"
+	if got != want {
+		t.Errorf("cmdline %q, want %q", got, want)
 	}
 }

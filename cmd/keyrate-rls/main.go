@@ -11,7 +11,8 @@
 //	            [-reload-interval 5s] [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
 //	            [-log-level info] [-log-format text] [-ratelimit-fields]
 //	            [-max-overrides-per-domain 64] [-max-conns 4096] [-max-conns-per-addr 256]
-//	            [-max-streams-per-conn 128] [-max-in-flight 4096]
+//	            [-max-streams-per-conn 128] [-max-in-flight 4096] [-max-reading 64]
+//	            [-request-read-timeout 5s] [-conn-request-timeout 10s]
 //	            [-redis host:port | -redis-cluster host:port,...] [-redis-prefix keyrate-rls:]
 //	            [-redis-timeout 10s] [-redis-deny-cache 10000] [-redis-deny-cache-max-hold 1s]
 //	            [-redis-fallback 0] [-redis-resolution 0] [-redis-leases 0] [-redis-hash-tag-secret-file FILE]
@@ -125,6 +126,7 @@ type options struct {
 	healthyWithConfig bool    // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 
 	maxConns, maxConnsPerAddr int
+	connRequestTimeout        time.Duration // a connection with no request by then is closed
 	grpc                      grpcLimits
 
 	// warnings name the settings given that are not honoured, logged at
@@ -146,21 +148,22 @@ const defaultRedisTimeout = 10 * time.Second
 // defaultOptions are the settings before the environment and the flags.
 func defaultOptions() options {
 	return options{
-		runtime:         runtimeDir{root: defaultRuntimeRoot, app: "config"},
-		grpcAddr:        ":8081",
-		httpAddr:        ":8080",
-		reloadInterval:  5 * time.Second,
-		maxKeys:         1_000_000,
-		shutdownTimeout: 10 * time.Second,
-		logLevel:        "info",
-		logFormat:       "text",
-		redisTimeout:    defaultRedisTimeout,
-		redisPrefix:     defaultRedisPrefix,
-		redisDenyCache:  10_000,
-		nearRatio:       defaultNearLimitRatio,
-		maxConns:        defaultMaxConns,
-		maxConnsPerAddr: defaultMaxConnsPerAddr,
-		grpc:            defaultGRPCLimits,
+		runtime:            runtimeDir{root: defaultRuntimeRoot, app: "config"},
+		grpcAddr:           ":8081",
+		httpAddr:           ":8080",
+		reloadInterval:     5 * time.Second,
+		maxKeys:            1_000_000,
+		shutdownTimeout:    10 * time.Second,
+		logLevel:           "info",
+		logFormat:          "text",
+		redisTimeout:       defaultRedisTimeout,
+		redisPrefix:        defaultRedisPrefix,
+		redisDenyCache:     10_000,
+		nearRatio:          defaultNearLimitRatio,
+		maxConns:           defaultMaxConns,
+		maxConnsPerAddr:    defaultMaxConnsPerAddr,
+		connRequestTimeout: defaultConnRequestTimeout,
+		grpc:               defaultGRPCLimits,
 	}
 }
 
@@ -188,10 +191,13 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json (LOG_FORMAT)")
 	fs.BoolVar(&o.service.headers.fields, "ratelimit-fields", false, "add the IETF RateLimit-Policy and RateLimit fields to the responses Envoy sends, a member per limit of each descriptor")
 	fs.IntVar(&o.service.maxOverridesPerDomain, "max-overrides-per-domain", defaultOverridesPerDomain, "distinct limit overrides each domain holds at once; one more takes the place of the least recently used")
-	fs.IntVar(&o.maxConns, "max-conns", o.maxConns, "connections open at once on all ports together (at most the file descriptors allow); past it, one from a new address takes the place of one from the address holding the most")
+	fs.IntVar(&o.maxConns, "max-conns", o.maxConns, "connections open at once on all ports together (at most the file descriptors allow); past it, a new one takes the place of the one idle longest")
+	fs.DurationVar(&o.connRequestTimeout, "conn-request-timeout", o.connRequestTimeout, "how long a connection may stay open without sending a whole request before it is closed")
 	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-addr", o.maxConnsPerAddr, "connections open at once from one client address (an IPv6 /64); more are closed at once")
 	fs.IntVar(&o.grpc.streamsPerConn, "max-streams-per-conn", o.grpc.streamsPerConn, "concurrent gRPC calls on one connection")
-	fs.IntVar(&o.grpc.inFlight, "max-in-flight", o.grpc.inFlight, "gRPC calls in flight on all connections together; more are refused with UNAVAILABLE")
+	fs.IntVar(&o.grpc.inFlight, "max-in-flight", o.grpc.inFlight, "gRPC calls in flight on all connections together, counted once their request has come; more are refused with UNAVAILABLE")
+	fs.DurationVar(&o.grpc.readTimeout, "request-read-timeout", o.grpc.readTimeout, "the longest a gRPC call may take from its headers to its complete request; past it the call ends")
+	fs.IntVar(&o.grpc.reading, "max-reading", o.grpc.reading, "gRPC calls whose request is still being read, on all connections together, each holding up to 1 MiB of it; past it the one reading longest ends")
 	redisAddr := fs.String("redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (REDIS_URL; default: in this process)")
 	redisCluster := fs.String("redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,... (REDIS_TYPE=CLUSTER)")
 	var r redisOptions
@@ -250,10 +256,14 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-shutdown-timeout is %v, want more than 0", o.shutdownTimeout)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return o, fmt.Errorf("-log-format is %q, want text or json", o.logFormat)
+	case o.connRequestTimeout <= 0:
+		return o, fmt.Errorf("-conn-request-timeout is %v, want more than 0", o.connRequestTimeout)
 	case o.maxConns < 1 || o.maxConnsPerAddr < 1:
 		return o, fmt.Errorf("-max-conns is %d and -max-conns-per-addr %d, want 1 or more", o.maxConns, o.maxConnsPerAddr)
-	case o.grpc.streamsPerConn < 1 || o.grpc.inFlight < 1:
-		return o, fmt.Errorf("-max-streams-per-conn is %d and -max-in-flight %d, want 1 or more", o.grpc.streamsPerConn, o.grpc.inFlight)
+	case o.grpc.streamsPerConn < 1 || o.grpc.inFlight < 1 || o.grpc.reading < 1:
+		return o, fmt.Errorf("-max-streams-per-conn is %d, -max-in-flight %d and -max-reading %d, want 1 or more", o.grpc.streamsPerConn, o.grpc.inFlight, o.grpc.reading)
+	case o.grpc.readTimeout <= 0:
+		return o, fmt.Errorf("-request-read-timeout is %v, want more than 0", o.grpc.readTimeout)
 	case o.service.maxOverridesPerDomain < 1:
 		return o, fmt.Errorf("-max-overrides-per-domain is %d, want 1 or more", o.service.maxOverridesPerDomain)
 	}
@@ -296,9 +306,16 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 		return err
 	}
 	rl := &reloader{src: src, merge: o.merge, metrics: m, log: log}
-	rs, err := rl.first()
+	rs, invalid, err := rl.first()
 	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		return err
+	}
+	if invalid != nil {
+		// As envoyproxy/ratelimit: start, log, and answer calls with an
+		// error until valid rules load.
+		log.Error("invalid configuration; no rules loaded: every call is answered UNAVAILABLE until valid rules load",
+			"rules", src.String(), "err", invalid)
+		m.configLoaded(invalid)
 	}
 	var st store
 	if o.redis != nil {
@@ -324,8 +341,10 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	m.configLoaded(nil)
-	if len(rs.domains) == 0 {
+	if invalid == nil {
+		m.configLoaded(nil)
+	}
+	if len(rs.domains) == 0 && invalid == nil {
 		log.Warn("no domain loaded: every request is answered OK until the rules hold one", "rules", src.String())
 	}
 	rl.svc = svc

@@ -37,6 +37,7 @@ type metrics struct {
 	byRule                                                 sync.Map // [2]string{domain, stat} -> *ruleCounters
 
 	loadSuccess, loadError, globalShadow prometheus.Counter
+	domainNotFound                       prometheus.Counter
 	requests                             *prometheus.CounterVec   // by grpc_method
 	responseTime                         *prometheus.HistogramVec // by grpc_method
 	errors                               *prometheus.CounterVec   // by err_type
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ratelimit_service_config_load_error",
 			Help: "Configurations refused as invalid or unreadable; the rules in force stayed.",
 		}),
+		domainNotFound: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_domain_not_found",
+			Help: "Descriptors of requests for a domain the configuration does not have (envoyproxy/ratelimit's ratelimit.service.rate_limit.<domain>.domain_not_found, without the domain, which comes from requests).",
+		}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_service_global_shadow_mode",
 			Help: "Requests over a limit that SHADOW_MODE answered OK.",
@@ -102,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		nearRatio: defaultNearLimitRatio,
 	}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowed, m.configLoads,
-		m.loadSuccess, m.loadError, m.globalShadow, m.requests, m.responseTime, m.errors} {
+		m.loadSuccess, m.loadError, m.globalShadow, m.domainNotFound, m.requests, m.responseTime, m.errors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -158,6 +158,8 @@ func testPeerBasicConfig(t *testing.T, s *server) {
 		OverallCode: ok,
 		Statuses:    []*rlspb.RateLimitResponse_DescriptorStatus{{Code: ok}},
 	}, resp)
+	// Counted as the peer counts ratelimit.service.rate_limit.foo.domain_not_found.
+	assert.Equal(t, 1, s.metric(t, "ratelimit_service_rate_limit_domain_not_found"))
 
 	resp, err = s.client.ShouldRateLimit(ctx, peerRequest("basic", "key1", "foo"))
 	require.NoError(t, err)
@@ -329,7 +331,7 @@ func TestPeerSettingsNotHonoured(t *testing.T) {
 }
 
 // GRPC_UDS serves gRPC on a Unix socket; DEBUG_PORT the debug server, its
-// /rlconfig listing the rules; USE_PROMETHEUS the metrics on
+// /rlconfig listing the rules and /stats the counters; USE_PROMETHEUS the metrics on
 // PROMETHEUS_ADDR and PROMETHEUS_PATH.
 func TestPeerSocketDebugPrometheus(t *testing.T) {
 	env, _ := runtimeTree(t, peerRules)
@@ -358,6 +360,15 @@ func TestPeerSocketDebugPrometheus(t *testing.T) {
 		return string(body)
 	}
 	assert.Contains(t, get(fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debug)), "basic.key1: requests_per_unit=50 window=1s, shadow_mode: false, quota_mode: false\n")
+	// /stats lists the counters as the peer's does, "name: value" a line.
+	_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, peerRequest("nosuch", "a", "1", "b", "2"))
+	require.NoError(t, err)
+	stats := get(fmt.Sprintf("http://127.0.0.1:%d/stats", debug))
+	assert.Contains(t, stats, "ratelimit_service_rate_limit_total_hits{domain=\"basic\",rule=\"key1\"}: 1\n")
+	assert.Contains(t, stats, "ratelimit_service_config_load_success: 1\n")
+	assert.Contains(t, stats, "ratelimit_service_rate_limit_domain_not_found: 2\n")
+	assert.NotContains(t, stats, "nosuch", "a domain from a request")
+	assert.Contains(t, get(fmt.Sprintf("http://127.0.0.1:%d/", debug)), "/stats: print out stats\n")
 	assert.Contains(t, get(fmt.Sprintf("http://127.0.0.1:%d/stats/prometheus", prom)), `ratelimit_service_rate_limit_total_hits{domain="basic",rule="key1"} 1`)
 	assert.Contains(t, get(s.httpBase+"/healthcheck"), "OK")
 }

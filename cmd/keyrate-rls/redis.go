@@ -101,9 +101,13 @@ func newRedisStore(ctx context.Context, o redisOptions) (*redisStore, error) {
 // where names the Redis o connects to, for errors.
 func (o redisOptions) where() string {
 	if len(o.cluster) > 0 {
-		return "cluster " + strings.Join(o.cluster, ",")
+		nodes := make([]string, len(o.cluster))
+		for i, n := range o.cluster {
+			nodes[i] = redactAddr(n)
+		}
+		return "cluster " + strings.Join(nodes, ",")
 	}
-	return o.addr
+	return redactAddr(o.addr)
 }
 
 // TakeAll decides the request in Redis, in one script run.
@@ -164,7 +168,8 @@ func redisTierOf(k string) string {
 }
 
 // parseRedisFlags checks the Redis flags: -redis addr or -redis-cluster
-// nodes, and the other -redis-... options, those in set given explicitly,
+// nodes (each host:port, or a redis:// or rediss:// URL read as go-redis
+// reads it, whose credentials, database and TLS then apply), and the other -redis-... options, those in set given explicitly,
 // read into r. It returns the store's settings, or nil for budgets in
 // process.
 func parseRedisFlags(addr, cluster string, set []string, r redisOptions) (*redisOptions, error) {
@@ -190,8 +195,22 @@ func parseRedisFlags(addr, cluster string, set []string, r redisOptions) (*redis
 		return nil, fmt.Errorf("-redis-leases is %v, want 0 (none) or more", r.leases)
 	}
 	r.addr = addr
+	if isRedisURL(addr) {
+		var err error
+		if r.addr, err = parseRedisURL("-redis", addr, &r.conn); err != nil {
+			return nil, err
+		}
+	}
 	if cluster != "" {
 		r.cluster = strings.Split(cluster, ",")
+		for i, node := range r.cluster {
+			if isRedisURL(node) {
+				var err error
+				if r.cluster[i], err = parseRedisURL("-redis-cluster", node, &r.conn); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	return &r, nil
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -272,4 +274,62 @@ descriptors:
 	for i, w := range want {
 		assert.Equal(t, w, h.ask(t, both), "call %d", i)
 	}
+}
+
+// -redis and -redis-cluster take a redis:// or rediss:// URL as go-redis
+// reads it, as REDIS_URL does: its address, credentials, database and
+// TLS. No error quotes the URL's password.
+func TestRedisURL(t *testing.T) {
+	o, err := parseFlags([]string{"-config", "rules.yaml", "-redis", "redis://:s3cret@h:6380/2"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "h:6380", o.redis.addr)
+	assert.Equal(t, redisConn{password: "s3cret", db: 2}, o.redis.conn)
+
+	o, err = parseFlags([]string{"-config", "rules.yaml", "-redis", "rediss://user:s3cret@h:6380"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "h:6380", o.redis.addr)
+	assert.Equal(t, "user", o.redis.conn.username)
+	assert.NotNil(t, o.redis.conn.tls, "rediss:// is TLS")
+
+	o, err = parseFlags([]string{"-config", "rules.yaml", "-redis-cluster", "redis://:s3cret@a:1,b:2"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a:1", "b:2"}, o.redis.cluster)
+	assert.Equal(t, "s3cret", o.redis.conn.password)
+
+	o, err = parseOptions(nil, envOf("REDIS_URL=redis://:s3cret@h:6380/3"), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "h:6380", o.redis.addr)
+	assert.Equal(t, 3, o.redis.conn.db)
+
+	for _, bad := range []string{"redis://:s3cret@h:6380/notadb", "redis://:s3cret@h:port", "redis://:s3cret@h:6380/1?nosuch=1"} {
+		_, err := parseFlags([]string{"-config", "rules.yaml", "-redis", bad}, io.Discard)
+		if assert.Error(t, err, bad) {
+			assert.NotContains(t, err.Error(), "s3cret", bad)
+			assert.Contains(t, err.Error(), "-redis", bad)
+		}
+		_, err = parseOptions(nil, envOf("REDIS_URL="+bad), io.Discard)
+		if assert.Error(t, err, bad) {
+			assert.NotContains(t, err.Error(), "s3cret", bad)
+		}
+	}
+}
+
+// The binary serves on the Redis of a redis:// URL given to -redis, and
+// when that Redis cannot be reached, says where without its password.
+func TestBinaryRedisURL(t *testing.T) {
+	s := startServer(t, binaryConfig(t), "-redis", "redis://"+startRedis(t)+"/0")
+	assert.Equal(t, "OK | OK 4/5 HOUR", s.ask(t, request("d", desc("b", "url"))))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	cmd := exec.Command(builtBinary(t), "-config", s.config, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0",
+		"-redis", "redis://:s3cret@"+addr+"/0")
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "no Redis there")
+	assert.Contains(t, string(out), "no Redis at "+addr)
+	assert.NotContains(t, string(out), "s3cret")
+	assert.NotContains(t, string(out), "too many colons")
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -30,6 +31,7 @@ type redisConn struct {
 	sentinelMaster     string   // REDIS_TYPE=SENTINEL: the master's name...
 	sentinels          []string // ... and the sentinels
 	poolSize           int      // 0: go-redis's default
+	db                 int      // the database a redis:// URL names; 0 by default
 	username, password string
 	sentinelPassword   string
 	tls                *tls.Config
@@ -42,7 +44,7 @@ func (o redisOptions) newClient() redis.UniversalClient {
 	case c.sentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.sentinelMaster, SentinelAddrs: c.sentinels, SentinelPassword: c.sentinelPassword,
-			Username: c.username, Password: c.password, PoolSize: c.poolSize, TLSConfig: c.tls,
+			Username: c.username, Password: c.password, DB: c.db, PoolSize: c.poolSize, TLSConfig: c.tls,
 			ContextTimeoutEnabled: true,
 		})
 	case len(o.cluster) > 0:
@@ -54,7 +56,7 @@ func (o redisOptions) newClient() redis.UniversalClient {
 	// budget by itself, with no goroutine hand-off (see redislimit's
 	// package doc).
 	return redis.NewClient(&redis.Options{
-		Network: c.network, Addr: o.addr, Username: c.username, Password: c.password,
+		Network: c.network, Addr: o.addr, Username: c.username, Password: c.password, DB: c.db,
 		PoolSize: c.poolSize, TLSConfig: c.tls, ContextTimeoutEnabled: true,
 	})
 }
@@ -106,18 +108,8 @@ func (e redisEnv) fromEnv() (addr string, cluster []string, conn redisConn, err 
 
 // address reads one address of REDIS_URL, and its socket type into conn.
 func (e redisEnv) address(u string, conn *redisConn) (string, error) {
-	if strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://") {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return "", errors.New("REDIS_URL holds a redis:// URL that does not parse") // it may hold a password
-		}
-		if opt.Password != "" {
-			conn.username, conn.password = opt.Username, opt.Password
-		}
-		if opt.TLSConfig != nil && conn.tls == nil {
-			conn.tls = opt.TLSConfig
-		}
-		return opt.Addr, nil
+	if isRedisURL(u) {
+		return parseRedisURL("REDIS_URL", u, conn)
 	}
 	switch strings.ToLower(e.socket) {
 	case "unix":
@@ -132,6 +124,50 @@ func (e redisEnv) address(u string, conn *redisConn) (string, error) {
 		return "", fmt.Errorf("REDIS_SOCKET_TYPE is %q, want tcp or unix", e.socket)
 	}
 	return u, nil
+}
+
+// isRedisURL reports whether an address is a redis:// or rediss:// URL
+// rather than a host:port or a socket's path.
+func isRedisURL(u string) bool {
+	return strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://")
+}
+
+// parseRedisURL reads a redis:// or rediss:// URL as go-redis does
+// (redis.ParseURL): it returns its host:port, and sets conn's credentials,
+// database and, for rediss://, TLS from it (TLS settings already there
+// stay). what names the setting in errors, which never hold the URL's
+// password.
+func parseRedisURL(what, raw string, conn *redisConn) (string, error) {
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		u, uerr := url.Parse(raw)
+		if uerr != nil {
+			// url.Parse's message quotes the URL, password and all.
+			return "", fmt.Errorf("%s is not a URL that parses", what)
+		}
+		red := u.Redacted()
+		return "", fmt.Errorf("%s %s: %s", what, red, strings.ReplaceAll(err.Error(), raw, red))
+	}
+	if opt.Password != "" || opt.Username != "" {
+		conn.username, conn.password = opt.Username, opt.Password
+	}
+	conn.db = opt.DB
+	if opt.TLSConfig != nil && conn.tls == nil {
+		conn.tls = opt.TLSConfig
+	}
+	return opt.Addr, nil
+}
+
+// redactAddr returns an address for errors and logs: a URL with its
+// password replaced by "xxxxx"; anything else as it is.
+func redactAddr(addr string) string {
+	if !isRedisURL(addr) {
+		return addr
+	}
+	if u, err := url.Parse(addr); err == nil {
+		return u.Redacted()
+	}
+	return "(a URL that does not parse)"
 }
 
 // tlsConfig returns the TLS settings of REDIS_TLS: the client certificate

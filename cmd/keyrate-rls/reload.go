@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"os"
 	"time"
@@ -42,18 +43,25 @@ func digest(files []configFile) [sha256.Size]byte {
 	return sum
 }
 
-// first reads and parses the source, for the load at start.
-func (r *reloader) first() (*ruleSet, error) {
+// first reads and parses the source, for the load at start. Invalid rules
+// (that do not parse, or a file past the bounds on its size) are not an
+// error, as envoyproxy/ratelimit starts on them: first returns noRules and
+// why in invalid, and the next change loads. err is a source that cannot
+// be read.
+func (r *reloader) first() (rs *ruleSet, invalid, err error) {
 	files, err := r.src.read()
-	if err != nil {
-		return nil, err
+	if errors.Is(err, errRulesTooLarge) {
+		r.failed = err.Error()
+		return noRules(), err, nil
 	}
-	rs, err := parseFiles(files, r.merge)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.loaded = digest(files)
-	return rs, nil
+	if rs, err = parseFiles(files, r.merge); err != nil {
+		return noRules(), err, nil
+	}
+	return rs, nil, nil
 }
 
 // check loads the source if its content changed since the last check, and
@@ -63,7 +71,13 @@ func (r *reloader) check() bool {
 	if err != nil {
 		if msg := err.Error(); msg != r.failed {
 			r.failed = msg
-			r.log.Error("cannot read the configuration; the rules in force stay", "err", err)
+			if errors.Is(err, errRulesTooLarge) {
+				// Refused unread: invalid, as rules that do not parse are.
+				r.metrics.configLoaded(err)
+				r.log.Error("invalid configuration; the rules in force stay", "err", err)
+			} else {
+				r.log.Error("cannot read the configuration; the rules in force stay", "err", err)
+			}
 		}
 		return false
 	}

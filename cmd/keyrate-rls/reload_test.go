@@ -156,3 +156,63 @@ func TestReloaderRun(t *testing.T) {
 		<-done
 	})
 }
+
+// A rules file past maxRulesFile is refused without being read whole: the
+// rules in force stay, and the error names the file and its size, not its
+// content. So is a runtime directory whose files together pass
+// maxRulesTotal; at start, such rules leave the service with none.
+func TestRulesFileTooLarge(t *testing.T) {
+	h := newHarness(t, perMinute("2"))
+	rl := newReloader(t, h, perMinute("2"))
+	path := rl.src.(fileSource).path
+	// Valid YAML to the end, a comment holding a marker past the bound.
+	big := perMinute("9") + "# " + strings.Repeat("x", maxRulesFile-len(perMinute("9"))-len("# \n")) + "\n#marker\n"
+	write(t, path, big)
+	if rl.check() {
+		t.Fatal("a file past the bound loaded")
+	}
+	if got := h.ask(t, request("d", desc("k", "v"))); got != "OK | OK 1/2 MINUTE t=1m0s" {
+		t.Errorf("after the large file: %s, want the rules in force", got)
+	}
+	log := h.log.String()
+	for _, want := range []string{"invalid configuration; the rules in force stay", "rules.yaml: too large", "past the bound of 4194304"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "marker") || strings.Contains(log, "xxxx") {
+		t.Error("the log quotes the file")
+	}
+	if got := testutil.ToFloat64(h.m.loadError); got != 1 {
+		t.Errorf("config_load_error = %v, want 1", got)
+	}
+	if rl.check() || testutil.ToFloat64(h.m.loadError) != 1 {
+		t.Error("the same large file is refused and counted once")
+	}
+	// Just at the bound, it loads.
+	write(t, path, perMinute("9")+"# "+strings.Repeat("x", maxRulesFile-len(perMinute("9"))-len("# \n"))+"\n")
+	if !rl.check() {
+		t.Fatalf("a file at the bound does not load:\n%s", h.log)
+	}
+
+	// The files of a runtime directory, each within the bound, past it
+	// together.
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxRulesTotal / maxRulesFile {
+		doc := "domain: d" + string(rune('a'+i)) + "\ndescriptors: []\n"
+		write(t, filepath.Join(dir, string(rune('a'+i))+".yaml"), doc+"# "+strings.Repeat("x", maxRulesFile-len(doc)-3)+"\n")
+	}
+	write(t, filepath.Join(dir, "z.yaml"), "domain: z\ndescriptors: []\n")
+	rd := &reloader{src: runtimeDir{root: root, app: "config"}, metrics: h.m, log: h.svc.log}
+	rs, invalid, err := rd.first()
+	if err != nil || invalid == nil || !rs.none {
+		t.Fatalf("first() = %v, %v, %v; want no rules and why", rs, invalid, err)
+	}
+	if !strings.Contains(invalid.Error(), "z.yaml: too large") || !strings.Contains(invalid.Error(), "together") {
+		t.Errorf("the error: %v", invalid)
+	}
+}

@@ -160,11 +160,19 @@ func (it *item) status() *rlspb.RateLimitResponse_DescriptorStatus {
 		return &rlspb.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: currentLimit(l, l.perUnit, l.window)}
 	}
 	d := &it.d
+	reset := d.RefillAfter
+	if it.over && reset <= 0 {
+		// A weight above the limit, on an empty window: it never fits, and
+		// no hit of its own is there to leave. The window's length is when
+		// a budget spent now would be whole again, never 0 ("now"), which
+		// would invite the same request at once.
+		reset = d.Window
+	}
 	return &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:               code,
 		CurrentLimit:       currentLimit(r.limitNamed(d.Policy), d.Limit, d.Window),
 		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: &durationpb.Duration{Seconds: resetSeconds(d.RefillAfter)},
+		DurationUntilReset: &durationpb.Duration{Seconds: resetSeconds(reset)},
 	}
 }
 

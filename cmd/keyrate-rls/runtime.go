@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -31,11 +32,50 @@ type source interface {
 type fileSource struct{ path string }
 
 func (f fileSource) read() ([]configFile, error) {
-	data, err := os.ReadFile(f.path)
+	data, err := readRulesFile(f.path, maxRulesFile)
 	if err != nil {
 		return nil, err
 	}
 	return []configFile{{name: f.path, data: data}}, nil
+}
+
+// The bounds on what a read of the rules takes in: each file at most
+// maxRulesFile bytes, all the files of a runtime directory together at
+// most maxRulesTotal. Parsing takes some tens of times a file's size; a
+// file of 100 MB once took minutes and 6.9 GB before it was refused.
+// 4 MiB holds some 100,000 lines of rules.
+const (
+	maxRulesFile  = 4 << 20
+	maxRulesTotal = 16 << 20
+)
+
+// errRulesTooLarge reports rules past maxRulesFile or maxRulesTotal: an
+// invalid configuration, as a parse error is, not a failure to read.
+var errRulesTooLarge = errors.New("too large")
+
+// readRulesFile reads the file at path, of at most limit bytes: a larger
+// one is refused, naming its size, not its content, without reading past
+// the bound (a file that grows while it is read included).
+func readRulesFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooLarge := func(size int64) error {
+		return fmt.Errorf("%s: %w: %d bytes or more, past the bound of %d a rules file may hold", path, errRulesTooLarge, size, limit)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() > limit {
+		return nil, tooLarge(fi.Size())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge(int64(len(data)))
+	}
+	return data, nil
 }
 
 func (f fileSource) watched() []string { return []string{filepath.Dir(f.path)} }
@@ -74,6 +114,7 @@ func (r runtimeDir) read() ([]configFile, error) {
 		return nil, err
 	}
 	var files []configFile
+	var total int64 // the bytes read so far, at most maxRulesTotal
 	err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -92,10 +133,18 @@ func (r runtimeDir) read() ([]configFile, error) {
 				return nil
 			}
 		}
-		data, err := os.ReadFile(path)
+		limit, whole := int64(maxRulesFile), false
+		if left := maxRulesTotal - total; left < limit {
+			limit, whole = left, true
+		}
+		data, err := readRulesFile(path, limit)
+		if whole && errors.Is(err, errRulesTooLarge) {
+			return fmt.Errorf("%s: %w: the files of %s hold more than the %d bytes the rules may hold together", path, errRulesTooLarge, top, maxRulesTotal)
+		}
 		if err != nil {
 			return err
 		}
+		total += int64(len(data))
 		rel, _ := filepath.Rel(real, path)
 		files = append(files, configFile{name: filepath.Join(top, rel), data: data})
 		return nil

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,13 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 )
 
 // Connection defaults. A connection costs a file descriptor and some 20 to
@@ -35,6 +33,9 @@ import (
 const (
 	defaultMaxConns        = 4096
 	defaultMaxConnsPerAddr = 256
+	// defaultConnRequestTimeout closes a connection that has sent no
+	// request by then: Envoy opens a connection to send one.
+	defaultConnRequestTimeout = 10 * time.Second
 	// fileReserve is the file descriptors kept for all but client
 	// connections (Redis, the rules, logs) when the limit of open files
 	// bounds -max-conns.
@@ -48,9 +49,14 @@ type grpcLimits struct {
 	// opens another connection when it needs more.
 	streamsPerConn int
 	// inFlight bounds the calls in flight on all connections together,
-	// each a goroutine and buffers, counted from its headers on, so that
-	// calls whose request never comes cannot pile up.
+	// each a goroutine and buffers, counted once their request has come
+	// (see callGate).
 	inFlight int
+	// readTimeout bounds the time from a call's headers to its complete
+	// request, and reading the calls whose request is still being read,
+	// each holding up to maxMessage bytes of it (see callGate).
+	readTimeout time.Duration
+	reading     int
 	// maxAge and maxAgeGrace are GRPC_MAX_CONNECTION_AGE and its _GRACE:
 	// how long a connection lives before the server asks its client to
 	// move to a new one, and how long it then has.
@@ -61,10 +67,15 @@ type grpcLimits struct {
 
 // defaultGRPCLimits: 128 concurrent calls per connection is more than an
 // Envoy worker has in flight to one replica at tens of thousands of
-// requests a second; 4,096 calls in flight is some 50 MB at most.
+// requests a second; 4,096 calls in flight is some 50 MB at most. Envoy
+// sends a request with its headers, read in microseconds: 5s is ample
+// for a slow network, and 64 calls reading at once hold at most 64 MiB
+// of partial requests.
 var defaultGRPCLimits = grpcLimits{
 	streamsPerConn: 128,
 	inFlight:       4096,
+	readTimeout:    5 * time.Second,
+	reading:        64,
 	maxAge:         24 * time.Hour, // envoyproxy/ratelimit's defaults
 	maxAgeGrace:    time.Hour,
 	idle:           5 * time.Minute,
@@ -121,7 +132,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		total = max(limit-fileReserve, 64)
 		log.Warn("-max-conns lowered to what the limit of open files allows", "max_conns", total, "open_files", limit)
 	}
-	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr), healthyWithConfig: o.healthyWithConfig}
+	s := &servers{pool: newConnPool(total, o.maxConnsPerAddr, o.connRequestTimeout), healthyWithConfig: o.healthyWithConfig}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keyrate_rls_connections",
 		Help: "Connections open on all ports, at most -max-conns.",
@@ -158,19 +169,19 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		}
 	}
 
-	var inFlight atomic.Int64
 	g := o.grpc
+	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight), requested: s.pool.requested}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_grpc_calls_reading",
+		Help: "gRPC calls whose request is still being read, at most -max-reading.",
+	}, func() float64 { return float64(gate.Reading()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyrate_rls_grpc_calls_in_flight",
+		Help: "gRPC calls whose request has come, not yet answered, at most -max-in-flight.",
+	}, func() float64 { return float64(gate.InFlight()) }))
 	s.gs = grpc.NewServer(
 		grpc.MaxConcurrentStreams(uint32(g.streamsPerConn)),
-		grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-			if inFlight.Add(1) > int64(g.inFlight) {
-				inFlight.Add(-1)
-				return nil, status.Error(codes.Unavailable, "too many calls in flight")
-			}
-			// The call's context ends when the call does, however it ends.
-			context.AfterFunc(ctx, func() { inFlight.Add(-1) })
-			return ctx, nil
-		}),
+		grpc.InTapHandle(gate.tap),
+		grpc.ChainStreamInterceptor(gate.stream),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     g.idle,
 			MaxConnectionAge:      g.maxAge,
@@ -182,7 +193,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxHeaderListSize(maxMessage),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		grpc.ChainUnaryInterceptor(gate.unary, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			start := time.Now()
 			resp, err := h(ctx, req)
 			m.served(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:], time.Since(start))
@@ -202,6 +213,11 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		mux.Handle("GET "+o.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		s.prmSrv = httpServer(mux, 15*time.Second)
 	}
+	for _, h := range []*http.Server{s.hsrv, s.debugSrv, s.prmSrv} {
+		if h != nil {
+			h.ConnState = s.pool.connState
+		}
+	}
 	ok = true
 	return s, nil
 }
@@ -220,19 +236,24 @@ func httpServer(h http.Handler, write time.Duration) *http.Server {
 }
 
 // debugHandler serves envoyproxy/ratelimit's debug endpoints that mean
-// something here: /rlconfig (the rules loaded), /metrics and the pprof
-// profiles.
+// something here: /rlconfig (the rules loaded), /stats, /metrics and the
+// pprof profiles.
 func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	endpoints := map[string]string{
 		"/rlconfig":     "print out the currently loaded configuration for debugging",
+		"/stats":        "print out stats",
 		"/metrics":      "the metrics, in Prometheus's format",
 		"/debug/pprof/": "root of various pprof endpoints. hit for help.",
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		for _, p := range []string{"/debug/pprof/", "/metrics", "/rlconfig"} {
+		for _, p := range []string{"/debug/pprof/", "/metrics", "/rlconfig", "/stats"} {
 			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
 		}
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		writeStats(w, reg)
 	})
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -242,11 +263,91 @@ func (s *servers) debugHandler(reg *prometheus.Registry) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// cmdline serves /debug/pprof/cmdline as pprof does, the command line's
+// arguments separated by NULs, but with the password of every redis:// or
+// rediss:// URL in them (-redis, -redis-cluster) redacted.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = redactURLs(a)
+	}
+	io.WriteString(w, strings.Join(args, "\x00"))
+}
+
+// redactURLs returns s with each redis:// or rediss:// URL in it, up to
+// the next comma, redacted (see redactAddr).
+func redactURLs(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "redis://")
+		if j := strings.Index(s, "rediss://"); j >= 0 && (i < 0 || j < i) {
+			i = j
+		}
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		end := strings.IndexByte(s, ',')
+		if end < 0 {
+			end = len(s)
+		}
+		b.WriteString(redactAddr(s[:end]))
+		s = s[end:]
+	}
+}
+
+// writeStats writes /stats: every counter and gauge of reg, a line each,
+// "name{labels}: value", in the plain text form of envoyproxy/ratelimit's
+// /stats, under the names /metrics gives them. Labels never hold a value
+// a request sent, so neither does this page.
+func writeStats(w io.Writer, reg prometheus.Gatherer) {
+	families, err := reg.Gather()
+	if err != nil && len(families) == 0 {
+		fmt.Fprintf(w, "# gathering the metrics: %v\n", err)
+		return
+	}
+	var b []byte
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			default:
+				continue // histograms and summaries: /metrics has them
+			}
+			b = append(b[:0], f.GetName()...)
+			if len(m.GetLabel()) > 0 {
+				b = append(b, '{')
+				for i, l := range m.GetLabel() {
+					if i > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, l.GetName()...)
+					b = append(b, '=')
+					b = strconv.AppendQuote(b, l.GetValue())
+				}
+				b = append(b, '}')
+			}
+			b = append(b, ": "...)
+			b = strconv.AppendFloat(b, v, 'f', -1, 64)
+			b = append(b, '\n')
+			w.Write(b)
+		}
+	}
 }
 
 // setRules records the rules loaded, for /rlconfig and the health checks.

@@ -176,6 +176,10 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.FromContextError(err).Err()
 	}
 	rs := s.rules.Load()
+	if rs.none {
+		s.metrics.serviceError()
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: the rules were invalid at start (see the log)")
+	}
 	domain := req.GetDomain()
 	items := make([]item, len(descs))
 	var replaced []string
@@ -204,6 +208,8 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	label := domain
 	if rs.domains[domain] == nil {
 		label = otherDomain
+		// As envoyproxy/ratelimit counts it: once per descriptor looked up.
+		s.metrics.domainNotFound.Add(float64(len(descs)))
 	}
 	refused, err := s.decide(ctx, domain, label, items)
 	if err != nil {

@@ -183,11 +183,68 @@ func TestHitsAddend(t *testing.T) {
 		{0, hits(0, "x"), "OK | OK 1/5 MINUTE t=1m0s"},
 		{0, hits(2, "x"), "OVER_LIMIT | OVER_LIMIT 1/5 MINUTE t=1m0s"},
 		{0, hits(1, "x"), "OK | OK 0/5 MINUTE t=1m0s"},
-		{0, hits(6, "y"), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=0s"},
+		{0, hits(6, "y"), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=1m0s"},
 	})
 	for name, want := range map[string]float64{"total_hits": 3 + 3 + 1 + 2 + 1 + 6, "within_limit": 5, "over_limit": 11} {
 		if got := h.counter(name, "d", "k"); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// A weight above a descriptor's limit never fits: on an empty window its
+// status and the reset header say the window's length, not 0 ("now"),
+// in quota mode as outside it, whether the request goes through or not.
+func TestWeightAboveLimitReset(t *testing.T) {
+	h := newHarness(t, `
+domain: q
+descriptors:
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: room
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	h.svc.opts.headers = responseHeaders{limit: "x-ratelimit-limit", remaining: "x-ratelimit-remaining", reset: "x-ratelimit-reset"}
+	heavy := func(key string) *rlv3.RateLimitDescriptor {
+		d := desc(key, "v")
+		d.HitsAddend = wrapperspb.UInt64(6)
+		return d
+	}
+	for _, c := range []struct {
+		req  *rlspb.RateLimitRequest
+		want string
+	}{
+		{request("q", heavy("quota")), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=1m0s"},
+		{request("q", heavy("plain")), "OVER_LIMIT | OVER_LIMIT 5/5 MINUTE t=1m0s"},
+		// Let through: the other quota descriptor has room.
+		{request("q", heavy("quota"), desc("room", "v")), "OK | OVER_LIMIT 5/5 MINUTE t=1m0s | OK 99/100 HOUR t=1h0m0s"},
+	} {
+		resp, err := h.svc.ShouldRateLimit(context.Background(), c.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := summary(resp); got != c.want {
+			t.Errorf("got %s, want %s", got, c.want)
+		}
+		for _, hv := range resp.GetResponseHeadersToAdd() {
+			if hv.GetKey() == "x-ratelimit-reset" && hv.GetValue() == "0" {
+				t.Errorf("%s: x-ratelimit-reset: 0", summary(resp))
+			}
+		}
+		if len(c.req.Descriptors) == 1 {
+			var reset string
+			for _, hv := range resp.GetResponseHeadersToAdd() {
+				if hv.GetKey() == "x-ratelimit-reset" {
+					reset = hv.GetValue()
+				}
+			}
+			if reset != "60" {
+				t.Errorf("%s: x-ratelimit-reset: %q, want 60", summary(resp), reset)
+			}
 		}
 	}
 }

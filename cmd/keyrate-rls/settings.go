@@ -113,6 +113,10 @@ func (s *settings) hostPort(hostVar, portVar, def string) string {
 	return net.JoinHostPort(host, port)
 }
 
+// defaultDebugAddr is where the debug server listens when DEBUG_PORT or
+// DEBUG_HOST alone is set: envoyproxy/ratelimit's port, on loopback.
+const defaultDebugAddr = "127.0.0.1:6070"
+
 // listeners reads where the service listens: HOST/PORT (HTTP: health
 // checks, /json), GRPC_HOST/GRPC_PORT or GRPC_UDS, DEBUG_HOST/DEBUG_PORT
 // (the debug server, served only when one of them is set), and the
@@ -125,7 +129,10 @@ func (s *settings) listeners() {
 	_, host := s.str("DEBUG_HOST")
 	_, port := s.str("DEBUG_PORT")
 	if host || port {
-		o.debugAddr = s.hostPort("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0:6070")
+		// Loopback unless DEBUG_HOST says otherwise: the debug server
+		// serves pprof (the command line, profiles) and the rules, for
+		// whoever can reach it. envoyproxy/ratelimit binds 0.0.0.0.
+		o.debugAddr = s.hostPort("DEBUG_HOST", "DEBUG_PORT", defaultDebugAddr)
 	}
 	o.grpc.maxAge = s.duration("GRPC_MAX_CONNECTION_AGE", o.grpc.maxAge)
 	o.grpc.maxAgeGrace = s.duration("GRPC_MAX_CONNECTION_AGE_GRACE", o.grpc.maxAgeGrace)

@@ -39,7 +39,7 @@ func TestEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.2:9000", o.httpAddr)
 	assert.Equal(t, ":9001", o.grpcAddr)
-	assert.Equal(t, "0.0.0.0:9002", o.debugAddr)
+	assert.Equal(t, "127.0.0.1:9002", o.debugAddr, "DEBUG_PORT alone: loopback")
 	assert.Equal(t, runtimeDir{root: "/rt", sub: "ratelimit", app: "config", ignoreDotFiles: true}, o.source())
 	assert.Equal(t, "warn", o.logLevel)
 	assert.True(t, o.logJSON)
@@ -177,4 +177,22 @@ func TestRuntimeDirectory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, rs.domains)
 	assert.ErrorContains(t, checkSource(runtimeDir{root: "/nonexistent", app: "config"}), "runtime directory /nonexistent/config does not exist")
+}
+
+// The debug server serves pprof and the rules: DEBUG_PORT alone binds it
+// to loopback; DEBUG_HOST chooses another address.
+func TestDebugServerLoopbackByDefault(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"DEBUG_PORT=6071"}, "127.0.0.1:6071"},
+		{[]string{"DEBUG_HOST=0.0.0.0", "DEBUG_PORT=6071"}, "0.0.0.0:6071"},
+		{[]string{"DEBUG_HOST=10.0.0.3"}, "10.0.0.3:6070"},
+		{nil, ""},
+	} {
+		o, err := parseOptions(nil, envOf(c.env...), io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, o.debugAddr, "%q", c.env)
+	}
 }
