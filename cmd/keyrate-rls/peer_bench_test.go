@@ -42,12 +42,13 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 `
 
-// TestRedisPeerTable puts keyrate-rls with budgets in Redis (-redis)
-// beside envoyproxy/ratelimit (its Redis backend, default settings, and
+// TestRedisPeerTable puts keyrate-rls with budgets in Redis (-redis, and
+// with -redis-leases 100ms) beside envoyproxy/ratelimit (its Redis backend, default settings, and
 // with REDIS_PIPELINE_WINDOW=150us, the setting its README recommends for
 // throughput) on one local redis-server, the same rules and the same
 // requests: 64 concurrent gRPC calls over 8 connections, each caller on
-// keys of its own (100 each), requests of one descriptor and of three.
+// keys of its own (100 each), requests of one descriptor and of three, and
+// every caller on one hot value of one descriptor.
 // Each cell runs KEYRATE_RLS_SECONDS (3 by default) after a warm-up, in
 // KEYRATE_RLS_ROUNDS rounds (3) that take the services in turn; the
 // table gives each cell's median round: requests per second, each call's
@@ -70,30 +71,33 @@ func TestRedisPeerTable(t *testing.T) {
 		addr string
 	}
 	kr := startServer(t, peerConfig, "-redis", addr, "-log-level", "warn")
+	leased := startServer(t, peerConfig, "-redis", addr, "-redis-leases", "100ms", "-log-level", "warn")
 	services := []service{
 		{"keyrate-rls", kr.conn.Target()},
+		{"keyrate-rls, -redis-leases 100ms", leased.conn.Target()},
 		{"envoyproxy/ratelimit", startBenchPeer(t, peer, addr, "0")},
 		{"envoyproxy/ratelimit, 150µs pipeline window", startBenchPeer(t, peer, addr, "150us")},
 	}
+	shapes := []peerShape{{1, false}, {3, false}, {1, true}}
 	results := map[string][]peerLoad{}
 	for range rounds {
-		for _, descriptors := range []int{1, 3} {
+		for _, sh := range shapes {
 			for _, s := range services {
-				r := runPeerLoad(t, admin, s.addr, descriptors, time.Duration(seconds)*time.Second)
-				cell := fmt.Sprintf("%s/%d", s.name, descriptors)
+				r := runPeerLoad(t, admin, s.addr, sh, time.Duration(seconds)*time.Second)
+				cell := fmt.Sprintf("%s/%v", s.name, sh)
 				results[cell] = append(results[cell], r)
 			}
 		}
 	}
 	var b strings.Builder
 	b.WriteString("| descriptors | service | requests/s | p50 | p99 | Redis CPU µs/request | Redis commands/request |\n")
-	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | --- |\n")
-	for _, descriptors := range []int{1, 3} {
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | --- |\n")
+	for _, sh := range shapes {
 		for _, s := range services {
-			rs := results[fmt.Sprintf("%s/%d", s.name, descriptors)]
+			rs := results[fmt.Sprintf("%s/%v", s.name, sh)]
 			sort.Slice(rs, func(i, j int) bool { return rs[i].rate < rs[j].rate })
 			r := rs[len(rs)/2]
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %.1f | %s |\n", descriptors, s.name, r.rate,
+			fmt.Fprintf(&b, "| %v | %s | %.0f | %s | %s | %.2f | %s |\n", sh, s.name, r.rate,
 				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpuUs, r.commands)
 		}
 	}
@@ -177,10 +181,25 @@ type peerLoad struct {
 	commands string
 }
 
+// peerShape is what the requests of a run hold: descriptors per request,
+// and whether every caller sends the same one (a hot key) or keys of its
+// own.
+type peerShape struct {
+	descriptors int
+	hot         bool
+}
+
+func (s peerShape) String() string {
+	if s.hot {
+		return fmt.Sprintf("%d, one hot value", s.descriptors)
+	}
+	return strconv.Itoa(s.descriptors)
+}
+
 // runPeerLoad calls the service at addr from 64 goroutines over 8
 // connections for d, after a warm-up of a tenth of d, each caller on 100
-// keys of its own, and measures them.
-func runPeerLoad(t *testing.T, admin *redis.Client, addr string, descriptors int, d time.Duration) peerLoad {
+// keys of its own or all on one (shape), and measures them.
+func runPeerLoad(t *testing.T, admin *redis.Client, addr string, shape peerShape, d time.Duration) peerLoad {
 	const callers, conns = 64, 8
 	var clients []rlspb.RateLimitServiceClient
 	for range conns {
@@ -201,7 +220,10 @@ func runPeerLoad(t *testing.T, admin *redis.Client, addr string, descriptors int
 				reqs := make([]*rlspb.RateLimitRequest, 100)
 				for i := range reqs {
 					v := strconv.Itoa(c) + "-" + strconv.Itoa(i)
-					if descriptors == 1 {
+					if shape.hot {
+						v = "hot"
+					}
+					if shape.descriptors == 1 {
 						reqs[i] = request("bench", desc("user", v))
 					} else {
 						reqs[i] = request("bench", desc("user", v), desc("route", v), desc("tenant", v))
