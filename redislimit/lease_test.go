@@ -218,3 +218,52 @@ func TestLeaseConfig(t *testing.T) {
 	require.Equal(t, 5, d.Limit)
 	require.False(t, errors.Is(err, keyrate.ErrClosed))
 }
+
+// TestLeaseBesideFallback: once a live lease has run out during an
+// outage, the local fallback decides, as without leases, at its share.
+func TestLeaseBesideFallback(t *testing.T) {
+	srv := redistest.StartT(t)
+	client := srv.Client(t)
+	clock := keyrate.NewManualClock(leaseEpoch)
+	l := leased(t, client, 1, 100, time.Minute, 100*time.Millisecond, clock,
+		redislimit.WithTimeout(100*time.Millisecond), redislimit.WithLocalFallback(0.1))[0]
+	require.Equal(t, 2, takeN(t, l, "k", 2))
+	require.NoError(t, srv.Pause())
+	defer srv.Resume()
+	require.Equal(t, 48, takeN(t, l, "k", 48), "the rest of the lease of half the room")
+	clock.Advance(100 * time.Millisecond)
+	fallback, admitted := 0, 0
+	for range 20 {
+		d, err := l.TakeContext(context.Background(), "k", 1)
+		require.NoError(t, err)
+		if d.Fallback {
+			fallback++
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	require.Equal(t, 20, fallback, "every decision after the lease is the fallback's")
+	require.Equal(t, 10, admitted, "at a tenth of the limit")
+}
+
+// TestLeaseBesideDenyCache: a key Redis refused is refused in process,
+// with no round trip, whether the lease state or the deny cache holds the
+// refusal, and asked again once it may fit.
+func TestLeaseBesideDenyCache(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	var rt redistest.RoundTrips
+	client.AddHook(&rt)
+	clock := keyrate.NewManualClock(leaseEpoch)
+	l := leased(t, client, 1, 10, time.Second, 50*time.Millisecond, clock, redislimit.WithDenyCache(100))[0]
+	require.Equal(t, 10, takeN(t, l, "k", 10))
+	d, err := l.TakeContext(context.Background(), "k", 1)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	require.Equal(t, time.Second+50*time.Millisecond, d.RetryAfter, "the look back is the window and the lease")
+	before := rt.Load()
+	require.Equal(t, 0, takeN(t, l, "k", 100))
+	require.Equal(t, before, rt.Load(), "refused in process")
+	clock.Advance(time.Second + 50*time.Millisecond)
+	require.Equal(t, 10, takeN(t, l, "k", 10), "the window and the lease have passed")
+}
