@@ -77,30 +77,50 @@ type leases struct {
 	done chan struct{} // closed when the sweeper has stopped
 }
 
-// lease is one key's lease in this replica, and what it last learnt of the
-// key from Redis. Every field is under mu.
+// lease is one key's state in this replica: its lease, a refusal held,
+// and what the lease before spent. A decision from a live lease, or a
+// refusal held, takes no lock; mu serialises the renewals.
 type lease struct {
-	mu   sync.Mutex
-	key  string // as the caller gave it, for giving back
-	tr   *tier  // the tier of the lease and of the refusal held
-	dead bool   // removed from the map by the sweep: look again
+	key string // as the caller gave it, for giving back
 
-	// The lease: Redis's decision, whose Receipt names its entry; k
-	// units, used of them spent; live from sent until end (local ns).
-	rec       keyrate.Receipt
-	parts     [keyrate.MaxPolicies]keyrate.PolicyDecision // Redis's numbers after the lease
-	nparts    int
-	k, used   int
-	sent, end int64
+	cur  atomic.Pointer[leaseTerm]  // the lease; nil: none
+	deny atomic.Pointer[leaseDeny] // a refusal that stands; nil: none
 
-	// A refusal Redis gave a weight of denyN, sent at denySent, which
-	// stands for weights from denyN up until denyUntil.
-	deny      keyrate.Decision
-	denyN     int
-	denySent  int64
-	denyUntil int64
-
+	mu       sync.Mutex
+	dead     bool          // removed from the map by the sweep: look again
 	renewing chan struct{} // closed when the renewal in flight ends; nil: none
+	// What the lease before spent, and when it was sent: its sizing.
+	lastUsed int64
+	lastSent int64
+}
+
+// leaseTerm is one lease: Redis's decision of it, whose Receipt names its
+// entry, and Redis's numbers after it; k units, used of them spent; live
+// from sent until end, on the local clock. Only used changes.
+type leaseTerm struct {
+	tr        *tier
+	rec       keyrate.Receipt
+	parts     [keyrate.MaxPolicies]keyrate.PolicyDecision
+	nparts    int
+	k         int64
+	sent, end int64
+	// used counts what was spent, and what a spend that did not fit adds
+	// for a moment before taking it back; leaseEnded and more once the
+	// lease has ended, so that no spend fits after its unused part was
+	// counted for giving back.
+	used atomic.Int64
+}
+
+// leaseEnded marks a term's used once it has ended.
+const leaseEnded = 1 << 62
+
+// leaseDeny is a refusal Redis gave a weight of n, sent at sent: it stands
+// for weights from n up, under tr, until until.
+type leaseDeny struct {
+	tr          *tier
+	d           keyrate.Decision
+	n           int
+	sent, until int64
 }
 
 func newLeases(d time.Duration) *leases {
@@ -161,30 +181,33 @@ func (l *Limiter) decideLeased(ctx context.Context, key, id string, tr *tier, n 
 			d, _, _, err := l.askLease(ctx, key, id, tr, n, n)
 			return d, err
 		}
-		le.mu.Lock()
-		if le.dead {
-			le.mu.Unlock()
-			continue
-		}
-		// Read under the lock, so that no caller spends the lease at an
-		// instant read before it ended.
+		// The instant is read before the spend: a spend that fits was
+		// decided before the lease ended, and one that comes after the
+		// lease was ended (end) finds used past k.
 		now := l.leaseNow()
-		if le.tr == tr && now < le.end && le.used+n <= le.k {
-			le.used += n
-			var d keyrate.Decision
-			if d.Allowed = true; full {
-				d = le.spent(n, now)
+		term := le.cur.Load()
+		if term != nil && term.tr == tr && now < term.end {
+			if term.used.Add(int64(n)) <= term.k {
+				return term.spent(n, now, full), nil
 			}
-			le.mu.Unlock()
-			return d, nil
+			term.used.Add(-int64(n))
 		}
-		if le.tr == tr && now < le.denyUntil && n >= le.denyN {
+		deny := le.deny.Load()
+		if deny != nil && deny.tr == tr && now < deny.until && n >= deny.n {
 			var d keyrate.Decision
 			if full {
-				d = countedDown(&le.deny, time.Duration(now-le.denySent))
+				d = countedDown(&deny.d, time.Duration(now-deny.sent))
 			}
-			le.mu.Unlock()
 			return d, nil
+		}
+		le.mu.Lock()
+		if le.dead || le.cur.Load() != term || le.deny.Load() != deny {
+			le.mu.Unlock()
+			continue // another caller renewed meanwhile, or the sweep ended it
+		}
+		if l.closed.Load() {
+			le.mu.Unlock()
+			return tr.failed(), errClosed("take")
 		}
 		if ch := le.renewing; ch != nil {
 			le.mu.Unlock()
@@ -197,8 +220,8 @@ func (l *Limiter) decideLeased(ctx context.Context, key, id string, tr *tier, n 
 		}
 		ch := make(chan struct{})
 		le.renewing = ch
-		want := le.want(n, now, l.leases.d)
-		back := le.finish(id)
+		want := le.want(n, l.leaseNow(), l.leases.d)
+		back := le.end(id)
 		le.mu.Unlock()
 		if back.n > 0 {
 			// First, so that the new lease can have what the old one
@@ -211,10 +234,12 @@ func (l *Limiter) decideLeased(ctx context.Context, key, id string, tr *tier, n 
 		close(ch)
 		if err == nil && !d.Fallback {
 			if d.Allowed {
-				le.take(tr, &d, grant, n, sent, l.leaseEnd(sent))
-				d = le.spent(n, sent)
+				t := newTerm(tr, &d, grant, n, sent, l.leaseEnd(sent))
+				le.cur.Store(t)
+				le.deny.Store(nil)
+				d = t.spent(n, sent, true)
 			} else {
-				le.refused(tr, d, n, sent, l.leaseEnd(sent))
+				le.deny.Store(newDeny(tr, d, n, sent, l.leaseEnd(sent)))
 			}
 		}
 		le.mu.Unlock()
@@ -274,13 +299,17 @@ func (l *Limiter) askLease(ctx context.Context, key, id string, tr *tier, n, wan
 
 // want returns the size of the lease to ask for a request of weight n at
 // now: about what the lease before spent in a lease's time d, and at least
-// n. A key's first lease is n alone, a decision like any other.
+// n. A key's first lease is n alone, a decision like any other. Under mu.
 func (le *lease) want(n int, now, d int64) int {
-	if le.sent == 0 || le.used == 0 {
+	used, sent := le.lastUsed, le.lastSent
+	if t := le.cur.Load(); t != nil {
+		used, sent = min(t.used.Load(), t.k), t.sent
+	}
+	if used <= 0 || sent == 0 {
 		return n
 	}
-	span := max(now-le.sent, 1)
-	w := float64(le.used) * float64(d) / float64(span)
+	span := max(now-sent, 1)
+	w := float64(used) * float64(d) / float64(span)
 	if w >= float64(maxLeaseWant) {
 		return maxLeaseWant
 	}
@@ -291,45 +320,48 @@ func (le *lease) want(n int, now, d int64) int {
 // than half of what the key has room for in any case.
 const maxLeaseWant = 1<<31 - 1
 
-// take records a lease of grant units for tier tr, of which n are spent at
-// once, sent at the local instant sent and live until end; d is Redis's
+// newTerm returns a lease of grant units for tier tr, of which n are spent
+// at once, sent at the local instant sent and live until end; d is Redis's
 // decision (its Receipt the lease's).
-func (le *lease) take(tr *tier, d *keyrate.Decision, grant, n int, sent, end int64) {
-	le.tr, le.rec, le.k, le.used, le.sent, le.end = tr, d.Receipt, grant, n, sent, end
-	le.nparts = copy(le.parts[:], d.Policies())
-	le.denyUntil = 0
+func newTerm(tr *tier, d *keyrate.Decision, grant, n int, sent, end int64) *leaseTerm {
+	t := &leaseTerm{tr: tr, rec: d.Receipt, k: int64(grant), sent: sent, end: end}
+	t.nparts = copy(t.parts[:], d.Policies())
+	t.used.Store(int64(n))
+	return t
 }
 
-// refused records Redis's refusal d of weight n under tr, sent at sent: it
+// newDeny returns Redis's refusal d of weight n under tr, sent at sent: it
 // stands until its RetryAfter, and at most until end (a lease's length), so
 // that room another replica gave back meanwhile is seen soon.
-func (le *lease) refused(tr *tier, d keyrate.Decision, n int, sent, end int64) {
-	le.tr, le.k, le.used, le.end = tr, 0, 0, 0
-	le.deny, le.denyN, le.denySent = d, n, sent
-	le.denyUntil = 0
-	if d.RetryAfter > 0 {
-		le.denyUntil = min(sent+int64(d.RetryAfter), end)
+func newDeny(tr *tier, d keyrate.Decision, n int, sent, end int64) *leaseDeny {
+	if d.RetryAfter <= 0 {
+		return nil
 	}
+	return &leaseDeny{tr: tr, d: d, n: n, sent: sent, until: min(sent+int64(d.RetryAfter), end)}
 }
 
 // spent returns the Decision of a request of weight n spent from the lease
-// at now, used counting it: Redis's numbers after the lease, with the
-// lease's unused part still to spend, and every duration counted down by
-// the time since the lease was sent. Its Receipt names the lease's entry.
-func (le *lease) spent(n int, now int64) keyrate.Decision {
+// at now: Redis's numbers after the lease, with the lease's unspent part,
+// and every duration counted down by the time since the lease was sent;
+// its Receipt names the lease's entry. Without full, Allowed alone.
+func (t *leaseTerm) spent(n int, now int64, full bool) keyrate.Decision {
+	if !full {
+		return keyrate.Decision{Allowed: true}
+	}
 	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
-	k := copy(parts[:], le.parts[:le.nparts])
-	el := time.Duration(now - le.sent)
+	k := copy(parts[:], t.parts[:t.nparts])
+	el := time.Duration(now - t.sent)
+	left := int(max(t.k-t.used.Load(), 0))
 	for i := range parts[:k] {
 		p := &parts[i]
 		p.Allowed = true
-		p.Remaining += le.k - le.used
+		p.Remaining += left
 		p.RetryAfter = 0
 		p.ResetAfter = max(p.ResetAfter-el, 0)
 		p.RefillAfter = max(p.RefillAfter-el, 0)
 	}
 	d := keyrate.Combine(parts[:k]...)
-	d.Receipt = keyrate.NewReceipt(le.rec.At(), n, le.rec.ID())
+	d.Receipt = keyrate.NewReceipt(t.rec.At(), n, t.rec.ID())
 	return d
 }
 
@@ -357,19 +389,25 @@ func countedDown(d *keyrate.Decision, el time.Duration) keyrate.Decision {
 // leaseBack is the unused part of a lease, to give back.
 type leaseBack struct {
 	key, id string
+	tr      *tier            // the lease's
 	d       keyrate.Decision // its Receipt names the lease's entry
 	n       int
 }
 
-// finish ends the lease, if any is held, and returns its unused part to
-// give back: nothing for a lease spent.
-func (le *lease) finish(id string) leaseBack {
-	var b leaseBack
-	if unused := le.k - le.used; unused > 0 && le.rec.N() > 0 {
-		b = leaseBack{key: le.key, id: id, n: unused}
-		b.d.Receipt = le.rec
+// end ends the lease, if one is held, and returns its unspent part to
+// give back: nothing for a lease spent. Under mu.
+func (le *lease) end(id string) leaseBack {
+	t := le.cur.Swap(nil)
+	if t == nil {
+		return leaseBack{}
 	}
-	le.k, le.used, le.end = 0, 0, 0
+	used := min(t.used.Swap(leaseEnded), t.k) // a spend that did not fit may be counted for a moment
+	le.lastUsed, le.lastSent = used, t.sent
+	var b leaseBack
+	if unused := t.k - used; unused > 0 && t.rec.N() > 0 {
+		b = leaseBack{key: le.key, id: id, tr: t.tr, n: int(unused)}
+		b.d.Receipt = t.rec
+	}
 	return b
 }
 
@@ -381,13 +419,20 @@ func (ls *leases) refundLeased(id string, d *keyrate.Decision, n int, now int64)
 	if !ok {
 		return false
 	}
-	le.mu.Lock()
-	defer le.mu.Unlock()
+	t := le.cur.Load()
 	r := d.Receipt
-	if le.dead || now >= le.end || le.rec.At() != r.At() || le.rec.ID() != r.ID() || n > le.used {
+	if t == nil || now >= t.end || t.rec.At() != r.At() || t.rec.ID() != r.ID() {
 		return false
 	}
-	le.used -= n
+	for {
+		used := t.used.Load()
+		if used >= leaseEnded || int64(n) > used {
+			return false
+		}
+		if t.used.CompareAndSwap(used, used-int64(n)) {
+			break
+		}
+	}
 	if left := r.N() - n; left > 0 {
 		d.Receipt = keyrate.NewReceipt(r.At(), left, r.ID())
 	} else {
@@ -410,15 +455,7 @@ func (l *Limiter) giveBack(backs []leaseBack) {
 	runs := make([]run, len(backs))
 	for i := range backs {
 		b := &backs[i]
-		tr := l.tiers.Load().def
-		if le, ok := l.leases.keys.Load(b.id); ok {
-			le.mu.Lock()
-			if le.tr != nil {
-				tr = le.tr
-			}
-			le.mu.Unlock()
-		}
-		runs[i].key, runs[i].args = l.refundArgs(b.id, l.tagOf(b.key, b.id), tr, &b.d, b.n)
+		runs[i].key, runs[i].args = l.refundArgs(b.id, l.tagOf(b.key, b.id), b.tr, &b.d, b.n)
 	}
 	for full := false; ; full = true {
 		pipe := l.client.Pipeline()
@@ -450,17 +487,21 @@ func (l *Limiter) sweep(now int64) {
 	var backs []leaseBack
 	ls.keys.Range(func(id string, le *lease) bool {
 		le.mu.Lock()
-		if le.renewing == nil && now >= le.end {
-			if b := le.finish(id); b.n > 0 {
+		defer le.mu.Unlock()
+		if le.renewing != nil {
+			return true
+		}
+		if t := le.cur.Load(); t != nil && now >= t.end {
+			if b := le.end(id); b.n > 0 {
 				backs = append(backs, b)
 			}
-			if now >= le.sent+2*ls.d && now >= le.denyUntil {
-				le.dead = true
-				ls.keys.Delete(id)
-				ls.count.Add(-1)
-			}
 		}
-		le.mu.Unlock()
+		deny := le.deny.Load()
+		if le.cur.Load() == nil && now >= le.lastSent+2*ls.d && (deny == nil || now >= deny.until) {
+			le.dead = true
+			ls.keys.Delete(id)
+			ls.count.Add(-1)
+		}
 		return true
 	})
 	if len(backs) > 0 {
@@ -499,7 +540,13 @@ func (l *Limiter) Close() error {
 		var backs []leaseBack
 		l.leases.keys.Range(func(id string, le *lease) bool {
 			le.mu.Lock()
-			if b := le.finish(id); b.n > 0 {
+			for le.renewing != nil { // a lease on its way, to give back too
+				ch := le.renewing
+				le.mu.Unlock()
+				<-ch
+				le.mu.Lock()
+			}
+			if b := le.end(id); b.n > 0 {
 				backs = append(backs, b)
 			}
 			le.mu.Unlock()
