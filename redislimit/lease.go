@@ -83,7 +83,7 @@ type leases struct {
 type lease struct {
 	key string // as the caller gave it, for giving back
 
-	cur  atomic.Pointer[leaseTerm]  // the lease; nil: none
+	cur  atomic.Pointer[leaseTerm] // the lease; nil: none
 	deny atomic.Pointer[leaseDeny] // a refusal that stands; nil: none
 
 	mu       sync.Mutex
