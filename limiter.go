@@ -79,6 +79,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		algorithm: cfg.algorithm,
 		baseUnix:  cfg.base.UnixNano(),
 	}
+	l.keys.counts = cfg.calendars
 	l.publish(tab)
 	l.reading.start(cfg.clock, cfg.base, cfg.coarse, l.done, &l.background)
 	if cfg.janitorInterval > 0 {
@@ -152,7 +153,7 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	g := l.lock(key, admissible)
 	if g == nil {
 		if admissible {
-			t.overflow(d)
+			t.overflow(d, now)
 		} else {
 			t.untracked(d, now, n)
 		}
@@ -321,7 +322,7 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 			}
 			p.g.decide(p.d, now, p.weight, p.t, false)
 		case admissible(p):
-			p.t.overflow(p.d) // at the bound, with no room to be made
+			p.t.overflow(p.d, now) // at the bound, with no room to be made
 		default:
 			p.t.untracked(p.d, now, p.weight)
 		}
@@ -374,7 +375,7 @@ func (l *Limiter) Peek(key string) (d Decision) {
 	g := l.lock(key, false)
 	if g == nil {
 		if l.keys.full() {
-			t.overflow(&d)
+			t.overflow(&d, now)
 		} else {
 			t.untracked(&d, now, 1)
 		}
