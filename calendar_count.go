@@ -11,7 +11,8 @@ import (
 // period over, and that test needs no calendar arithmetic: periods tile
 // time, so the period of a later instant starts at or after the end of an
 // earlier one's. A policy keeps its count by its place, as FixedWindow's
-// do; a changed calendar keeps it until the period it was counted in ends.
+// do; a policy whose calendar changed keeps it while the new period began
+// before the counted one ended: a changed policy counts only from then on.
 type calendarCounts struct {
 	end [MaxPolicies]int64 // the instant the counted period turns, from the limiter's base
 	n   [MaxPolicies]uint32
@@ -69,11 +70,7 @@ func (t *tier) period(i int, now int64) period {
 // the count again when its period is over. Called with mu held.
 func (g *eventLog) calendarPart(part *PolicyDecision, i int, now int64, n int, t *tier) {
 	q := g.quota()
-	p := t.period(i, now)
-	if q.end[i] <= p.start {
-		q.n[i] = 0
-	}
-	q.end[i] = p.end
+	p := g.turn(i, now, t)
 	held, limit := int(q.n[i]), part.Limit
 	until := time.Duration(p.end - now)
 	part.Period = time.Duration(p.end - p.start)
@@ -91,6 +88,21 @@ func (g *eventLog) calendarPart(part *PolicyDecision, i int, now int64, n int, t
 	if held > 0 {
 		part.ResetAfter, part.RefillAfter = until, until
 	}
+}
+
+// turn moves calendar policy i's count on to now's period, starting it
+// again at 0 when the period it counted in is over, and returns now's
+// period. Every look at a key turns each of its tier's counts (a decision,
+// a refund, the janitor's), as a decision would, so that the janitor's
+// look changes nothing a decision could tell. Called with mu held.
+func (g *eventLog) turn(i int, now int64, t *tier) period {
+	q := g.quota()
+	p := t.period(i, now)
+	if q.end[i] <= p.start {
+		q.n[i] = 0
+	}
+	q.end[i] = p.end
+	return p
 }
 
 // calendarDone describes calendar policy i's part after an admitted request
@@ -116,11 +128,11 @@ func (g *eventLog) refundCalendars(now, at int64, n int, d *Decision, t *tier) b
 	parts := d.Policies()
 	gave := false
 	for i := range t.policies {
-		if !t.isCalendar(i) || i >= len(parts) || parts[i].Policy != t.policies[i] {
+		if !t.isCalendar(i) {
 			continue
 		}
-		p := t.period(i, now)
-		if q.end[i] != p.end || at < p.start || q.n[i] == 0 {
+		p := g.turn(i, now, t)
+		if i >= len(parts) || parts[i].Policy != t.policies[i] || at < p.start || q.n[i] == 0 {
 			continue
 		}
 		q.n[i] -= min(uint32(n), q.n[i])
@@ -130,11 +142,17 @@ func (g *eventLog) refundCalendars(now, at int64, n int, d *Decision, t *tier) b
 }
 
 // calendarIdle reports whether every calendar count of g is 0 or of a
-// period over by now, whatever tier counted it: evicting g then gives no
-// period back. A log without counts is idle. Called with mu held.
-func (g *eventLog) calendarIdle(now int64) bool {
+// period over by now, whatever tier counted it, once t's calendar policies
+// have moved theirs on to now: evicting g then gives no period back. A log
+// without counts is idle. Called with mu held.
+func (g *eventLog) calendarIdle(now int64, t *tier) bool {
 	if g.state&counting == 0 {
 		return true
+	}
+	for i := range t.policies {
+		if t.isCalendar(i) {
+			g.turn(i, now, t)
+		}
 	}
 	q := g.quota()
 	for i := range q.n {

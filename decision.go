@@ -48,6 +48,9 @@ type Receipt struct {
 	id   uint64
 	log  *eventLog // *Limiter's: the log that holds the events
 	mark uint64    // *Limiter's under GCRA: the weight its key had given back before
+	// *Limiter's under SlidingLog: the decision has an entry in the log (a
+	// tier of calendar policies alone writes none, and gives none back).
+	logged bool
 	// *Limiter's under GCRA: each policy's TAT the decision left, in ticks
 	// from its instant's, which its ResetAfter, capped at the window, may
 	// not tell.

@@ -165,17 +165,17 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	g.decide(d, now, n, t, true)
 	at := g.last
 	if d.Allowed && n > 0 {
-		d.Receipt = l.receipt(g, n)
+		d.Receipt = l.receipt(g, n, t)
 	}
 	g.mu.Unlock()
 	return at
 }
 
-// receipt returns the Receipt of n events g recorded at its last instant.
-// It holds g itself, so that no later log can take g's place in memory and
-// be mistaken for it. Called with g.mu held.
-func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
+// receipt returns the Receipt of n events g recorded at its last instant
+// under t. It holds g itself, so that no later log can take g's place in
+// memory and be mistaken for it. Called with g.mu held.
+func (l *Limiter) receipt(g *eventLog, n int, t *tier) Receipt {
+	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g, logged: t.capacity > 0}
 	if l.algorithm == GCRA {
 		g.mark(&r) // the key's refund ledger and TATs: see refundCounted
 	}
@@ -346,7 +346,7 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 			*p.d = Decision{}
 			p.g.decide(p.d, p.g.last, w, p.t, allowed)
 			if allowed && w > 0 {
-				p.d.Receipt = l.receipt(p.g, w)
+				p.d.Receipt = l.receipt(p.g, w, p.t)
 			}
 		}
 		p.g.mu.Unlock()

@@ -174,10 +174,11 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 // whatever tier counted it: evicting it would give the key a fresh period.
 func (g *eventLog) idle(now int64, t *tier) bool {
 	if t.algorithm != SlidingLog {
-		return g.idleCounted(now, t) && g.calendarIdle(g.last)
+		counted := g.idleCounted(now, t)
+		return g.calendarIdle(g.last, t) && counted
 	}
 	g.settle(now, t.longest, &t.scale)
-	return g.n == 0 && g.calendarIdle(g.last)
+	return g.calendarIdle(g.last, t) && g.n == 0
 }
 
 // untracked decides for a key with no log, on an empty one that is never
@@ -228,8 +229,10 @@ func (g *eventLog) refund(now, at int64, n int, d *Decision, t *tier) bool {
 	var gave bool
 	if t.algorithm != SlidingLog {
 		gave = g.refundCounted(now, at, n, d, t)
-	} else {
+	} else if d.Receipt.logged {
 		gave = g.refundLog(now, at, n, t)
+	} else {
+		g.settle(now, t.longest, &t.scale) // as refundLog would, for the calendars' instant
 	}
 	if t.cals != 0 {
 		gave = g.refundCalendars(g.last, at, n, d, t) || gave
