@@ -235,9 +235,12 @@ func TestCalendarRefunds(t *testing.T) {
 	p := peek.Policies()
 	assert.Equal(t, 6, p[0].Remaining, "the minute: 3 of e held, and Peek's own")
 	assert.Equal(t, 9, p[1].Remaining, "the new month: Peek's own alone")
+	require.True(t, l.Take("k", 2).Allowed, "the new month counts 2")
 	clock.Advance(time.Hour)
 	err := l.Refund("k", &d)
 	require.ErrorIs(t, err, keyrate.ErrNothingToRefund, "the month that held d is over, the minute let it go")
+	peek = l.Peek("k")
+	assert.Equal(t, 7, peek.Policies()[1].Remaining, "the new month gave nothing back for d: 2 held, and Peek's own")
 }
 
 // TestCalendarWait: Wait sleeps until the period turns.
