@@ -43,8 +43,9 @@ func (g *eventLog) retier(t *tier) {
 }
 
 // decideCounted is decide under FixedWindow or GCRA: each policy's part
-// from its counter, the request admitted when every part has room, and the
-// counters then moved by n when record is set. Called with mu held.
+// from its counter (a calendar policy's as under SlidingLog), the request
+// admitted when every part has room, and the counters then moved by n when
+// record is set. Called with mu held.
 func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record bool) {
 	now, c := g.advance(now, t)
 	d.nparts = len(t.policies)
@@ -52,9 +53,12 @@ func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record 
 	for i := range t.policies {
 		part := &d.parts[i]
 		part.Policy = t.policies[i]
-		if t.algorithm == FixedWindow {
+		switch {
+		case t.isCalendar(i):
+			g.calendarPart(part, i, now, n, t)
+		case t.algorithm == FixedWindow:
 			t.fixedPart(part, i, c[i], now, n)
-		} else {
+		default:
 			t.gcraPart(part, i, c[i], now, n)
 		}
 		allowed = allowed && part.Allowed
@@ -62,9 +66,15 @@ func (g *eventLog) decideCounted(d *Decision, now int64, n int, t *tier, record 
 	admitted := allowed && n > 0
 	for i := range t.policies {
 		part := &d.parts[i]
-		if t.algorithm == FixedWindow {
+		switch {
+		case t.isCalendar(i):
+			if admitted {
+				g.calendarDone(part, i, now, n, record)
+			}
+			continue // its part is at most its period already
+		case t.algorithm == FixedWindow:
 			t.fixedDone(part, i, &c[i], now, n, admitted, record)
-		} else {
+		default:
 			t.gcraDone(part, i, &c[i], now, n, admitted, record)
 		}
 		// A bucket of limit refills of window/limit, rounded up to ticks,
@@ -86,11 +96,14 @@ func (g *eventLog) advance(now int64, t *tier) (int64, []uint32) {
 	g.last = now
 	c := g.counters(t)
 	for i := range c {
-		if t.algorithm == FixedWindow {
+		switch {
+		case t.isCalendar(i):
+			c[i] = 0 // counted in the calendar counts instead
+		case t.algorithm == FixedWindow:
 			if t.windowOf(i, now) != t.windowOf(i, prev) {
 				c[i] = 0
 			}
-		} else {
+		default:
 			c[i] = t.rebase(c[i], prev, now)
 		}
 	}

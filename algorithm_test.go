@@ -69,7 +69,7 @@ func TestGCRABurstThenRate(t *testing.T) {
 // together under each algorithm: a request is admitted only when both have
 // room, and a refusal by one records nothing against the other.
 func TestAlgorithmsUnderPolicies(t *testing.T) {
-	policies := []Policy{{"second", 2, time.Second}, {"ten", 5, 10 * time.Second}, {"minute", 50, time.Minute}}
+	policies := []Policy{{Name: "second", Limit: 2, Window: time.Second}, {Name: "ten", Limit: 5, Window: 10 * time.Second}, {Name: "minute", Limit: 50, Window: time.Minute}}
 	// 10 seconds of 4 calls a second. The ten-second policy binds: a fixed
 	// window admits its 5 (t0 starts a window); a bucket of 5 refilled one
 	// every 2 seconds admits 6 in the first 2 seconds, limited to 2 a second

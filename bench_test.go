@@ -199,8 +199,8 @@ func BenchmarkTake(b *testing.B) {
 // are checked.
 func BenchmarkAllowPolicies(b *testing.B) {
 	keys := makeKeys(1)
-	admit := []Policy{{"short", 1 << 24, time.Millisecond}, {"long", 1 << 24, 2 * time.Millisecond}}
-	deny := []Policy{{"minute", 100, time.Minute}, {"hour", 1, time.Hour}}
+	admit := []Policy{{Name: "short", Limit: 1 << 24, Window: time.Millisecond}, {Name: "long", Limit: 1 << 24, Window: 2 * time.Millisecond}}
+	deny := []Policy{{Name: "minute", Limit: 100, Window: time.Minute}, {Name: "hour", Limit: 1, Window: time.Hour}}
 	b.Run("admit", func(b *testing.B) { serialAllow(b, primedPolicies(b, admit, keys), keys, true) })
 	b.Run("deny", func(b *testing.B) { serialAllow(b, primedPolicies(b, deny, keys), keys, false) })
 }
@@ -209,8 +209,8 @@ func BenchmarkAllowPolicies(b *testing.B) {
 // policy's numbers too, which cost a binary search per policy.
 func BenchmarkTakePolicies(b *testing.B) {
 	keys := makeKeys(1)
-	admit := []Policy{{"short", 1 << 24, time.Millisecond}, {"long", 1 << 24, 2 * time.Millisecond}}
-	deny := []Policy{{"minute", 100, time.Minute}, {"hour", 1, time.Hour}}
+	admit := []Policy{{Name: "short", Limit: 1 << 24, Window: time.Millisecond}, {Name: "long", Limit: 1 << 24, Window: 2 * time.Millisecond}}
+	deny := []Policy{{Name: "minute", Limit: 100, Window: time.Minute}, {Name: "hour", Limit: 1, Window: time.Hour}}
 	run := func(b *testing.B, l *Limiter, wantAdmit bool) {
 		var admitted int64
 		b.ResetTimer()
@@ -243,10 +243,10 @@ func (c *steppingClock) Now() time.Time { return t0.Add(time.Duration(c.at.Add(c
 // the three shorter limits cost.
 func BenchmarkTakeFourPolicies(b *testing.B) {
 	four := []Policy{
-		{"second", 10, time.Second},
-		{"minute", 600, time.Minute},
-		{"hour", 20_000, time.Hour},
-		{"day", 100_000, 24 * time.Hour},
+		{Name: "second", Limit: 10, Window: time.Second},
+		{Name: "minute", Limit: 600, Window: time.Minute},
+		{Name: "hour", Limit: 20_000, Window: time.Hour},
+		{Name: "day", Limit: 100_000, Window: 24 * time.Hour},
 	}
 	for _, policies := range [][]Policy{four[3:], four} {
 		b.Run(fmt.Sprintf("policies=%d", len(policies)), func(b *testing.B) {

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -13,9 +14,16 @@ import (
 // is none.
 type Calendar struct {
 	kind calendarKind
-	day  int // Weekly: the time.Weekday it starts on; Monthly: 1 to 31
-	loc  *time.Location
+	// day is, for Weekly, the time.Weekday it starts on; for Monthly, 1 to
+	// 31. An int32 keeps a Calendar, and so a Policy and each part of a
+	// Decision, 8 bytes smaller; a day past its range is kept at its end.
+	day int32
+	loc *time.Location
 }
+
+// clampDay returns d within int32, for Calendar.day: out of range either
+// way, as check then says.
+func clampDay(d int) int32 { return int32(max(min(d, math.MaxInt32), math.MinInt32)) }
 
 type calendarKind uint8
 
@@ -31,13 +39,13 @@ func Daily(loc *time.Location) Calendar { return Calendar{kind: daily, loc: loc}
 
 // Weekly returns the week in loc starting at local midnight of start.
 func Weekly(start time.Weekday, loc *time.Location) Calendar {
-	return Calendar{kind: weekly, day: int(start), loc: loc}
+	return Calendar{kind: weekly, day: clampDay(int(start)), loc: loc}
 }
 
 // Monthly returns the month in loc that turns at local midnight of day, a
 // billing day of 1 to 31: in a month shorter than day, on its last day.
 func Monthly(day int, loc *time.Location) Calendar {
-	return Calendar{kind: monthly, day: day, loc: loc}
+	return Calendar{kind: monthly, day: clampDay(day), loc: loc}
 }
 
 // IsZero reports whether c is no calendar.
@@ -59,7 +67,7 @@ func (c Calendar) Period(t time.Time) (start, end time.Time) {
 		}
 		return start, c.next(start)
 	case weekly:
-		back := (int(lt.Weekday()) - c.day + 7) % 7
+		back := (int(lt.Weekday()) - int(c.day) + 7) % 7
 		start = time.Date(y, m, d-back, 0, 0, 0, 0, c.loc)
 		if start.After(t) {
 			start = time.Date(y, m, d-back-7, 0, 0, 0, 0, c.loc)
@@ -92,7 +100,7 @@ func (c Calendar) turn(y int, m time.Month) time.Time {
 	first := time.Date(y, m, 1, 0, 0, 0, 0, c.loc)
 	y, m, _ = first.Date()
 	last := time.Date(y, m+1, 0, 0, 0, 0, 0, c.loc).Day()
-	return time.Date(y, m, min(c.day, last), 0, 0, 0, 0, c.loc)
+	return time.Date(y, m, min(int(c.day), last), 0, 0, 0, 0, c.loc)
 }
 
 // String describes c: "daily in UTC", "weekly from Sunday in

@@ -423,6 +423,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 		"WithMaxWindow 0":        {1, []Option{WithMaxWindow(0)}},
 		"nil tier function":      {1, []Option{WithTiers(nil, nil)}},
 		"tier with a window":     {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Window: time.Second}}})}},
+		"tier with a calendar":   {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Calendar: Daily(time.UTC)}}})}},
 		"tier with two policies": {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}, {Limit: 4}}})}},
 		"tier with no policy":    {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {}})}},
 		"tier with a name":       {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Name: "pro", Limit: 3}}})}},

@@ -15,7 +15,8 @@ type Decision struct {
 	Allowed bool
 	// Policy is the binding policy's name ("" for New's one policy).
 	Policy string
-	// Limit and Window are the binding policy's.
+	// Limit and Window are the binding policy's; for a calendar policy,
+	// Window is the length of its current period (PolicyDecision.Period).
 	Limit  int
 	Window time.Duration
 	// Remaining is what the binding policy would still admit now.
@@ -47,6 +48,9 @@ type Receipt struct {
 	id   uint64
 	log  *eventLog // *Limiter's: the log that holds the events
 	mark uint64    // *Limiter's under GCRA: the weight its key had given back before
+	// *Limiter's under SlidingLog: the decision has an entry in the log (a
+	// tier of calendar policies alone writes none, and gives none back).
+	logged bool
 	// *Limiter's under GCRA: each policy's TAT the decision left, in ticks
 	// from its instant's, which its ResetAfter, capped at the window, may
 	// not tell.
@@ -76,9 +80,14 @@ type PolicyDecision struct {
 	// Allowed reports whether this policy alone had room.
 	Allowed bool
 	// Remaining, RetryAfter, ResetAfter and RefillAfter mean what
-	// Decision's do, for this policy alone.
+	// Decision's do, for this policy alone. For a calendar policy, a wait
+	// is until its period turns, exactly.
 	Remaining                           int
 	RetryAfter, ResetAfter, RefillAfter time.Duration
+	// Period is a calendar policy's current period, its length (23 to 25
+	// hours for a day across daylight saving, 28 to 31 days for a month);
+	// 0 for a sliding window. A backend sets it for Combine.
+	Period time.Duration
 }
 
 // Policies returns every policy's part, in the order the policies were
@@ -130,14 +139,29 @@ func (d *Decision) fill(p *PolicyDecision, allowed bool) {
 	d.Policy = p.Name
 	d.Limit = p.Limit
 	d.Window = p.Window
+	if p.Period > 0 {
+		d.Window = p.Period
+	}
 	d.Remaining = p.Remaining
 	d.RetryAfter = p.RetryAfter
 	d.ResetAfter = p.ResetAfter
 	d.RefillAfter = p.RefillAfter
 }
 
-// Format prints d's fields and its policies' parts, not its backend's own.
+// Format prints d's fields and its policies' parts, not its backend's own;
+// a sliding policy's part without its zero Calendar and Period.
 func (d Decision) Format(f fmt.State, verb rune) {
+	type window struct {
+		Name   string
+		Limit  int
+		Window time.Duration
+	}
+	type part struct {
+		Policy                              window
+		Allowed                             bool
+		Remaining                           int
+		RetryAfter, ResetAfter, RefillAfter time.Duration
+	}
 	type decision struct {
 		Allowed                             bool
 		Policy                              string
@@ -150,13 +174,20 @@ func (d Decision) Format(f fmt.State, verb rune) {
 			At time.Time
 			N  int
 		}
-		Policies []PolicyDecision
+		Policies []any
+	}
+	parts := make([]any, d.nparts)
+	for i, p := range d.Policies() {
+		parts[i] = p
+		if p.Calendar.IsZero() {
+			parts[i] = part{window{p.Name, p.Limit, p.Window}, p.Allowed, p.Remaining, p.RetryAfter, p.ResetAfter, p.RefillAfter}
+		}
 	}
 	v := decision{d.Allowed, d.Policy, d.Limit, d.Window, d.Remaining,
 		d.RetryAfter, d.ResetAfter, d.RefillAfter, d.Overflow, d.Fallback, struct {
 			At time.Time
 			N  int
-		}{}, d.Policies()}
+		}{}, parts}
 	if d.Receipt.n > 0 {
 		v.Receipt.At, v.Receipt.N = d.Receipt.At(), d.Receipt.n
 	}

@@ -5,7 +5,9 @@
 // 10s lets 10 through at 00:09 and 10 more at 00:11, keyrate refuses the
 // second ten until the first leave, at 00:19. A key may be under several
 // limits at once (NewPolicies: 10 a second and 1,000 a day), all or nothing,
-// and keys may have plans (WithTiers).
+// and keys may have plans (WithTiers). A policy may count per calendar period
+// instead (Policy.Calendar: a day, a week, or a month from a billing day, in a
+// time zone), with a counter per key rather than a log.
 //
 // Per key a ring buffer holds the admitted events' instants: 4 bytes an
 // event of weight 1, 8 bytes a decision of any weight. An instant is kept

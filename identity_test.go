@@ -20,8 +20,8 @@ func plan(key string) string {
 // and WaitN, and the key everywhere else; the budget is the key's either
 // way.
 func TestTierSeesContextIdentity(t *testing.T) {
-	l, _ := newPolicies(t, []Policy{{"minute", 2, time.Minute}},
-		WithTiers(plan, map[string][]Policy{"pro": {{"minute", 5, time.Minute}}}))
+	l, _ := newPolicies(t, []Policy{{Name: "minute", Limit: 2, Window: time.Minute}},
+		WithTiers(plan, map[string][]Policy{"pro": {{Name: "minute", Limit: 5, Window: time.Minute}}}))
 	const search, status = "search\x00x-api-key=pro-42", "status\x00x-api-key=pro-42"
 	pro := ContextWithIdentity(context.Background(), "pro-42")
 
@@ -58,7 +58,7 @@ func TestTierSeesContextIdentity(t *testing.T) {
 // A limiter without tiers decides by the key alone: an identity changes
 // nothing.
 func TestUntieredIgnoresIdentity(t *testing.T) {
-	l, _ := newPolicies(t, []Policy{{"minute", 2, time.Minute}})
+	l, _ := newPolicies(t, []Policy{{Name: "minute", Limit: 2, Window: time.Minute}})
 	pro := ContextWithIdentity(context.Background(), "pro-42")
 	for i, want := range []bool{true, true, false} {
 		if d, err := l.TakeContext(pro, "k", 1); err != nil || d.Allowed != want || d.Limit != 2 {

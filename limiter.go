@@ -79,6 +79,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		algorithm: cfg.algorithm,
 		baseUnix:  cfg.base.UnixNano(),
 	}
+	l.keys.counts = cfg.calendars
 	l.publish(tab)
 	l.reading.start(cfg.clock, cfg.base, cfg.coarse, l.done, &l.background)
 	if cfg.janitorInterval > 0 {
@@ -152,7 +153,7 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	g := l.lock(key, admissible)
 	if g == nil {
 		if admissible {
-			t.overflow(d)
+			t.overflow(d, now)
 		} else {
 			t.untracked(d, now, n)
 		}
@@ -164,17 +165,17 @@ func (l *Limiter) take(d *Decision, key, as string, n int) int64 {
 	g.decide(d, now, n, t, true)
 	at := g.last
 	if d.Allowed && n > 0 {
-		d.Receipt = l.receipt(g, n)
+		d.Receipt = l.receipt(g, n, t)
 	}
 	g.mu.Unlock()
 	return at
 }
 
-// receipt returns the Receipt of n events g recorded at its last instant.
-// It holds g itself, so that no later log can take g's place in memory and
-// be mistaken for it. Called with g.mu held.
-func (l *Limiter) receipt(g *eventLog, n int) Receipt {
-	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g}
+// receipt returns the Receipt of n events g recorded at its last instant
+// under t. It holds g itself, so that no later log can take g's place in
+// memory and be mistaken for it. Called with g.mu held.
+func (l *Limiter) receipt(g *eventLog, n int, t *tier) Receipt {
+	r := Receipt{at: l.baseUnix + g.last, n: n, id: uint64(uintptr(unsafe.Pointer(g))), log: g, logged: t.capacity > 0}
 	if l.algorithm == GCRA {
 		g.mark(&r) // the key's refund ledger and TATs: see refundCounted
 	}
@@ -321,7 +322,7 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 			}
 			p.g.decide(p.d, now, p.weight, p.t, false)
 		case admissible(p):
-			p.t.overflow(p.d) // at the bound, with no room to be made
+			p.t.overflow(p.d, now) // at the bound, with no room to be made
 		default:
 			p.t.untracked(p.d, now, p.weight)
 		}
@@ -345,7 +346,7 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 			*p.d = Decision{}
 			p.g.decide(p.d, p.g.last, w, p.t, allowed)
 			if allowed && w > 0 {
-				p.d.Receipt = l.receipt(p.g, w)
+				p.d.Receipt = l.receipt(p.g, w, p.t)
 			}
 		}
 		p.g.mu.Unlock()
@@ -374,7 +375,7 @@ func (l *Limiter) Peek(key string) (d Decision) {
 	g := l.lock(key, false)
 	if g == nil {
 		if l.keys.full() {
-			t.overflow(&d)
+			t.overflow(&d, now)
 		} else {
 			t.untracked(&d, now, 1)
 		}

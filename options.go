@@ -27,6 +27,7 @@ type config struct {
 	tierOf          func(key string) string
 	tiers           map[string][]Policy
 	scale           scale // built by newConfig: every log's ticks
+	calendars       bool  // built by newConfig: a tier has a calendar policy
 }
 
 // WithAlgorithm chooses how the limiter counts (see Algorithm); WithResolution
@@ -68,17 +69,19 @@ func WithMaxWindow(d time.Duration) Option {
 }
 
 // WithJanitorInterval sets how often a goroutine evicts idle keys (nothing
-// left in their window) and shrinks quiet ones' rings: each sweep walks every
-// key, one lock at a time. Default: the longest window, within [1s, 1m]. 0
-// disables it: combine that with WithMaxKeys or a closed set of keys.
+// left in their window, no count of a calendar period not yet over) and
+// shrinks quiet ones' rings: each sweep walks every key, one lock at a time.
+// Default: the longest window, within [1s, 1m] (1m with a calendar policy).
+// 0 disables it: combine that with WithMaxKeys or a closed set of keys.
 func WithJanitorInterval(d time.Duration) Option {
 	return func(cfg *config) { cfg.janitorInterval, cfg.janitorSet = d, true }
 }
 
 // WithMaxKeys bounds the keys tracked at n, so that a flood of made up keys
 // grows memory no further: a new key at the bound evicts the n/16 keys decided
-// least recently, events and all. Size n a sixteenth above the clients active
-// in the longest window. Default: 0, no bound.
+// least recently, events and all; an evicted key's calendar periods start
+// afresh. Size n a sixteenth above the clients active in the longest window
+// or calendar period. Default: 0, no bound.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
 }
@@ -140,6 +143,7 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 	}
 	cfg.scale = newScale(max(tab.longest, int64(cfg.maxWindow)), int64(cfg.resolution))
 	for _, t := range tab.byID {
+		cfg.calendars = cfg.calendars || t.cals != 0
 		if err := checkCoarse(cfg.coarse, t); err != nil {
 			return config{}, nil, err
 		}
@@ -149,6 +153,9 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 	}
 	if !cfg.janitorSet {
 		cfg.janitorInterval = min(max(time.Duration(def.longest), time.Second), time.Minute)
+		if def.cals != 0 {
+			cfg.janitorInterval = time.Minute // a period is a day or more
+		}
 	}
 	return cfg, tab, nil
 }

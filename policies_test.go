@@ -72,7 +72,7 @@ func runPolicyTrace(t *testing.T, policies []Policy, l, twin *Limiter, c *Manual
 func TestSecondAndDayTrace(t *testing.T) {
 	const s, day = time.Second, 24 * time.Hour
 	ms := time.Millisecond
-	policies := []Policy{{"second", 10, s}, {"day", 1000, day}}
+	policies := []Policy{{Name: "second", Limit: 10, Window: s}, {Name: "day", Limit: 1000, Window: day}}
 	l, c := newPolicies(t, policies)
 	twin, err := NewPolicies(policies, WithClock(c), WithJanitorInterval(0))
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestSecondAndDayTrace(t *testing.T) {
 // Here the refusals at 55s, by the minute, must not fill the short window,
 // or the pair at 60s, when the minute frees two, would be refused.
 func TestRefusalByLongPolicyRecordsNothing(t *testing.T) {
-	l, c := newPolicies(t, []Policy{{"burst", 2, 10 * time.Second}, {"minute", 3, time.Minute}})
+	l, c := newPolicies(t, []Policy{{Name: "burst", Limit: 2, Window: 10 * time.Second}, {Name: "minute", Limit: 3, Window: time.Minute}})
 	require.True(t, l.AllowN("k", 2))
 	c.Set(t0.Add(10 * time.Second))
 	require.True(t, l.Allow("k"))
@@ -132,7 +132,7 @@ func TestRefusalByLongPolicyRecordsNothing(t *testing.T) {
 // and 5 per minute: exactly 3 are admitted. A second later the second has
 // room again but the minute only for 2; a second after that, for none.
 func TestPoliciesConcurrent(t *testing.T) {
-	l, c := newPolicies(t, []Policy{{"second", 3, time.Second}, {"minute", 5, time.Minute}})
+	l, c := newPolicies(t, []Policy{{Name: "second", Limit: 3, Window: time.Second}, {Name: "minute", Limit: 5, Window: time.Minute}})
 	for _, phase := range []struct {
 		admitted int
 		bind     string // of the refusals
@@ -180,7 +180,7 @@ func TestPoliciesConcurrent(t *testing.T) {
 // it.
 func TestCombine(t *testing.T) {
 	p := func(name string, allowed bool, remaining int, retry time.Duration) PolicyDecision {
-		return PolicyDecision{Policy: Policy{name, 10, time.Minute}, Allowed: allowed, Remaining: remaining,
+		return PolicyDecision{Policy: Policy{Name: name, Limit: 10, Window: time.Minute}, Allowed: allowed, Remaining: remaining,
 			RetryAfter: retry, ResetAfter: time.Minute, RefillAfter: time.Second}
 	}
 	cases := []struct {
@@ -250,8 +250,8 @@ func TestTiers(t *testing.T) {
 		}
 		return name
 	}
-	l, c := newPolicies(t, []Policy{{"minute", 3, minute}},
-		WithTiers(tierOf, map[string][]Policy{"pro": {{"minute", 10, minute}}}))
+	l, c := newPolicies(t, []Policy{{Name: "minute", Limit: 3, Window: minute}},
+		WithTiers(tierOf, map[string][]Policy{"pro": {{Name: "minute", Limit: 10, Window: minute}}}))
 	admitted := func(key string) int {
 		n := 0
 		for range 20 {
@@ -266,12 +266,12 @@ func TestTiers(t *testing.T) {
 	assert.Equal(t, 3, admitted("gold-a"), "a tier the map lacks: the default tier")
 	assert.Equal(t, 3, admitted("panic-a"), "a tier function that panics: the default tier")
 	d := l.Take("panic-a", 1)
-	assert.Equal(t, Policy{"minute", 3, minute}, d.Policies()[0].Policy)
+	assert.Equal(t, Policy{Name: "minute", Limit: 3, Window: minute}, d.Policies()[0].Policy)
 	assert.Equal(t, 0, noReceipt(l.Take("pro-a", 0)).Remaining, "pro-a spent its 10")
 
 	// A new tier takes effect at the next decision, and counts the events
 	// its keys already have.
-	require.NoError(t, l.SetTier("gold", []Policy{{"burst", 2, time.Second}, {"minute", 5, minute}}))
+	require.NoError(t, l.SetTier("gold", []Policy{{Name: "burst", Limit: 2, Window: time.Second}, {Name: "minute", Limit: 5, Window: minute}}))
 	d = l.Take("gold-a", 1)
 	require.False(t, d.Allowed, "gold-a's 3 events are in the burst window")
 	assert.Equal(t, "burst", d.Policy)
@@ -281,11 +281,11 @@ func TestTiers(t *testing.T) {
 	assert.Equal(t, []int{0, 0}, []int{d.Policies()[0].Remaining, d.Policies()[1].Remaining}, "3 old events and 2 new against the minute")
 
 	// Replacing a tier does the same, for every key in it.
-	require.NoError(t, l.SetTier("pro", []Policy{{"minute", 12, minute}}))
+	require.NoError(t, l.SetTier("pro", []Policy{{Name: "minute", Limit: 12, Window: minute}}))
 	assert.Equal(t, 2, admitted("pro-a"))
-	require.NoError(t, l.SetTier("", []Policy{{"minute", 4, minute}}))
+	require.NoError(t, l.SetTier("", []Policy{{Name: "minute", Limit: 4, Window: minute}}))
 	assert.Equal(t, 1, admitted("free-a"))
-	assert.Equal(t, []Policy{{"minute", 4, minute}}, l.Policies())
+	assert.Equal(t, []Policy{{Name: "minute", Limit: 4, Window: minute}}, l.Policies())
 	assert.Equal(t, 4, l.Limit())
 	assert.Equal(t, minute, l.Window())
 }
@@ -296,9 +296,9 @@ func TestTiers(t *testing.T) {
 func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
 	var tierName atomic.Value
 	tierName.Store("short")
-	l, c := newPolicies(t, []Policy{{"hour", 100, time.Hour}}, WithTiers(
+	l, c := newPolicies(t, []Policy{{Name: "hour", Limit: 100, Window: time.Hour}}, WithTiers(
 		func(string) string { return tierName.Load().(string) },
-		map[string][]Policy{"short": {{"ten", 5, 10 * time.Second}}, "long": {{"minute", 5, time.Minute}}}))
+		map[string][]Policy{"short": {{Name: "ten", Limit: 5, Window: 10 * time.Second}}, "long": {{Name: "minute", Limit: 5, Window: time.Minute}}}))
 	require.True(t, l.AllowN("k", 3))
 	c.Set(t0.Add(20 * time.Second))
 	require.True(t, l.AllowN("k", 2)) // drops the events at 0s, gone from the ten-second window
@@ -308,7 +308,7 @@ func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
 	assert.Equal(t, 3, d.Remaining, "only the 2 events at 20s count against the minute")
 
 	// A limit lowered below what a key holds leaves it no room, not less.
-	require.NoError(t, l.SetTier("long", []Policy{{"minute", 1, time.Minute}}))
+	require.NoError(t, l.SetTier("long", []Policy{{Name: "minute", Limit: 1, Window: time.Minute}}))
 	d = l.Take("k", 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 0, d.Remaining)
@@ -320,8 +320,8 @@ func TestTierChangeKeepsOnlyRetainedEvents(t *testing.T) {
 // Decision lists one set or the other, never a mix, and the events recorded
 // under both are exactly the ones later decisions count.
 func TestSetTierUnderTraffic(t *testing.T) {
-	a := []Policy{{"a", 5, time.Minute}}
-	b := []Policy{{"b1", 3, time.Minute}, {"b2", 4, time.Hour}}
+	a := []Policy{{Name: "a", Limit: 5, Window: time.Minute}}
+	b := []Policy{{Name: "b1", Limit: 3, Window: time.Minute}, {Name: "b2", Limit: 4, Window: time.Hour}}
 	l, _ := newPolicies(t, a, WithMaxWindow(time.Hour))
 	keys := []string{"k0", "k1", "k2", "k3"}
 	var admitted [4]atomic.Int64
@@ -382,19 +382,19 @@ func TestPoliciesConfigErrors(t *testing.T) {
 		field    string
 	}{
 		{"none", nil, nil, "policies is empty"},
-		{"too many", []Policy{{"a", 1, s}, {"b", 1, s}, {"c", 1, s}, {"d", 1, s}, {"e", 1, s}}, nil, "policies has 5 policies"},
-		{"zero limit", []Policy{{"a", 1, s}, {"b", 0, s}}, nil, "policies[1].Limit"},
-		{"huge limit", []Policy{{"a", 1 << 31, s}}, nil, "policies[0].Limit"},
-		{"zero window", []Policy{{"a", 1, 0}}, nil, "policies[0].Window"},
-		{"negative window", []Policy{{"a", 1, s}, {"b", 1, -s}}, nil, "policies[1].Window"},
-		{"duplicate names", []Policy{{"a", 1, s}, {"b", 2, s}, {"a", 3, s}}, nil, `policies[2].Name "a" repeats policies[0].Name`},
-		{"unnamed among several", []Policy{{"a", 1, s}, {"", 2, s}}, nil, "policies[1].Name is empty"},
-		{"nil tier function", []Policy{{"a", 1, s}}, []Option{WithTiers(nil, nil)}, "tier function"},
-		{"invalid tier", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {{"a", 1, 0}}})}, `tiers["pro"][0].Window`},
-		{"empty tier", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {}})}, `tiers["pro"] is empty`},
-		{"default tier in the map", []Policy{{"a", 1, s}}, []Option{WithTiers(tierOf, map[string][]Policy{"": {{"a", 1, s}}})}, `tiers[""]`},
-		{"tier window within the coarse clock", []Policy{{"a", 1, s}}, []Option{WithCoarseClock(10 * time.Millisecond),
-			WithTiers(tierOf, map[string][]Policy{"pro": {{"a", 1, 5 * time.Millisecond}}})}, "coarse clock"},
+		{"too many", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "b", Limit: 1, Window: s}, {Name: "c", Limit: 1, Window: s}, {Name: "d", Limit: 1, Window: s}, {Name: "e", Limit: 1, Window: s}}, nil, "policies has 5 policies"},
+		{"zero limit", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "b", Limit: 0, Window: s}}, nil, "policies[1].Limit"},
+		{"huge limit", []Policy{{Name: "a", Limit: 1 << 31, Window: s}}, nil, "policies[0].Limit"},
+		{"zero window", []Policy{{Name: "a", Limit: 1, Window: 0}}, nil, "policies[0].Window"},
+		{"negative window", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "b", Limit: 1, Window: -s}}, nil, "policies[1].Window"},
+		{"duplicate names", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "b", Limit: 2, Window: s}, {Name: "a", Limit: 3, Window: s}}, nil, `policies[2].Name "a" repeats policies[0].Name`},
+		{"unnamed among several", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "", Limit: 2, Window: s}}, nil, "policies[1].Name is empty"},
+		{"nil tier function", []Policy{{Name: "a", Limit: 1, Window: s}}, []Option{WithTiers(nil, nil)}, "tier function"},
+		{"invalid tier", []Policy{{Name: "a", Limit: 1, Window: s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {{Name: "a", Limit: 1, Window: 0}}})}, `tiers["pro"][0].Window`},
+		{"empty tier", []Policy{{Name: "a", Limit: 1, Window: s}}, []Option{WithTiers(tierOf, map[string][]Policy{"pro": {}})}, `tiers["pro"] is empty`},
+		{"default tier in the map", []Policy{{Name: "a", Limit: 1, Window: s}}, []Option{WithTiers(tierOf, map[string][]Policy{"": {{Name: "a", Limit: 1, Window: s}}})}, `tiers[""]`},
+		{"tier window within the coarse clock", []Policy{{Name: "a", Limit: 1, Window: s}}, []Option{WithCoarseClock(10 * time.Millisecond),
+			WithTiers(tierOf, map[string][]Policy{"pro": {{Name: "a", Limit: 1, Window: 5 * time.Millisecond}}})}, "coarse clock"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -406,29 +406,29 @@ func TestPoliciesConfigErrors(t *testing.T) {
 	}
 
 	t.Run("SetTier", func(t *testing.T) {
-		plain, _ := newPolicies(t, []Policy{{"a", 1, s}})
-		err := plain.SetTier("pro", []Policy{{"a", 2, s}})
+		plain, _ := newPolicies(t, []Policy{{Name: "a", Limit: 1, Window: s}})
+		err := plain.SetTier("pro", []Policy{{Name: "a", Limit: 2, Window: s}})
 		require.ErrorIs(t, err, ErrConfig, "no tier function: no key could be in it")
 		assert.Contains(t, err.Error(), "WithTiers")
 		require.ErrorIs(t, plain.SetTier("", nil), ErrConfig)
-		err = plain.SetTier("", []Policy{{"a", 0, s}})
+		err = plain.SetTier("", []Policy{{Name: "a", Limit: 0, Window: s}})
 		require.ErrorIs(t, err, ErrConfig)
 		assert.Contains(t, err.Error(), "policies[0].Limit")
-		assert.Equal(t, []Policy{{"a", 1, s}}, plain.Policies(), "a refused SetTier changes nothing")
+		assert.Equal(t, []Policy{{Name: "a", Limit: 1, Window: s}}, plain.Policies(), "a refused SetTier changes nothing")
 
-		tiered, _ := newPolicies(t, []Policy{{"a", 1, s}}, WithTiers(tierOf, nil))
-		err = tiered.SetTier("pro", []Policy{{"a", 1, s}, {"a", 2, s}})
+		tiered, _ := newPolicies(t, []Policy{{Name: "a", Limit: 1, Window: s}}, WithTiers(tierOf, nil))
+		err = tiered.SetTier("pro", []Policy{{Name: "a", Limit: 1, Window: s}, {Name: "a", Limit: 2, Window: s}})
 		require.ErrorIs(t, err, ErrConfig)
 		assert.Contains(t, err.Error(), `tiers["pro"][1].Name`)
 
-		coarse, err := NewPolicies([]Policy{{"a", 1, s}}, WithCoarseClock(time.Millisecond), WithJanitorInterval(0))
+		coarse, err := NewPolicies([]Policy{{Name: "a", Limit: 1, Window: s}}, WithCoarseClock(time.Millisecond), WithJanitorInterval(0))
 		require.NoError(t, err)
 		defer coarse.Close()
-		err = coarse.SetTier("", []Policy{{"a", 1, time.Millisecond}})
+		err = coarse.SetTier("", []Policy{{Name: "a", Limit: 1, Window: time.Millisecond}})
 		require.ErrorIs(t, err, ErrConfig)
 		assert.Contains(t, err.Error(), "coarse clock")
 
-		err = plain.SetTier("", []Policy{{"a", 1, 3 * s}})
+		err = plain.SetTier("", []Policy{{Name: "a", Limit: 1, Window: 3 * s}})
 		require.ErrorIs(t, err, ErrConfig, "a 1ns tick counts at most 2.1s")
 		assert.Contains(t, err.Error(), "WithMaxWindow(3s)")
 	})
@@ -438,8 +438,8 @@ func TestPoliciesConfigErrors(t *testing.T) {
 // longest window of the tier that last decided it.
 func TestSweepWithPolicies(t *testing.T) {
 	tierOf := func(key string) string { name, _, _ := strings.Cut(key, "-"); return name }
-	l, c := newPolicies(t, []Policy{{"second", 1, time.Second}, {"minute", 5, time.Minute}},
-		WithTiers(tierOf, map[string][]Policy{"hourly": {{"hour", 10, time.Hour}}}))
+	l, c := newPolicies(t, []Policy{{Name: "second", Limit: 1, Window: time.Second}, {Name: "minute", Limit: 5, Window: time.Minute}},
+		WithTiers(tierOf, map[string][]Policy{"hourly": {{Name: "hour", Limit: 10, Window: time.Hour}}}))
 	require.True(t, l.Allow("free-a"))
 	require.True(t, l.Allow("hourly-a"))
 	c.Set(t0.Add(30 * time.Second))
@@ -458,7 +458,7 @@ func TestSweepWithPolicies(t *testing.T) {
 // when its oldest event leaves.
 func TestWaitWithPolicies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewPolicies([]Policy{{"second", 1, time.Second}, {"ten", 2, 10 * time.Second}})
+		l, err := NewPolicies([]Policy{{Name: "second", Limit: 1, Window: time.Second}, {Name: "ten", Limit: 2, Window: 10 * time.Second}})
 		require.NoError(t, err)
 		defer l.Close()
 		start := time.Now()
@@ -476,7 +476,7 @@ func TestWaitWithPolicies(t *testing.T) {
 func TestErrorsCarryNoKey(t *testing.T) {
 	const key = "sk-live-0123456789"
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewPolicies([]Policy{{"second", 1, time.Second}, {"hour", 2, time.Hour}})
+		l, err := NewPolicies([]Policy{{Name: "second", Limit: 1, Window: time.Second}, {Name: "hour", Limit: 2, Window: time.Hour}})
 		require.NoError(t, err)
 		defer l.Close()
 		require.True(t, l.Allow(key))
@@ -498,7 +498,7 @@ func TestTakeAll(t *testing.T) {
 	c := NewManualClock(t0)
 	plan := func(key string) string { return key[:strings.IndexByte(key, ':')] }
 	l, err := New(3, 10*time.Second, WithClock(c), WithJanitorInterval(0),
-		WithTiers(plan, map[string][]Policy{"org": {{"org", 4, 10 * time.Second}}}))
+		WithTiers(plan, map[string][]Policy{"org": {{Name: "org", Limit: 4, Window: 10 * time.Second}}}))
 	require.NoError(t, err)
 	defer l.Close()
 

@@ -5,18 +5,25 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
 // Policy is one limit: at most Limit events per key in any span of length
-// Window.
+// Window, or, for a calendar policy, in each period of its Calendar.
 type Policy struct {
 	// Name names the policy in headers and metrics; "" only for a tier's
 	// one policy.
 	Name string
-	// Limit is 1 to math.MaxInt32; Window positive.
+	// Limit is 1 to math.MaxInt32; Window positive, or 0 with a Calendar.
 	Limit  int
 	Window time.Duration
+	// Calendar (Daily, Weekly, Monthly) makes a calendar policy: at most
+	// Limit per period, the period turning at local midnight of its
+	// boundary day in its zone, when the count starts again from 0 (no
+	// sliding). It costs a counter per key, 12 bytes, whatever the limit.
+	// Default: none, a sliding window.
+	Calendar Calendar
 }
 
 // MaxPolicies is the most policies a Limiter or one of its tiers enforces
@@ -97,13 +104,18 @@ type tier struct {
 	algorithm Algorithm
 	wall      int64
 	refill    [MaxPolicies]int64
+	// cals has bit i set when policy i is a calendar policy, counted per
+	// period (see calendarCounts); periods[i] caches its current period.
+	cals    uint8
+	periods [MaxPolicies]atomic.Pointer[period]
 }
 
 // CheckPolicies returns why policies cannot be a tier, naming the field at
 // fault (field is "policies", `tiers["pro"]`, or "" for New's arguments) in
 // an error wrapping ErrConfig; or nil: 1 to MaxPolicies policies, each with
-// a Limit of 1 to math.MaxInt32, a positive Window, and a Name of its own
-// when there are several. Every backend checks its policies with it.
+// a Limit of 1 to math.MaxInt32, a positive Window or else a valid Calendar
+// (never both), and a Name of its own when there are several. Every backend
+// checks its policies with it.
 func CheckPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
@@ -112,11 +124,16 @@ func CheckPolicies(field string, policies []Policy) error {
 		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
 	}
 	for i, p := range policies {
-		limit, window, name := policyField(field, i)
+		limit, window, name, calendar := policyField(field, i)
+		err := p.Calendar.check()
 		switch {
 		case p.Limit < 1 || p.Limit > math.MaxInt32:
 			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
-		case p.Window <= 0:
+		case err != nil:
+			return fmt.Errorf("%w: %s is %w", ErrConfig, calendar, err)
+		case !p.Calendar.IsZero() && p.Window != 0:
+			return fmt.Errorf("%w: %s is %v beside %s %v, want 0: a policy has a window or a calendar, not both", ErrConfig, window, p.Window, calendar, p.Calendar)
+		case p.Calendar.IsZero() && p.Window <= 0:
 			return fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
 		case p.Name == "" && len(policies) > 1:
 			return fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
@@ -130,15 +147,16 @@ func CheckPolicies(field string, policies []Policy) error {
 	return nil
 }
 
-// policyField returns how CheckPolicies names the Limit, Window and Name of
-// the i-th policy of field in its errors: "limit", "window" and "" when
-// field is "", else `tiers["pro"][1].Limit` and the like.
-func policyField(field string, i int) (limit, window, name string) {
+// policyField returns how CheckPolicies names the Limit, Window, Name and
+// Calendar of the i-th policy of field in its errors: "limit", "window", ""
+// and "calendar" when field is "", else `tiers["pro"][1].Limit` and the
+// like.
+func policyField(field string, i int) (limit, window, name, calendar string) {
 	if field == "" {
-		return "limit", "window", ""
+		return "limit", "window", "", "calendar"
 	}
 	at := fmt.Sprintf("%s[%d].", field, i)
-	return at + "Limit", at + "Window", at + "Name"
+	return at + "Limit", at + "Window", at + "Name", at + "Calendar"
 }
 
 // newTier validates policies (see CheckPolicies) and builds their tier.
@@ -148,8 +166,12 @@ func newTier(field string, policies []Policy) (*tier, error) {
 	}
 	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}
 	copy(t.policies, policies)
-	for _, p := range t.policies {
+	for i, p := range t.policies {
 		t.minLimit = min(t.minLimit, p.Limit)
+		if !p.Calendar.IsZero() {
+			t.cals |= 1 << i
+			continue // counted per period, not in the log
+		}
 		w := int64(p.Window)
 		switch {
 		case w > t.longest:
@@ -161,11 +183,14 @@ func newTier(field string, policies []Policy) (*tier, error) {
 	return t, nil
 }
 
-// shortest returns the tier's shortest window.
+// shortest returns the tier's shortest window, math.MaxInt64 when it has
+// calendar policies alone.
 func (t *tier) shortest() time.Duration {
-	s := t.policies[0].Window
-	for _, p := range t.policies[1:] {
-		s = min(s, p.Window)
+	s := time.Duration(math.MaxInt64)
+	for i, p := range t.policies {
+		if !t.isCalendar(i) {
+			s = min(s, p.Window)
+		}
 	}
 	return s
 }
@@ -189,13 +214,17 @@ func (t *tier) setup(s scale, algorithm Algorithm, wall int64) error {
 	}
 	for i, p := range t.policies {
 		t.refill[i] = 0
-		if algorithm == GCRA {
+		if algorithm == GCRA && !t.isCalendar(i) {
 			t.refill[i] = ceilDiv(ceilDiv(int64(p.Window), int64(p.Limit)), s.unit)
 		}
 	}
 	t.entries = t.capacity
 	for i, p := range t.policies {
 		t.spans[i] = uint32(p.Limit)
+		if t.isCalendar(i) {
+			t.spans[i] = 0
+			continue
+		}
 		if s.res {
 			ticks := int64(p.Window)/s.unit + 2
 			t.spans[i] = uint32(min(int64(p.Limit), ticks))
@@ -217,7 +246,7 @@ func (t *tier) placeCursors() {
 	order := make([]int, 0, len(t.policies))
 	for i, p := range t.policies {
 		t.cursors[i] = -1
-		if int64(p.Window) < t.longest {
+		if int64(p.Window) < t.longest && !t.isCalendar(i) {
 			order = append(order, i)
 		}
 	}

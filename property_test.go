@@ -28,6 +28,10 @@ import (
 // policy keeps its counter by its place among its tier's policies) and none
 // of its arithmetic: no ring, no ticks, no shared log, no binary search.
 //
+// A calendar policy keeps a count and the end of the period it counts in,
+// per place; its periods come from Calendar.Period, asked on every
+// decision, in wall-clock time.
+//
 // Instants must be whole ticks of the limiter, and windows whole
 // resolutions under WithResolution: there, an exact log decides exactly as
 // the model does.
@@ -52,16 +56,20 @@ type modelKey struct {
 	count  [MaxPolicies]int64 // FixedWindow
 	tat    [MaxPolicies]int64 // GCRA: when each bucket is full again
 	given  uint64             // GCRA: the weight its refunds gave back
+	calN   [MaxPolicies]int64 // calendar policies: the count of a period
+	calEnd [MaxPolicies]int64 // and the instant that period ends
 }
 
 // modelEvent is an admitted decision: its instant and the weight it still
 // holds; id names it for refunds. Under GCRA, back is what its refunds gave
-// back of each policy's bucket, in nanoseconds of refill.
+// back of each policy's bucket, in nanoseconds of refill; cal is the weight
+// it still holds in each calendar policy's period.
 type modelEvent struct {
 	at   int64
 	w    int
 	id   int
 	back [MaxPolicies]int64
+	cal  [MaxPolicies]int
 }
 
 func newModel(policies []Policy) *model {
@@ -83,9 +91,15 @@ func (m *model) tierOf(key string) (string, []Policy) {
 func longestOf(policies []Policy) int64 {
 	var w time.Duration
 	for _, p := range policies {
-		w = max(w, p.Window)
+		w = max(w, p.Window) // a calendar policy's is 0
 	}
 	return int64(w)
+}
+
+// period returns the period of calendar policy p that holds instant at.
+func (m *model) period(p Policy, at int64) (start, end int64) {
+	s, e := p.Calendar.Period(time.Unix(0, m.wall+at))
+	return s.UnixNano() - m.wall, e.UnixNano() - m.wall
 }
 
 func minLimitOf(policies []Policy) int {
@@ -129,13 +143,24 @@ func (m *model) settle(k *modelKey, now int64, policies []Policy) int64 {
 		k.events = slices.DeleteFunc(k.events, func(e modelEvent) bool { return e.at <= now-longestOf(policies) })
 	case FixedWindow:
 		for i, p := range policies {
-			if m.windowOf(now, p.Window) != m.windowOf(prev, p.Window) {
+			if p.Calendar.IsZero() && m.windowOf(now, p.Window) != m.windowOf(prev, p.Window) {
 				k.count[i] = 0
 			}
 		}
 	}
 	for i := len(policies); i < MaxPolicies; i++ {
 		k.count[i], k.tat[i] = 0, 0
+	}
+	for i, p := range policies {
+		if p.Calendar.IsZero() {
+			continue
+		}
+		k.count[i], k.tat[i] = 0, 0 // a calendar policy's place holds no counter
+		start, end := m.period(p, now)
+		if k.calEnd[i] <= start {
+			k.calN[i] = 0 // its period is over
+		}
+		k.calEnd[i] = end
 	}
 	return now
 }
@@ -176,19 +201,29 @@ func (m *model) decideOn(k *modelKey, key, name string, policies []Policy, n int
 	if admitted && record {
 		m.gens++
 		id = m.gens
-		switch m.algorithm {
-		case SlidingLog:
+		switch {
+		case m.algorithm == SlidingLog && longestOf(policies) > 0: // a tier of calendar policies alone logs nothing
 			k.events = append(k.events, modelEvent{at: now, w: n, id: id})
-		case FixedWindow:
+		case m.algorithm == FixedWindow:
 			for i := range policies {
 				k.count[i] += int64(n)
 			}
-		case GCRA:
+		case m.algorithm == GCRA:
 			for i, p := range policies {
-				k.tat[i] = max(k.tat[i], now) + int64(n)*m.every(p)
+				if p.Calendar.IsZero() {
+					k.tat[i] = max(k.tat[i], now) + int64(n)*m.every(p)
+				}
 			}
 		}
-		m.history[key] = append(m.history[key], modelEvent{at: now, w: n, id: id})
+		e := modelEvent{at: now, w: n, id: id}
+		for i, p := range policies {
+			if !p.Calendar.IsZero() {
+				k.calN[i] += int64(n)
+				k.count[i] = 0
+				e.cal[i] = n
+			}
+		}
+		m.history[key] = append(m.history[key], e)
 		if m.used[key] == nil {
 			m.used[key] = map[string]bool{}
 		}
@@ -200,8 +235,10 @@ func (m *model) decideOn(k *modelKey, key, name string, policies []Policy, n int
 		}
 	}
 	for i := range parts {
-		parts[i].ResetAfter = min(parts[i].ResetAfter, parts[i].Window)
-		parts[i].RefillAfter = min(parts[i].RefillAfter, parts[i].Window)
+		if parts[i].Calendar.IsZero() {
+			parts[i].ResetAfter = min(parts[i].ResetAfter, parts[i].Window)
+			parts[i].RefillAfter = min(parts[i].RefillAfter, parts[i].Window)
+		}
 	}
 	// The binding part: refused, the first that can never fit, else the
 	// first of the longest RetryAfter; admitted, the first of the least
@@ -222,6 +259,9 @@ func (m *model) decideOn(k *modelKey, key, name string, policies []Policy, n int
 		}
 	}
 	d.Allowed, d.Policy, d.Limit, d.Window = allowed, b.Name, b.Limit, b.Window
+	if b.Period > 0 {
+		d.Window = b.Period // a calendar policy's: its period's length
+	}
 	d.Remaining, d.RetryAfter, d.ResetAfter, d.RefillAfter = b.Remaining, b.RetryAfter, b.ResetAfter, b.RefillAfter
 	return d, id
 }
@@ -232,8 +272,19 @@ func (m *model) part(k *modelKey, i int, part *PolicyDecision, n int, now int64)
 	p := part.Policy
 	limit := int64(p.Limit)
 	fits := func(held int64) bool { return held+int64(n) <= limit }
-	switch m.algorithm {
-	case SlidingLog:
+	switch {
+	case !p.Calendar.IsZero():
+		start, end := m.period(p, now)
+		part.Period = time.Duration(end - start)
+		part.Remaining = int(max(limit-k.calN[i], 0))
+		part.Allowed = n == 0 || n > 0 && n <= p.Limit && fits(k.calN[i])
+		if !part.Allowed && n > 0 && n <= p.Limit {
+			part.RetryAfter = time.Duration(end - now)
+		}
+		if k.calN[i] > 0 {
+			part.ResetAfter, part.RefillAfter = time.Duration(end-now), time.Duration(end-now)
+		}
+	case m.algorithm == SlidingLog:
 		w := int64(p.Window)
 		held := int64(weightIn(k.events, now, w))
 		part.Remaining = int(max(limit-held, 0))
@@ -253,7 +304,7 @@ func (m *model) part(k *modelKey, i int, part *PolicyDecision, n int, now int64)
 			part.RetryAfter = time.Duration(best - now)
 		}
 		part.Allowed = n == 0 || n > 0 && n <= p.Limit && fits(held)
-	case FixedWindow:
+	case m.algorithm == FixedWindow:
 		end := time.Duration((m.windowOf(now, p.Window)+1)*int64(p.Window) - m.wall - now)
 		part.Remaining = int(max(limit-k.count[i], 0))
 		part.Allowed = n == 0 || n > 0 && n <= p.Limit && fits(k.count[i])
@@ -263,7 +314,7 @@ func (m *model) part(k *modelKey, i int, part *PolicyDecision, n int, now int64)
 		if k.count[i] > 0 {
 			part.ResetAfter, part.RefillAfter = end, end
 		}
-	case GCRA:
+	case m.algorithm == GCRA:
 		every := m.every(p)
 		full := max(k.tat[i]-now, 0)
 		part.Remaining = max(p.Limit-int(ceilDiv(full, every)), 0) // a tier of a lower limit may find it past full
@@ -284,16 +335,19 @@ func (m *model) part(k *modelKey, i int, part *PolicyDecision, n int, now int64)
 func (m *model) after(k *modelKey, i int, part *PolicyDecision, n int, now int64, record bool) {
 	p := part.Policy
 	part.Remaining -= n
-	switch m.algorithm {
-	case SlidingLog:
+	switch {
+	case !p.Calendar.IsZero():
+		_, end := m.period(p, now)
+		part.ResetAfter, part.RefillAfter = time.Duration(end-now), time.Duration(end-now)
+	case m.algorithm == SlidingLog:
 		part.ResetAfter = p.Window
 		if part.RefillAfter == 0 { // the window held nothing before
 			part.RefillAfter = p.Window
 		}
-	case FixedWindow:
+	case m.algorithm == FixedWindow:
 		end := time.Duration((m.windowOf(now, p.Window)+1)*int64(p.Window) - m.wall - now)
 		part.ResetAfter, part.RefillAfter = end, end
-	case GCRA:
+	case m.algorithm == GCRA:
 		every := m.every(p)
 		full := max(k.tat[i]-now, 0)
 		if !record {
@@ -333,18 +387,33 @@ func (m *model) untracked(key string, n int, now int64) Decision {
 	return d
 }
 
-// overflow is the refusal of an untracked key when WithMaxKeys is full and
-// no room is made: every policy's wait is the longest window, an estimate
-// of when room comes back, and the first policy binds.
-func (m *model) overflow(key string) (d Decision) {
+// overflow is the refusal at now of an untracked key when WithMaxKeys is
+// full and no room is made: every policy's wait is the longest window or,
+// if later, the turn of the latest calendar period, an estimate of when
+// room comes back, and the first policy binds.
+func (m *model) overflow(key string, now int64) (d Decision) {
 	_, policies := m.tierOf(key)
 	w := time.Duration(longestOf(policies))
+	for _, p := range policies {
+		if !p.Calendar.IsZero() {
+			_, end := m.period(p, now)
+			w = max(w, time.Duration(end-now))
+		}
+	}
 	for i, p := range policies {
 		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: min(w, p.Window), ResetAfter: min(w, p.Window)}
+		if !p.Calendar.IsZero() {
+			start, end := m.period(p, now)
+			d.parts[i].Period = time.Duration(end - start)
+			d.parts[i].RefillAfter, d.parts[i].ResetAfter = time.Duration(end-now), time.Duration(end-now)
+		}
 	}
 	d.nparts = len(policies)
 	b := d.parts[0]
 	d.Policy, d.Limit, d.Window, d.RetryAfter, d.RefillAfter, d.ResetAfter = b.Name, b.Limit, b.Window, b.RetryAfter, b.RefillAfter, b.ResetAfter
+	if b.Period > 0 {
+		d.Window = b.Period
+	}
 	d.Overflow = true
 	return d
 }
@@ -352,7 +421,7 @@ func (m *model) overflow(key string) (d Decision) {
 // overflowDecision is the refusal of an untracked key under one unnamed
 // policy when WithMaxKeys is full.
 func overflowDecision(limit int, window time.Duration) Decision {
-	return newModel([]Policy{{Limit: limit, Window: window}}).overflow("")
+	return newModel([]Policy{{Limit: limit, Window: window}}).overflow("", 0)
 }
 
 // forget drops key's state, as Reset or an eviction does.
@@ -398,7 +467,7 @@ func (m *model) sweep(now int64) int {
 		eff := m.settle(k, now, m.tiers[k.tier])
 		idle := len(k.events) == 0
 		for i := range MaxPolicies {
-			idle = idle && k.count[i] == 0 && k.tat[i] <= eff
+			idle = idle && k.count[i] == 0 && k.tat[i] <= eff && (k.calN[i] == 0 || k.calEnd[i] <= eff)
 		}
 		if idle {
 			m.floor = max(m.floor, eff)
@@ -437,34 +506,48 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 	}
 	policies := m.tiers[k.tier] // the tier that last decided it
 	now = m.settle(k, now, policies)
-	if m.algorithm == GCRA && k.given > maxLedger {
-		return ErrNothingToRefund // the ledger has no room to count it
-	}
 	since := k.given - tk.mark
 	gave := false
-	switch m.algorithm {
-	case SlidingLog:
+	// A calendar policy gives back while the period that counted the
+	// decision lasts.
+	parts := tk.d.Policies()
+	for i, p := range policies {
+		if p.Calendar.IsZero() || i >= len(parts) || parts[i].Policy != p {
+			continue
+		}
+		start, end := m.period(p, now)
+		if k.calEnd[i] == end && tk.at >= start && k.calN[i] > 0 {
+			back := min(int64(n), k.calN[i])
+			k.calN[i] -= back
+			h := m.history[on]
+			j := slices.IndexFunc(h, func(e modelEvent) bool { return e.id == tk.id })
+			h[j].cal[i] -= int(back)
+			gave = true
+		}
+	}
+	switch {
+	case m.algorithm == GCRA && k.given > maxLedger:
+		// The ledger has no room to count it: the buckets give nothing.
+	case m.algorithm == SlidingLog:
 		if i := slices.IndexFunc(k.events, func(e modelEvent) bool { return e.id == tk.id }); i >= 0 {
 			if k.events[i].w -= n; k.events[i].w == 0 {
 				k.events = slices.Delete(k.events, i, i+1)
 			}
 			h := m.history[on]
 			j := slices.IndexFunc(h, func(e modelEvent) bool { return e.id == tk.id })
-			if h[j].w -= n; h[j].w == 0 {
-				m.history[on] = slices.Delete(h, j, j+1)
-			}
+			h[j].w -= n // an event of weight 0 counts in no window
 			gave = true
 		}
 	default:
-		parts := tk.d.Policies()
+		counted := false
 		for i, p := range policies {
-			if i >= len(parts) || parts[i].Policy != p {
+			if i >= len(parts) || parts[i].Policy != p || !p.Calendar.IsZero() {
 				continue // the policy changed since: its counter may not hold the decision
 			}
 			switch {
 			case m.algorithm == FixedWindow && k.count[i] > 0 && m.windowOf(tk.at, p.Window) == m.windowOf(now, p.Window):
 				k.count[i] -= min(int64(n), k.count[i])
-				gave = true
+				gave, counted = true, true
 			case m.algorithm == GCRA && k.tat[i] > now && since <= uint64(p.Limit):
 				// The part of the decision's tokens not yet refilled, its
 				// span moved earlier by all weight given back since (more
@@ -472,19 +555,19 @@ func (m *model) refund(on string, tk *taken, n int, now int64) error {
 				end := tk.end[i] - int64(since)*m.every(p)
 				if back := min(int64(n)*m.every(p), end-now, k.tat[i]-now); back > 0 {
 					k.tat[i] -= back
-					gave = true
+					gave, counted = true, true
 					h := m.history[on]
 					j := slices.IndexFunc(h, func(e modelEvent) bool { return e.id == tk.id })
 					h[j].back[i] += back
 				}
 			}
 		}
+		if counted && m.algorithm == GCRA {
+			k.given += uint64(n)
+		}
 	}
 	if !gave {
 		return ErrNothingToRefund
-	}
-	if m.algorithm == GCRA {
-		k.given += uint64(n)
 	}
 	tk.left -= n
 	return nil
@@ -513,10 +596,53 @@ func (m *model) checkExact(t require.TestingT) {
 	}
 }
 
+// modelCalendars are the calendars drawPolicies draws from: days, weeks
+// and months in zones with daylight saving (Lord Howe's of half an hour)
+// and without, on billing days that some months lack.
+var modelCalendars = func() []Calendar {
+	load := func(name string) *time.Location {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			panic(err)
+		}
+		return loc
+	}
+	ny, tokyo, lordHowe := load("America/New_York"), load("Asia/Tokyo"), load("Australia/Lord_Howe")
+	return []Calendar{Daily(time.UTC), Daily(ny), Daily(lordHowe), Weekly(time.Sunday, tokyo), Weekly(time.Monday, ny),
+		Monthly(31, ny), Monthly(1, time.UTC), Monthly(29, lordHowe), Monthly(15, tokyo)}
+}()
+
+// checkCalendars asserts a calendar policy's invariant: no period holds
+// more than its limit of a key's admitted weight, less what refunds gave
+// back to that period. Like checkExact, it checks the keys decided under
+// one tier alone, while no policy changed.
+func (m *model) checkCalendars(t require.TestingT) {
+	for key, h := range m.history {
+		if len(m.used[key]) != 1 {
+			continue
+		}
+		for name := range m.used[key] {
+			for i, p := range m.tiers[name] {
+				if p.Calendar.IsZero() {
+					continue
+				}
+				held := map[int64]int{}
+				for _, e := range h {
+					start, _ := m.period(p, e.at)
+					held[start] += e.cal[i]
+					require.LessOrEqual(t, held[start], p.Limit, "key %q, policy %+v: the period from %v holds more than its limit",
+						key, p, time.Unix(0, m.wall+start))
+				}
+			}
+		}
+	}
+}
+
 // drawPolicies draws 1 to 3 policies with windows of whole quarter seconds
 // up to 8s, sometimes equal, the only one sometimes unnamed; limits small
-// (1 to 6) or, with big, sometimes as large as a limit can be.
-func drawPolicies(t *rapid.T, label string, big bool) []Policy {
+// (1 to 6) or, with big, sometimes as large as a limit can be. With
+// calendars, a third of them are calendar policies instead.
+func drawPolicies(t *rapid.T, label string, big, calendars bool) []Policy {
 	policies := make([]Policy, rapid.IntRange(1, 3).Draw(t, label))
 	for i := range policies {
 		limit := rapid.IntRange(1, 6).Draw(t, label+" limit")
@@ -527,6 +653,10 @@ func drawPolicies(t *rapid.T, label string, big bool) []Policy {
 			Name:   fmt.Sprint("p", i),
 			Limit:  limit,
 			Window: time.Duration(rapid.IntRange(1, 32).Draw(t, label+" window")) * time.Second / 4,
+		}
+		if calendars && rapid.IntRange(0, 2).Draw(t, label+" calendar") == 0 {
+			policies[i].Window = 0
+			policies[i].Calendar = rapid.SampledFrom(modelCalendars).Draw(t, label+" which calendar")
 		}
 	}
 	if len(policies) == 1 && rapid.Bool().Draw(t, label+" unnamed") {
@@ -561,11 +691,12 @@ func drawWeight(t *rapid.T, policies []Policy) int {
 func TestMatchesReferenceModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		algorithm := rapid.SampledFrom([]Algorithm{SlidingLog, SlidingLog, FixedWindow, GCRA}).Draw(t, "algorithm")
-		m := newModel(drawPolicies(t, "default", true))
+		calendars := rapid.IntRange(0, 2).Draw(t, "calendars") > 0
+		m := newModel(drawPolicies(t, "default", true, calendars))
 		m.algorithm = algorithm
 		for _, name := range []string{"a", "b"} {
 			if rapid.Bool().Draw(t, "tier "+name) {
-				m.tiers[name] = drawPolicies(t, "tier "+name, true)
+				m.tiers[name] = drawPolicies(t, "tier "+name, true, calendars)
 			}
 		}
 		maxKeys := rapid.IntRange(0, 3).Draw(t, "maxKeys")
@@ -602,6 +733,33 @@ func TestMatchesReferenceModel(t *testing.T) {
 			if rapid.IntRange(0, 2).Draw(t, "move") > 0 {
 				c.Advance(time.Duration(rapid.IntRange(-8, 24).Draw(t, "step")) * time.Second / 4)
 			}
+			// Calendar periods turn over hours, days and months: leaps
+			// that far, back too, and to a calendar's next turn or a
+			// quarter second either side of it, across years.
+			if calendars && rapid.IntRange(0, 7).Draw(t, "leap") == 0 {
+				const day = 24 * time.Hour
+				switch rapid.IntRange(0, 3).Draw(t, "leap kind") {
+				case 0:
+					c.Advance(time.Duration(rapid.IntRange(-48, 48).Draw(t, "hours")) * time.Hour)
+				case 1:
+					c.Advance(time.Duration(rapid.IntRange(-3, 40).Draw(t, "days")) * day)
+				case 2:
+					c.Advance(time.Duration(rapid.IntRange(1, 14).Draw(t, "months")) * 30 * day)
+				default:
+					var cals []Calendar
+					for _, ps := range m.tiers {
+						for _, p := range ps {
+							if !p.Calendar.IsZero() {
+								cals = append(cals, p.Calendar)
+							}
+						}
+					}
+					if len(cals) > 0 {
+						_, end := rapid.SampledFrom(cals).Draw(t, "turn of").Period(c.Now())
+						c.Set(end.Add(time.Duration(rapid.IntRange(-1, 1).Draw(t, "off the turn")) * time.Second / 4))
+					}
+				}
+			}
 			now := int64(c.Now().Sub(t0))
 			at := fmt.Sprintf("step %d at %v", i, time.Duration(now))
 			key := rapid.SampledFrom(keys).Draw(t, "key")
@@ -626,7 +784,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 				_, tracked := m.keys[key]
 				switch {
 				case admissible && atBound(key):
-					want = m.overflow(key)
+					want = m.overflow(key, now)
 				case admissible || tracked && !allowN:
 					want, id = m.decide(key, n, now, true)
 				case !allowN:
@@ -648,7 +806,7 @@ func TestMatchesReferenceModel(t *testing.T) {
 			case op < 15:
 				want, _ := m.decide(key, 1, now, false)
 				if _, tracked := m.keys[key]; !tracked && refuse && atBound(key) {
-					want = m.overflow(key) // a Take would be refused; otherwise it would make room
+					want = m.overflow(key, now) // a Take would be refused; otherwise it would make room
 				}
 				require.Equal(t, want, l.Peek(key), "%s: Peek(%q)", at, key)
 			case op < 17 && maxKeys == 0: // TakeAll
@@ -708,9 +866,12 @@ func TestMatchesReferenceModel(t *testing.T) {
 				m.plan[key] = rapid.SampledFrom([]string{"", "a", "b", "none"}).Draw(t, "plan")
 			default:
 				name := rapid.SampledFrom([]string{"", "a", "b"}).Draw(t, "tier")
-				ps := drawPolicies(t, "new policies", true)
+				ps := drawPolicies(t, "new policies", true, calendars)
+				hasCalendar := slices.ContainsFunc(ps, func(p Policy) bool { return !p.Calendar.IsZero() })
 				if err := l.SetTier(name, ps); !l.scale.holds(longestOf(ps)) {
 					require.ErrorIs(t, err, ErrConfig, "%s: SetTier(%q, %v): longer than the ticks hold", at, name, ps)
+				} else if hasCalendar && !l.keys.counts {
+					require.ErrorIs(t, err, ErrConfig, "%s: SetTier(%q, %v): a calendar, on a limiter made without one", at, name, ps)
 				} else {
 					require.NoError(t, err, "%s: SetTier(%q, %v)", at, name, ps)
 					m.tiers[name] = ps
@@ -726,6 +887,9 @@ func TestMatchesReferenceModel(t *testing.T) {
 			m.checkExact(t)
 		case algorithm == GCRA:
 			m.checkGCRA(t)
+		}
+		if !changed {
+			m.checkCalendars(t)
 		}
 	})
 }

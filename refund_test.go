@@ -72,7 +72,7 @@ func TestRefundErrors(t *testing.T) {
 // TestRefundUnderPolicies checks that refunded events leave every policy,
 // under a resolution too, where they share an entry with other events.
 func TestRefundUnderPolicies(t *testing.T) {
-	policies := []Policy{{"second", 3, time.Second}, {"minute", 5, time.Minute}}
+	policies := []Policy{{Name: "second", Limit: 3, Window: time.Second}, {Name: "minute", Limit: 5, Window: time.Minute}}
 	for _, opts := range [][]Option{nil, {WithResolution(time.Second)}} {
 		c := NewManualClock(t0)
 		l, err := NewPolicies(policies, append(opts, WithClock(c), WithJanitorInterval(0))...)

@@ -21,8 +21,8 @@ import (
 // 7s). The events already in the minute still count: 10µs later nothing
 // more fits, and the minute holds 3.
 func TestPlanChangeKeepsNewestEvents(t *testing.T) {
-	daily := []Policy{{"day", 1000, 24 * time.Hour}, {"minute", 3, time.Minute}}
-	minute := []Policy{{"minute", 3, time.Minute}}
+	daily := []Policy{{Name: "day", Limit: 1000, Window: 24 * time.Hour}, {Name: "minute", Limit: 3, Window: time.Minute}}
+	minute := []Policy{{Name: "minute", Limit: 3, Window: time.Minute}}
 
 	t.Run("SetTier", func(t *testing.T) {
 		l, c := newPolicies(t, daily)
@@ -46,10 +46,10 @@ func TestPlanChangeKeepsNewestEvents(t *testing.T) {
 		}
 	})
 	t.Run("a window that grows", func(t *testing.T) {
-		l, c := newPolicies(t, []Policy{{"p", 1, 3 * time.Second}}, WithMaxWindow(7*time.Second))
+		l, c := newPolicies(t, []Policy{{Name: "p", Limit: 1, Window: 3 * time.Second}}, WithMaxWindow(7*time.Second))
 		c.Set(t0.Add(5 * time.Nanosecond)) // on a 5ns tick, and between 2ns ones
 		require.True(t, l.Allow("k"))
-		require.NoError(t, l.SetTier("", []Policy{{"p", 1, 7 * time.Second}}))
+		require.NoError(t, l.SetTier("", []Policy{{Name: "p", Limit: 1, Window: 7 * time.Second}}))
 		assert.False(t, l.Allow("k"), "one event at the same instant already fills the window")
 	})
 }
@@ -64,13 +64,13 @@ func TestPlanChangeKeepsNewestEvents(t *testing.T) {
 // its window and the log forgot it, so its refund finds nothing.
 func TestRefundAfterWindowChange(t *testing.T) {
 	for _, unit := range []time.Duration{1, 10} {
-		l, c := newPolicies(t, []Policy{{"p", 1, unit}}, WithMaxWindow(7*time.Second))
+		l, c := newPolicies(t, []Policy{{Name: "p", Limit: 1, Window: unit}}, WithMaxWindow(7*time.Second))
 		c.Set(t0.Add(unit))
 		a := l.Take("k", 1)
 		require.True(t, a.Allowed)
 		c.Set(t0.Add(2 * unit))
 		b := l.Take("k", 1)
-		require.NoError(t, l.SetTier("", []Policy{{"p", 1, 7 * time.Second}}))
+		require.NoError(t, l.SetTier("", []Policy{{Name: "p", Limit: 1, Window: 7 * time.Second}}))
 		err := l.Refund("k", &a)
 		if unit == 10 {
 			require.True(t, b.Allowed, "a at 10ns has left the window (10ns, 20ns]")
@@ -173,7 +173,7 @@ func TestWeightIsOneEntry(t *testing.T) {
 // one, by a weight of 3, and checks every policy's numbers against a
 // limiter that was wide from the start.
 func TestWidenKeepsEvents(t *testing.T) {
-	policies := []Policy{{"second", 5, time.Second}, {"ten", 9, 10 * time.Second}}
+	policies := []Policy{{Name: "second", Limit: 5, Window: time.Second}, {Name: "ten", Limit: 9, Window: 10 * time.Second}}
 	narrow, nc := newPolicies(t, policies)
 	wide, wc := newPolicies(t, policies)
 	at := []time.Duration{0, 0, 300 * time.Millisecond, 2 * time.Second, 2 * time.Second}
@@ -204,7 +204,7 @@ func TestWidenKeepsEvents(t *testing.T) {
 // fresh key under 60s says t=60, never 61 once rounded up to seconds.
 func TestResetAfterWithinWindow(t *testing.T) {
 	for _, algorithm := range []Algorithm{SlidingLog, FixedWindow, GCRA} {
-		l, c := newPolicies(t, []Policy{{"minute", 7, time.Minute}, {"day", 100, 24 * time.Hour}}, WithAlgorithm(algorithm))
+		l, c := newPolicies(t, []Policy{{Name: "minute", Limit: 7, Window: time.Minute}, {Name: "day", Limit: 100, Window: 24 * time.Hour}}, WithAlgorithm(algorithm))
 		for i := range 20 {
 			c.Advance(time.Duration(i*i)*time.Second + 7*time.Nanosecond)
 			d := l.Take("k", 1)

@@ -56,15 +56,16 @@ type eventLog struct {
 	size   uint32  // the ring's capacity, in entries
 	tier   uint16
 	wide   bool  // entries are pairs: a tick and the running total before it
-	state  uint8 // dead, pinned, cached
+	state  uint8 // dead, pinned, cached, counting
 	inline [2]uint32
 }
 
 // The flags of eventLog.state.
 const (
-	dead   = 1 << iota // the log has left the map
-	pinned             // TakeAll holds the log it created until it decides it
-	cached             // inline[0] is the oldest entry's tick
+	dead     = 1 << iota // the log has left the map
+	pinned               // TakeAll holds the log it created until it decides it
+	cached               // inline[0] is the oldest entry's tick
+	counting             // the log is a calendarLog's, with room for calendar counts
 )
 
 // is reports whether g has every flag of f. Called with mu held.

@@ -134,28 +134,28 @@ func TestWholeExpiryDropsInOneStep(t *testing.T) {
 func TestTickFixedForLife(t *testing.T) {
 	c := NewManualClock(t0)
 	plan := func(key string) string { return key[:1] }
-	l, err := NewPolicies([]Policy{{"ten", 3, 10 * time.Second}}, WithClock(c), WithJanitorInterval(0),
-		WithTiers(plan, map[string][]Policy{"d": {{"day", 5, 24 * time.Hour}}}))
+	l, err := NewPolicies([]Policy{{Name: "ten", Limit: 3, Window: 10 * time.Second}}, WithClock(c), WithJanitorInterval(0),
+		WithTiers(plan, map[string][]Policy{"d": {{Name: "day", Limit: 5, Window: 24 * time.Hour}}}))
 	require.NoError(t, err)
 	defer l.Close()
 	require.Equal(t, int64(50_000), l.scale.unit, "the day's tick, for every tier")
 
 	require.True(t, l.AllowN("x", 2))
 	c.Advance(3 * time.Second)
-	require.NoError(t, l.SetTier("", []Policy{{"day", 4, 24 * time.Hour}}))
+	require.NoError(t, l.SetTier("", []Policy{{Name: "day", Limit: 4, Window: 24 * time.Hour}}))
 	d := l.Take("x", 1)
 	require.True(t, d.Allowed)
 	assert.Equal(t, 1, d.Remaining, "both events of 0s still count, with this one")
 	assert.Equal(t, 24*time.Hour-3*time.Second, d.RefillAfter, "the oldest, from 0s, leaves at 24h")
 
 	c.Advance(time.Second)
-	require.NoError(t, l.SetTier("", []Policy{{"ten", 5, 10 * time.Second}}))
+	require.NoError(t, l.SetTier("", []Policy{{Name: "ten", Limit: 5, Window: 10 * time.Second}}))
 	d = l.Take("x", 1)
 	require.True(t, d.Allowed)
 	assert.Equal(t, 1, d.Remaining, "0s, 0s, 3s and 4s are all in the last 10s")
 	assert.Equal(t, 6*time.Second, d.RefillAfter)
 
-	err = l.SetTier("", []Policy{{"long", 5, 31 * time.Hour}})
+	err = l.SetTier("", []Policy{{Name: "long", Limit: 5, Window: 31 * time.Hour}})
 	require.ErrorIs(t, err, ErrConfig, "a 50µs tick counts at most 29.8h")
 	assert.Contains(t, err.Error(), "WithMaxWindow")
 	assert.Equal(t, "ten", l.Policies()[0].Name, "a refused SetTier changes nothing")
@@ -164,7 +164,7 @@ func TestTickFixedForLife(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	assert.Equal(t, int64(100_000), w.scale.unit)
-	require.NoError(t, w.SetTier("", []Policy{{"long", 5, 31 * time.Hour}}))
+	require.NoError(t, w.SetTier("", []Policy{{Name: "long", Limit: 5, Window: 31 * time.Hour}}))
 	_, err = New(3, time.Second, WithMaxWindow(-1))
 	require.ErrorIs(t, err, ErrConfig)
 }
@@ -203,14 +203,14 @@ func TestResolutionConfig(t *testing.T) {
 		policies []Policy
 		ok       bool
 	}{
-		{time.Second, []Policy{{"s", 1, time.Second}}, true},
-		{time.Second + 1, []Policy{{"s", 1, time.Second}}, false},
-		{0, []Policy{{"s", 1, time.Second}}, false},
-		{-time.Second, []Policy{{"s", 1, time.Second}}, false},
-		{time.Minute, []Policy{{"m", 1, time.Minute}, {"d", 1, 24 * time.Hour}}, true},
-		{time.Minute, []Policy{{"s", 1, time.Second}, {"d", 1, 24 * time.Hour}}, false},
-		{time.Microsecond, []Policy{{"d", 1, 24 * time.Hour}}, false}, // a day is more than 2^31 microseconds
-		{50 * time.Microsecond, []Policy{{"d", 1, 24 * time.Hour}}, true},
+		{time.Second, []Policy{{Name: "s", Limit: 1, Window: time.Second}}, true},
+		{time.Second + 1, []Policy{{Name: "s", Limit: 1, Window: time.Second}}, false},
+		{0, []Policy{{Name: "s", Limit: 1, Window: time.Second}}, false},
+		{-time.Second, []Policy{{Name: "s", Limit: 1, Window: time.Second}}, false},
+		{time.Minute, []Policy{{Name: "m", Limit: 1, Window: time.Minute}, {Name: "d", Limit: 1, Window: 24 * time.Hour}}, true},
+		{time.Minute, []Policy{{Name: "s", Limit: 1, Window: time.Second}, {Name: "d", Limit: 1, Window: 24 * time.Hour}}, false},
+		{time.Microsecond, []Policy{{Name: "d", Limit: 1, Window: 24 * time.Hour}}, false}, // a day is more than 2^31 microseconds
+		{50 * time.Microsecond, []Policy{{Name: "d", Limit: 1, Window: 24 * time.Hour}}, true},
 	} {
 		l, err := NewPolicies(c.policies, WithResolution(c.d))
 		if c.ok {
@@ -224,7 +224,7 @@ func TestResolutionConfig(t *testing.T) {
 	l, err := New(10, time.Minute, WithResolution(time.Second))
 	require.NoError(t, err)
 	defer l.Close()
-	assert.ErrorIs(t, l.SetTier("", []Policy{{"half", 1, time.Second / 2}}), ErrConfig, "a window shorter than d")
+	assert.ErrorIs(t, l.SetTier("", []Policy{{Name: "half", Limit: 1, Window: time.Second / 2}}), ErrConfig, "a window shorter than d")
 	assert.Equal(t, time.Minute, l.Window(), "and nothing changed")
 }
 

@@ -36,6 +36,7 @@ type keyMap struct {
 	size    atomic.Int64 // keys tracked, counting inserts under way
 	maxKeys int64        // 0: unbounded
 	refuse  bool         // WithRefuseNewKeys: at the bound, refuse new keys rather than make room
+	counts  bool         // the limiter has calendar policies: every log has room for their counts
 	floor   atomic.Int64
 
 	room   sync.Mutex // held by the one goroutine making room
@@ -75,7 +76,7 @@ func (k *keyMap) create(key string) (g *eventLog, fresh bool) {
 			if !k.reserve() {
 				return nil, true // full: store nothing
 			}
-			g := newEventLog(k.floor.Load())
+			g := k.newLog(k.floor.Load())
 			g.mu.Lock()
 			return g, false
 		})
@@ -84,6 +85,15 @@ func (k *keyMap) create(key string) (g *eventLog, fresh bool) {
 		}
 		// Then race the other inserts for the room made.
 	}
+}
+
+// newLog returns a log that starts at floor, with room for calendar counts
+// when the limiter has calendar policies.
+func (k *keyMap) newLog(floor int64) *eventLog {
+	if k.counts {
+		return newCalendarLog(floor)
+	}
+	return newEventLog(floor)
 }
 
 // reserve counts one more key, unless the map already holds maxKeys.

@@ -64,8 +64,9 @@ func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
 // Keys keep their events, counted by the new policies from then on (under
 // FixedWindow and GCRA each policy keeps its count by its place); so does a key
 // the tier function moves. It refuses, changing nothing, policies New would,
-// a window the coarse clock or the ticks cannot tell (WithMaxWindow), and a
-// named tier without WithTiers.
+// a window the coarse clock or the ticks cannot tell (WithMaxWindow), a
+// calendar policy on a limiter made without one, and a named tier without
+// WithTiers.
 func (l *Limiter) SetTier(name string, policies []Policy) error {
 	field, err := TierField(name, l.tierOf != nil)
 	if err != nil {
@@ -77,6 +78,9 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	}
 	if err := checkCoarse(l.coarseResolution, t); err != nil {
 		return err
+	}
+	if t.cals != 0 && !l.keys.counts {
+		return fmt.Errorf("%w: %s has a calendar policy, but the limiter was made without one, so its keys have no room for the counts; give one to NewPolicies or WithTiers", ErrConfig, field)
 	}
 	if err := t.setup(l.scale, l.algorithm, l.base.UnixNano()); err != nil {
 		return err

@@ -5,9 +5,9 @@ import "time"
 // allow is decide reduced to its answer, for Allow: it records n events at
 // now when they fit. n must be in [1, limit]. Called with mu held.
 func (g *eventLog) allow(now int64, n int, t *tier) bool {
-	if t.algorithm != SlidingLog {
+	if t.algorithm != SlidingLog || t.cals != 0 {
 		var d Decision
-		g.decideCounted(&d, now, n, t, true)
+		g.decide(&d, now, n, t, true)
 		return d.Allowed
 	}
 	s := &t.scale
@@ -31,7 +31,7 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 // for n when the (limit-n+1)-th newest event has left that window: one
 // comparison. A wide log counts its window's weight.
 func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
-	if t.algorithm != SlidingLog {
+	if t.algorithm != SlidingLog || t.cals != 0 {
 		return g.allow(now, n, t)
 	}
 	s := &t.scale
@@ -74,7 +74,9 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 // An event counts from the end of its tick, up to a tick after it was
 // decided: RetryAfter waits for that, but RefillAfter and ResetAfter, which
 // say when quota comes back rather than when a request fits, leave it out
-// and are never longer than the policy's window.
+// and are never longer than the policy's window. A calendar policy's part
+// comes from its count (calendarPart) and its instant is exact: it never
+// waits for a tick.
 func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	if t.algorithm != SlidingLog {
 		g.decideCounted(d, now, n, t, record)
@@ -92,6 +94,11 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		p := &t.policies[i]
 		part := &d.parts[i]
 		part.Policy = *p
+		if t.isCalendar(i) {
+			g.calendarPart(part, i, now, n, t)
+			allowed = allowed && part.Allowed
+			continue
+		}
 		w := int64(p.Window)
 		first := uint32(0) // settling left the longest window's events alone
 		if w < t.longest && g.n > 0 {
@@ -123,28 +130,33 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		// newest.
 		for i := range d.nparts {
 			part := &d.parts[i]
+			if t.isCalendar(i) {
+				g.calendarDone(part, i, now, n, record)
+				continue
+			}
 			part.Remaining -= n
 			part.ResetAfter = part.Window
 			if part.RefillAfter == 0 {
 				part.RefillAfter = part.ResetAfter
 			}
 		}
-		if record {
+		if record && t.capacity > 0 { // a tier of calendar policies alone logs nothing
 			g.push(r, uint32(n), t.entries, s.res)
 		}
 	} else if g.n > 0 {
 		// Every window that holds events ends with the newest of them.
 		newest := time.Duration(g.instant(g.n-1, r, s) - now)
 		for i := range d.nparts {
-			if part := &d.parts[i]; part.RefillAfter > 0 {
+			if part := &d.parts[i]; part.RefillAfter > 0 && !t.isCalendar(i) {
 				part.ResetAfter = newest + part.Window
 			}
 		}
 	}
 	for i := range d.nparts {
-		part := &d.parts[i]
-		part.RefillAfter = min(part.RefillAfter, part.Window)
-		part.ResetAfter = min(part.ResetAfter, part.Window)
+		if part := &d.parts[i]; !t.isCalendar(i) {
+			part.RefillAfter = min(part.RefillAfter, part.Window)
+			part.ResetAfter = min(part.ResetAfter, part.Window)
+		}
 	}
 	if d.nparts == 1 {
 		d.fill(&d.parts[0], allowed)
@@ -157,29 +169,46 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 // that evicting it cannot change any later decision. It prunes as it looks,
 // and so counts as a decision at now: later decisions never go before it,
 // or a clock moved backwards could see room the pruned events still held.
+//
+// A log that holds a calendar count of a period not yet over is not idle,
+// whatever tier counted it: evicting it would give the key a fresh period.
 func (g *eventLog) idle(now int64, t *tier) bool {
 	if t.algorithm != SlidingLog {
-		return g.idleCounted(now, t)
+		counted := g.idleCounted(now, t)
+		return g.calendarIdle(g.last, t) && counted
 	}
 	g.settle(now, t.longest, &t.scale)
-	return g.n == 0
+	return g.calendarIdle(g.last, t) && g.n == 0
 }
 
 // untracked decides for a key with no log, on an empty one that is never
-// stored. An empty log's answer does not depend on the instant.
+// stored. An empty log's answer does not depend on the instant, but for a
+// calendar policy's period and the time until it turns.
 func (t *tier) untracked(d *Decision, now int64, n int) {
-	var empty eventLog
-	empty.decide(d, now, n, t, false)
+	empty := calendarLog{log: eventLog{state: counting}}
+	empty.log.decide(d, now, n, t, false)
 }
 
-// overflow is the refusal of an untracked key while WithMaxKeys is full
-// and no room can be made for it (WithRefuseNewKeys, or every tracked key
-// pinned by a TakeAll). Every policy's wait is the tier's longest window, an
+// overflow is the refusal at now of an untracked key while WithMaxKeys is
+// full and no room can be made for it (WithRefuseNewKeys, or every tracked
+// key pinned by a TakeAll). Every policy's wait is the tier's longest
+// window, or the time until its latest calendar period turns if later: an
 // estimate of when the janitor will have evicted keys gone idle.
-func (t *tier) overflow(d *Decision) {
+func (t *tier) overflow(d *Decision, now int64) {
 	w := time.Duration(t.longest)
+	for i := range t.policies {
+		if t.isCalendar(i) {
+			w = max(w, time.Duration(t.period(i, now).end-now))
+		}
+	}
 	for i, p := range t.policies {
 		d.parts[i] = PolicyDecision{Policy: p, RetryAfter: w, RefillAfter: min(w, p.Window), ResetAfter: min(w, p.Window)}
+		if t.isCalendar(i) {
+			span := t.period(i, now)
+			until := time.Duration(span.end - now)
+			d.parts[i].Period = time.Duration(span.end - span.start)
+			d.parts[i].RefillAfter, d.parts[i].ResetAfter = until, until
+		}
 	}
 	d.nparts = len(t.policies)
 	d.fill(&d.parts[binding(d.parts[:d.nparts], false)], false)
@@ -192,10 +221,27 @@ func (t *tier) overflow(d *Decision) {
 // that events that have left the window count as gone; an entry holding
 // less than n (the rest was given back) gives back nothing. Called with mu
 // held.
+//
+// A calendar policy gets n back too, while the period that counted the
+// decision lasts (refundCalendars); the refund succeeds when any policy
+// gave something back.
 func (g *eventLog) refund(now, at int64, n int, d *Decision, t *tier) bool {
+	var gave bool
 	if t.algorithm != SlidingLog {
-		return g.refundCounted(now, at, n, d, t)
+		gave = g.refundCounted(now, at, n, d, t)
+	} else if d.Receipt.logged {
+		gave = g.refundLog(now, at, n, t)
+	} else {
+		g.settle(now, t.longest, &t.scale) // as refundLog would, for the calendars' instant
 	}
+	if t.cals != 0 {
+		gave = g.refundCalendars(g.last, at, n, d, t) || gave
+	}
+	return gave
+}
+
+// refundLog is refund of the sliding log's entries.
+func (g *eventLog) refundLog(now, at int64, n int, t *tier) bool {
 	s := &t.scale
 	g.settle(now, t.longest, s)
 	if g.n == 0 || at > g.last {

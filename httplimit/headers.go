@@ -37,9 +37,10 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int) {
 	if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
 		// members stay, and this one's are added beside them. Under the
-		// backend's own policies, RateLimit-Policy was written in New.
+		// backend's own policies, RateLimit-Policy was written in New,
+		// unless a calendar policy's w changes with its period.
 		policy := m.policy
-		if policy == "" || !samePolicies(d, m.policies) {
+		if policy == "" || m.calendar || !samePolicies(d, m.policies) {
 			policy = string(ratelimitfield.AppendPolicy(scratch[:0], d, m.route, m.unit))
 		}
 		if policy != "" {

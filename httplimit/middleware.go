@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,7 @@ type Middleware struct {
 	// under them.
 	policies []keyrate.Policy // nil when unknown
 	policy   string           // "" when unknown
+	calendar bool             // a policy is a calendar's: policy has no w, so each decision writes its own
 	fallback time.Duration    // the window of a decision that gives none
 
 	slots *middleware.SlotGate // WithInFlight's; nil without
@@ -127,6 +129,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
+		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
 	}
 	m.timed = c.hooks.Timed()
 	m.reserve = c.cost != nil && caller.CanRefund()

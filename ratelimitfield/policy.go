@@ -13,13 +13,14 @@ import (
 // its binding policy's Limit and Window. unit is the quota unit qu, one
 // of the draft's registered units ("content-bytes", say); "" sends none,
 // which means requests. A policy whose Limit is not positive has no
-// member, as q is required; b comes back as it was when none has one.
+// member, as q is required; b comes back as it was when none has one. A
+// calendar policy's w is its current period's length (Period).
 func AppendPolicy(b []byte, d *keyrate.Decision, route, unit string) []byte {
 	var one [1]keyrate.PolicyDecision
 	parts := parts(d, &one)
 	start := len(b)
 	for i := range parts {
-		b = appendPolicy(b, start, &parts[i].Policy, route, unit)
+		b = appendPolicy(b, start, &parts[i].Policy, window(&parts[i]), route, unit)
 	}
 	return b
 }
@@ -27,19 +28,29 @@ func AppendPolicy(b []byte, d *keyrate.Decision, route, unit string) []byte {
 // AppendPolicies appends the RateLimit-Policy value for policies, in
 // order, as AppendPolicy does for a Decision's: for a response sent
 // without a decision (one served while the store is unavailable), from a
-// backend's own policies (keyrate.Described).
+// backend's own policies (keyrate.Described). A calendar policy's member
+// has no w: with no decision, no instant says which period's length.
 func AppendPolicies(b []byte, policies []keyrate.Policy, route, unit string) []byte {
 	start := len(b)
 	for i := range policies {
-		b = appendPolicy(b, start, &policies[i], route, unit)
+		b = appendPolicy(b, start, &policies[i], policies[i].Window, route, unit)
 	}
 	return b
 }
 
+// window returns the span the w parameter gives for p: its Window, or a
+// calendar policy's current period.
+func window(p *keyrate.PolicyDecision) time.Duration {
+	if !p.Calendar.IsZero() {
+		return p.Period
+	}
+	return p.Window
+}
+
 // appendPolicy appends p's member of a list that started at start in b,
-// after a separator when it is not the first; nothing when p's limit is
-// unknown.
-func appendPolicy(b []byte, start int, p *keyrate.Policy, route, unit string) []byte {
+// with w for window, after a separator when it is not the first; nothing
+// when p's limit is unknown.
+func appendPolicy(b []byte, start int, p *keyrate.Policy, window time.Duration, route, unit string) []byte {
 	if p.Limit <= 0 {
 		return b
 	}
@@ -53,7 +64,7 @@ func appendPolicy(b []byte, start int, p *keyrate.Policy, route, unit string) []
 		b = append(b, ";qu="...)
 		b = appendString(b, unit)
 	}
-	if w := wholeSeconds(p.Window); w > 0 {
+	if w := wholeSeconds(window); w > 0 {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, w, 10)
 	}
