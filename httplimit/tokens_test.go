@@ -181,7 +181,7 @@ func TestTokenHeaders(t *testing.T) {
 		var b strings.Builder
 		for _, k := range []string{"requests", "tokens"} {
 			for _, f := range []string{"limit", "remaining", "reset"} {
-				b.WriteString(rec.Header().Get("x-ratelimit-" + f + "-" + k) + " ")
+				b.WriteString(rec.Header().Get("x-ratelimit-"+f+"-"+k) + " ")
 			}
 		}
 		return strings.TrimSpace(b.String())
