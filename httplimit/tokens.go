@@ -3,7 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
@@ -110,7 +109,7 @@ func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decis
 		ends[3*i] = len(b)
 		b = strconv.AppendInt(b, int64(max(d.Remaining, 0)), 10)
 		ends[3*i+1] = len(b)
-		b = appendReset(b, d.ResetAfter)
+		b = middleware.AppendReset(b, d.ResetAfter)
 		ends[3*i+2] = len(b)
 	}
 	s := string(b)
@@ -119,42 +118,6 @@ func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decis
 		f.set(h, tokenFields[i/3][i%3], s[start:end])
 		start = end
 	}
-}
-
-// appendReset appends d as TokenHeaders write a reset, in the form of
-// OpenAI's x-ratelimit-reset-requests and -tokens: d rounded up to the
-// millisecond, as time.Duration's String writes it ("0s", "12ms",
-// "1.5s", "6m0s", "1h0m0s"). Rounded up, so that a client that waits it
-// out finds the quota back. A negative d is "0s".
-func appendReset(b []byte, d time.Duration) []byte {
-	if d <= 0 {
-		return append(b, "0s"...)
-	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
-	if ms < 1000 {
-		b = strconv.AppendInt(b, int64(ms), 10)
-		return append(b, "ms"...)
-	}
-	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
-	if h > 0 {
-		b = strconv.AppendInt(b, int64(h), 10)
-		b = append(b, 'h')
-	}
-	if h > 0 || m > 0 {
-		b = strconv.AppendInt(b, int64(m), 10)
-		b = append(b, 'm')
-	}
-	b = strconv.AppendInt(b, int64(s), 10)
-	if frac > 0 {
-		digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
-		n := 3
-		for digits[n-1] == '0' {
-			n--
-		}
-		b = append(b, '.')
-		b = append(b, digits[:n]...)
-	}
-	return append(b, 's')
 }
 
 // resetTokenFields rewrites the fields setHeaders wrote for a token

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/keyrate/keyrate"
 )
@@ -159,4 +161,41 @@ func TokenHits(hits *[2]keyrate.Hit, key string, tokens int) []keyrate.Hit {
 	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, N: 1}
 	hits[1] = keyrate.Hit{Key: key + TokensSuffix, N: tokens}
 	return hits[:]
+}
+
+// AppendReset appends d as a reset of the fields model-API clients read
+// (httplimit.TokenHeaders, grpclimit.WithTokenBudget), in the form of
+// OpenAI's x-ratelimit-reset-requests and -tokens: d rounded up to the
+// millisecond, as time.Duration's String writes it ("0s", "12ms",
+// "1.5s", "6m0s", "1h0m0s"). Rounded up, so that a client that waits it
+// out finds the quota back. A negative d is "0s".
+func AppendReset(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return append(b, "0s"...)
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms < 1000 {
+		b = strconv.AppendInt(b, int64(ms), 10)
+		return append(b, "ms"...)
+	}
+	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		b = strconv.AppendInt(b, int64(h), 10)
+		b = append(b, 'h')
+	}
+	if h > 0 || m > 0 {
+		b = strconv.AppendInt(b, int64(m), 10)
+		b = append(b, 'm')
+	}
+	b = strconv.AppendInt(b, int64(s), 10)
+	if frac > 0 {
+		digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		n := 3
+		for digits[n-1] == '0' {
+			n--
+		}
+		b = append(b, '.')
+		b = append(b, digits[:n]...)
+	}
+	return append(b, 's')
 }

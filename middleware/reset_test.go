@@ -1,4 +1,4 @@
-package httplimit
+package middleware
 
 import (
 	"testing"
@@ -14,14 +14,14 @@ func TestAppendReset(t *testing.T) {
 		6 * time.Minute: "6m0s", 1500 * time.Millisecond: "1.5s", 59999*time.Millisecond + 1: "1m0s",
 		time.Hour + 2*time.Minute + 3040*time.Millisecond: "1h2m3.04s", 24 * time.Hour: "24h0m0s",
 	} {
-		if got := string(appendReset(nil, d)); got != want {
-			t.Errorf("appendReset(%v) = %q, want %q", d, got, want)
+		if got := string(AppendReset(nil, d)); got != want {
+			t.Errorf("AppendReset(%v) = %q, want %q", d, got, want)
 		}
 	}
 	for ms := time.Duration(0); ms < 4_000_000; ms += 997 {
 		d := ms * time.Millisecond
-		if got, want := string(appendReset(nil, d)), d.String(); got != want {
-			t.Fatalf("appendReset(%v) = %q, want %q", d, got, want)
+		if got, want := string(AppendReset(nil, d)), d.String(); got != want {
+			t.Fatalf("AppendReset(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
