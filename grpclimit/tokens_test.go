@@ -114,7 +114,9 @@ func TestTokenBudget(t *testing.T) {
 
 // TestTokenBudgetNeedsTakeAll: every backend must take all.
 func TestTokenBudgetNeedsTakeAll(t *testing.T) {
-	plain := backendFunc(func(context.Context, string, int) (keyrate.Decision, error) { return keyrate.Decision{Allowed: true}, nil })
+	plain := backendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
+		return keyrate.Decision{Allowed: true}, nil
+	})
 	if _, err := grpclimit.New(plain, grpclimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
 		t.Errorf("a backend without TakeAll: %v, want ErrConfig", err)
 	}
