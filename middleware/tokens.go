@@ -56,21 +56,39 @@ func TokenGroup(key string) string {
 // AllTaker is a Backend that decides a request against several keys at
 // once, all or nothing, each hit at its own weight and each key under the
 // tier its tier function names for the key itself: the Redis backend is
-// one. *keyrate.Limiter, whose TakeAll cannot fail and takes no context,
-// is taken as one too (see Caller.CanTakeAll).
+// one. AllTakerOf makes one of a *keyrate.Limiter, whose TakeAll cannot
+// fail and takes no context.
 type AllTaker interface {
 	TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
 }
 
-// CanTakeAll reports whether the backend can decide several keys in one
-// atomic call (Caller.TakeAll): an AllTaker or a *keyrate.Limiter.
-func (c *Caller) CanTakeAll() bool {
-	switch c.backend.(type) {
-	case AllTaker, *keyrate.Limiter:
-		return true
+// AllTakerOf returns b as an AllTaker, and whether it can be one: b itself
+// when it is one, a *keyrate.Limiter through an adapter that fails only
+// when ctx is done.
+func AllTakerOf(b keyrate.Backend) (AllTaker, bool) {
+	switch b := b.(type) {
+	case AllTaker:
+		return b, true
+	case *keyrate.Limiter:
+		return limiterAll{b}, true
 	}
-	return false
+	return nil, false
 }
+
+// limiterAll is a *keyrate.Limiter as an AllTaker.
+type limiterAll struct{ l *keyrate.Limiter }
+
+func (a limiterAll) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	ds, ok := a.l.TakeAll(hits)
+	return ds, ok, nil
+}
+
+// CanTakeAll reports whether the backend can decide several keys in one
+// atomic call (Caller.TakeAll): whether AllTakerOf takes it.
+func (c *Caller) CanTakeAll() bool { return c.all != nil }
 
 // TakeAll asks the backend about a request that counts against every hit,
 // all or nothing, as Take asks about one key: never for a request whose
@@ -83,6 +101,9 @@ func (c *Caller) CanTakeAll() bool {
 func (c *Caller) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	if ctx.Err() != nil {
 		return nil, false, gone(ctx)
+	}
+	if c.all == nil {
+		return nil, false, fmt.Errorf("%w: middleware: the backend cannot decide several keys at once", keyrate.ErrConfig)
 	}
 	ds, ok, err := c.takeAll(ctx, hits)
 	if err != nil && ctx.Err() != nil {
@@ -98,24 +119,14 @@ type resultAll struct {
 }
 
 func (c *Caller) takeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	call := func(ctx context.Context) ([]keyrate.Decision, bool, error) {
-		switch b := c.backend.(type) {
-		case AllTaker:
-			return b.TakeAll(ctx, hits)
-		case *keyrate.Limiter:
-			ds, ok := b.TakeAll(hits)
-			return ds, ok, nil
-		}
-		return nil, false, fmt.Errorf("%w: middleware: the backend cannot decide several keys at once", keyrate.ErrConfig)
-	}
 	if c.inline {
-		return call(ctx)
+		return c.all.TakeAll(ctx, hits)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
 	defer cancel()
 	done := make(chan resultAll, 1) // see take
 	go func() {
-		ds, ok, err := call(ctx)
+		ds, ok, err := c.all.TakeAll(ctx, hits)
 		done <- resultAll{ds, ok, err}
 	}()
 	select {
