@@ -47,7 +47,7 @@ var tokenFields = [2][3]string{
 func (m *Middleware) setTokenFields(f *fields, h http.Header, ds []keyrate.Decision, cost int, admitted bool) {
 	var scratch [256]byte
 	b := scratch[:0]
-	if m.policy != "" && samePolicies(&ds[0], m.policies) {
+	if m.policy != "" && m.unit == "" && samePolicies(&ds[0], m.policies) { // m.policy carries the unit, which is the tokens'
 		b = append(b, m.policy...)
 	} else {
 		b = ratelimitfield.AppendPolicy(b, &ds[0], m.route, "")
