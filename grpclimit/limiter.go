@@ -76,7 +76,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		}
 		c.mdKey = name
 	}
-	fallback, err := newBackend(b, c.budget, c.refund != nil)
+	fallback, err := newBackend(b, c.budget, c.refund != nil, c.tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 		if !validMethod(method) {
 			return nil, fmt.Errorf("%w: grpclimit: %q is not a full method name (/pkg.Service/Method, printable ASCII)", keyrate.ErrConfig, method)
 		}
-		nb, err := newBackend(mb, c.budget, c.refund != nil)
+		nb, err := newBackend(mb, c.budget, c.refund != nil, c.tokens)
 		if err != nil {
 			return nil, err
 		}
@@ -119,13 +119,16 @@ func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
 	return ok
 }
 
-func newBackend(b keyrate.Backend, budget time.Duration, refunds bool) (*backend, error) {
+func newBackend(b keyrate.Backend, budget time.Duration, refunds, tokens bool) (*backend, error) {
 	caller, err := middleware.NewCaller(b, budget)
 	if err != nil {
 		return nil, err
 	}
 	if refunds && !caller.CanRefund() {
 		return nil, fmt.Errorf("%w: grpclimit: WithRefund, but a backend cannot refund", keyrate.ErrConfig)
+	}
+	if tokens && !caller.CanTakeAll() {
+		return nil, fmt.Errorf("%w: grpclimit: WithTokenBudget, but a backend cannot decide two keys at once (TakeAll)", keyrate.ErrConfig)
 	}
 	nb := &backend{caller: caller}
 	if l, ok := b.(keyrate.Described); ok {
@@ -202,7 +205,16 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	if l.timed {
 		began = time.Now()
 	}
-	d, err := r.caller.Take(ctx, ev.Key, sent, ev.Cost)
+	var (
+		d    keyrate.Decision
+		err  error
+		hits *[2]keyrate.Hit // WithTokenBudget's
+	)
+	if l.tokens {
+		d, hits, err = r.takeTokens(ctx, &ev)
+	} else {
+		d, err = r.caller.Take(ctx, ev.Key, sent, ev.Cost)
+	}
 	if l.timed {
 		ev.Duration = time.Since(began)
 	}
@@ -214,12 +226,20 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	ev.Decision = d
 	ev.Shadow = !d.Allowed && l.shadow
 	l.hooks.Decided(ev)
-	md := r.fields(&d, l.revision, ev.Cost)
+	var md metadata.MD
+	if ev.Budgets != nil {
+		md = r.tokenFields(ev.Budgets, l.revision, ev.Cost, d.Allowed)
+	} else {
+		md = r.fields(&d, l.revision, ev.Cost)
+	}
 	reserve := l.cost != nil && r.caller.CanRefund()
-	if d.Allowed && (l.refund != nil || reserve) && d.Receipt.N() > 0 {
+	if d.Allowed && (l.refund != nil || reserve) && holds(&ev) {
 		var res *middleware.Reservation
 		if reserve {
 			ctx, res = middleware.Reserve(ctx, ev.Cost)
+		}
+		if hits != nil {
+			return md, ctx, func(served error) { l.settleTokens(ctx, r, ev, hits, res, served) }, nil
 		}
 		return md, ctx, func(served error) { l.settle(ctx, r, ev, res, served) }, nil
 	}

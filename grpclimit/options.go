@@ -25,6 +25,7 @@ type config struct {
 	hooks     middleware.Hooks // WithOnDecision, WithOnLimited, WithOnError, WithObserver
 	refund    func(codes.Code) bool
 	revision  ratelimitfield.Revision
+	tokens    bool // WithTokenBudget
 
 	inFlight middleware.SlotConfig // WithInFlight's
 }
@@ -197,3 +198,19 @@ func WithFieldRevision(v ratelimitfield.Revision) Option {
 func WithInFlight(s middleware.InFlight, wait time.Duration) Option {
 	return func(c *config) { c.inFlight.Set(s, wait) }
 }
+
+// WithTokenBudget decides each call against two budgets of its backend at
+// once, requests and tokens, as httplimit.WithTokenBudget decides a
+// request: at a weight of 1 against key + middleware.RequestsSuffix and at
+// its cost (WithCost: its max_tokens) against key +
+// middleware.TokensSuffix, in one TakeAll, all or nothing. ReportCost gives
+// back what the call did not use from the tokens alone; WithRefund gives
+// back both. Every backend (New's and WithMethod's) must take all
+// (*keyrate.Limiter, or a middleware.AllTaker such as the Redis backend),
+// else New fails with keyrate.ErrConfig; each picks a key's policies with
+// middleware.TokenTier. The metadata lists both budgets' policies, and
+// adds what httplimit.TokenHeaders adds as fields:
+// x-ratelimit-limit-requests, x-ratelimit-remaining-requests,
+// x-ratelimit-reset-requests and the same for -tokens. Cost: the TakeAll,
+// one key string per budget, six more metadata keys. Default: off.
+func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // discard is a ResponseWriter that keeps nothing but its header map, cleared
@@ -102,6 +103,23 @@ func BenchmarkMiddleware(b *testing.B) {
 		l, _ := keyrate.New(1<<20, time.Millisecond)
 		defer l.Close()
 		serve(b, mustNew(b, l), rs)
+	})
+	b.Run("local-cost", func(b *testing.B) {
+		// A reserved cost, the same weight as local-tokens, on one budget.
+		l, _ := keyrate.New(1<<30, time.Millisecond)
+		defer l.Close()
+		serve(b, mustNew(b, l, httplimit.WithCost(func(*http.Request) int { return 100 })), rs)
+	})
+	b.Run("local-tokens", func(b *testing.B) {
+		// A token budget: both budgets in one TakeAll, and the six model-API
+		// fields beside the draft's.
+		l, _ := keyrate.NewPolicies([]keyrate.Policy{{Name: "rpm", Limit: 1 << 20, Window: time.Millisecond}},
+			keyrate.WithTiers(middleware.TokenTier, map[string][]keyrate.Policy{
+				middleware.TokensTier: {{Name: "tpm", Limit: 1 << 30, Window: time.Millisecond}},
+			}))
+		defer l.Close()
+		serve(b, mustNew(b, l, httplimit.WithCost(func(*http.Request) int { return 100 }), httplimit.WithTokenBudget(),
+			httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders)), rs)
 	})
 	b.Run("local-apikey", func(b *testing.B) {
 		l, _ := keyrate.New(1<<20, time.Millisecond)

@@ -22,6 +22,9 @@ func (m *Middleware) newFields() fields {
 	if m.headers&XHeaders != 0 {
 		n += 3
 	}
+	if m.headers&TokenHeaders != 0 {
+		n += 6
+	}
 	return fields{vals: make([]string, 0, n)}
 }
 

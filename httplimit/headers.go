@@ -24,9 +24,10 @@ var (
 )
 
 // setHeaders writes the selected fields for d, a decision about a request
-// of weight cost. Retry-After is left to the refusal itself: a shadowed
-// refusal is served, and gets none.
-func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int) {
+// of weight cost; under a token budget, ds are both budgets' Decisions and
+// d the one that stands for them. Retry-After is left to the refusal
+// itself: a shadowed refusal is served, and gets none.
+func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int, ds []keyrate.Decision) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = m.fallback // a Decision filled in by hand, without its window
 	}
@@ -34,7 +35,14 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int) {
 	// Values are written here and copied into strings of their own; one
 	// policy's members fit, and more only cost the buffer's growth.
 	var scratch [128]byte
-	if m.headers&DraftHeaders != 0 {
+	if ds != nil {
+		if m.headers&DraftHeaders != 0 {
+			m.setTokenFields(&f, h, ds, cost, d.Allowed)
+		}
+		if m.headers&TokenHeaders != 0 {
+			m.setModelFields(&f, h, ds)
+		}
+	} else if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
 		// members stay, and this one's are added beside them. Under the
 		// backend's own policies, RateLimit-Policy was written in New,

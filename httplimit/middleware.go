@@ -98,6 +98,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: quota unit %q: only printable ASCII fits a RateLimit field", keyrate.ErrConfig, c.unit)
 	case !c.revision.Known():
 		return nil, fmt.Errorf("%w: httplimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
+	case c.headers&TokenHeaders != 0 && !c.tokens:
+		return nil, fmt.Errorf("%w: httplimit: TokenHeaders without WithTokenBudget: there is no tokens budget to report", keyrate.ErrConfig)
 	}
 	var ip *ipConfig
 	if c.key == nil {
@@ -113,6 +115,9 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	}
 	if c.refund != nil && !caller.CanRefund() {
 		return nil, fmt.Errorf("%w: httplimit: WithRefund, but the backend cannot refund", keyrate.ErrConfig)
+	}
+	if c.tokens && !caller.CanTakeAll() {
+		return nil, fmt.Errorf("%w: httplimit: WithTokenBudget, but the backend cannot decide two keys at once (TakeAll)", keyrate.ErrConfig)
 	}
 	slots, err := c.inFlight.Gate(c.failure, c.shadow, c.hooks)
 	if err != nil {
@@ -189,7 +194,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.timed {
 		began = time.Now()
 	}
-	d, err := m.backend.Take(r.Context(), ev.Key, sent, ev.Cost)
+	var (
+		d    keyrate.Decision
+		hits *[2]keyrate.Hit // WithTokenBudget's
+	)
+	if m.tokens {
+		d, hits, err = m.takeTokens(r, &ev)
+	} else {
+		d, err = m.backend.Take(r.Context(), ev.Key, sent, ev.Cost)
+	}
 	if m.timed {
 		ev.Duration = time.Since(began)
 	}
@@ -200,11 +213,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ev.Decision = d
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, &d, ev.Cost)
+	m.setHeaders(h, &d, ev.Cost, ev.Budgets)
 	m.hooks.Decided(ev)
 	if d.Allowed {
-		if (m.refund != nil || m.reserve) && d.Receipt.N() > 0 {
-			m.serveSettled(w, r, next, ev)
+		if (m.refund != nil || m.reserve) && holds(&ev) {
+			m.serveSettled(w, r, next, ev, hits)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -218,6 +231,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
 	}
 	m.limited(w, r, ev)
+}
+
+// takeTokens decides a token budget's request (WithTokenBudget) in one
+// TakeAll: it sets ev.Budgets, and returns the Decision that stands for
+// both and the hits, whose keys a settle gives back to.
+func (m *Middleware) takeTokens(r *http.Request, ev *middleware.Event) (keyrate.Decision, *[2]keyrate.Hit, error) {
+	hits := new([2]keyrate.Hit)
+	ds, ok, err := m.backend.TakeAll(r.Context(), middleware.TokenHits(hits, ev.Key, ev.Cost))
+	if err != nil {
+		return keyrate.Decision{}, nil, err
+	}
+	ev.Budgets = ds
+	return middleware.TokenDecision(ds, ok), hits, nil
 }
 
 // identify sets ev's Identity and Key for r and returns the identity as
@@ -311,8 +337,11 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 // handler reports only after that is settled when it returns. A refund that
 // fails is reported to OnError and the Observer, with an Err wrapping
 // middleware.ErrRefundFailed: the request stays counted.
-func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event) {
+func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event, hits *[2]keyrate.Hit) {
 	sw := &statusWriter{ResponseWriter: w, m: m, ev: &ev}
+	if ev.Budgets != nil {
+		sw.keys = [2]string{hits[0].Key, hits[1].Key}
+	}
 	if m.reserve {
 		ctx, res := middleware.Reserve(r.Context(), ev.Cost)
 		r, sw.res = r.WithContext(ctx), res
@@ -332,8 +361,20 @@ type statusWriter struct {
 	m       *Middleware
 	ev      *middleware.Event
 	res     *middleware.Reservation // nil: no cost to report
-	given   int                     // the weight given back so far
+	given   int                     // the weight given back so far (of the tokens, under a token budget)
 	settled bool                    // the status was known: WithRefund has been asked
+
+	keys          [2]string // under a token budget: the requests key, the tokens key
+	givenRequests int       // under a token budget: the request given back, 0 or 1
+}
+
+// holds reports whether an admitted request's decision recorded anything
+// that could be given back.
+func holds(ev *middleware.Event) bool {
+	if ev.Budgets != nil {
+		return ev.Budgets[0].Receipt.N() > 0 || ev.Budgets[1].Receipt.N() > 0
+	}
+	return ev.Decision.Receipt.N() > 0
 }
 
 // settle gives back what the request does not keep, once it knows its
@@ -343,6 +384,10 @@ type statusWriter struct {
 // the request left.
 func (s *statusWriter) settle(status int, fresh bool) {
 	m, ev := s.m, s.ev
+	if ev.Budgets != nil {
+		s.settleTokens(status, fresh)
+		return
+	}
 	left := ev.Decision.Receipt.N()
 	give := 0
 	switch {
@@ -369,6 +414,45 @@ func (s *statusWriter) settle(status int, fresh bool) {
 	s.given += give
 	if fresh {
 		m.resetHeaders(s.Header(), &ev.Decision, ev.Cost, s.given)
+	}
+}
+
+// settleTokens is settle for a token budget's request: WithRefund gives
+// back both budgets' events, a reported cost the tokens it did not use.
+func (s *statusWriter) settleTokens(status int, fresh bool) {
+	m, ev := s.m, s.ev
+	req, tok := &ev.Budgets[0], &ev.Budgets[1]
+	all := !s.settled && m.refund != nil && m.refund(status)
+	s.settled = true
+	give := 0
+	switch {
+	case all:
+		give = tok.Receipt.N()
+	case s.res != nil && tok.Receipt.N() > 0:
+		if unused, ok := s.res.Unused(); ok {
+			give = min(unused-s.given, tok.Receipt.N())
+		}
+	}
+	changed := false
+	if all && req.Receipt.N() > 0 {
+		n := req.Receipt.N()
+		if err := m.backend.RefundN(ev.Context, s.keys[0], req, n); err != nil {
+			ev.Err = err
+			m.hooks.Failed(*ev)
+		} else {
+			s.givenRequests, changed = n, true
+		}
+	}
+	if give > 0 {
+		if err := m.backend.RefundN(ev.Context, s.keys[1], tok, give); err != nil {
+			ev.Err = err
+			m.hooks.Failed(*ev)
+		} else {
+			s.given, changed = s.given+give, true
+		}
+	}
+	if fresh && changed {
+		m.resetTokenFields(s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
 	}
 }
 

@@ -27,6 +27,7 @@ type config struct {
 	unit      string
 	limited   func(http.ResponseWriter, *http.Request, middleware.Event)
 	refund    func(status int) bool
+	tokens    bool // WithTokenBudget
 
 	inFlight middleware.SlotConfig // WithInFlight's
 }
@@ -78,6 +79,15 @@ const (
 	// GitHub and most older middleware send it. One policy, as for
 	// LegacyHeaders.
 	XHeaders
+	// TokenHeaders, with WithTokenBudget alone (else New fails with
+	// keyrate.ErrConfig), are the fields model-API clients read, as OpenAI
+	// sends them: x-ratelimit-limit-requests, x-ratelimit-remaining-requests
+	// and x-ratelimit-reset-requests, and the same three for -tokens, each
+	// trio from its budget's binding policy (the least remaining, as
+	// Decision's fields are). A reset is the time until the policy's window
+	// is empty, rounded up to the millisecond, as time.Duration prints it:
+	// 1s, 6m0s, 12ms. Cost: one string for the six values.
+	TokenHeaders
 )
 
 // WithRoute names the limited route. The name prefixes every key sent to

@@ -54,7 +54,11 @@ func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.
 	body = append(body, quotaExceededStart...)
 	body = strconv.AppendInt(body, wait, 10)
 	body = append(body, ` seconds.","violated-policies":[`...)
-	body = appendViolated(body, e.Route, &d)
+	if e.Budgets != nil {
+		body = appendViolatedBudgets(body, e.Route, e.Budgets)
+	} else {
+		body = appendViolated(body, e.Route, &d)
+	}
 	body = append(body, "]}\n"...)
 	writeBody(w, http.StatusTooManyRequests, body)
 }
@@ -81,6 +85,21 @@ func appendViolated(b []byte, route string, d *keyrate.Decision) []byte {
 	}
 	if len(b) == start {
 		b = ratelimitfield.AppendName(b, d.Policy, route)
+	}
+	return b
+}
+
+// appendViolatedBudgets is appendViolated for a token budget's refusal:
+// the policies of each budget that refused it.
+func appendViolatedBudgets(b []byte, route string, ds []keyrate.Decision) []byte {
+	for i := range ds {
+		if ds[i].Allowed {
+			continue // it had room
+		}
+		if b[len(b)-1] != '[' {
+			b = append(b, ',')
+		}
+		b = appendViolated(b, route, &ds[i])
 	}
 	return b
 }

@@ -33,8 +33,9 @@ var ErrClientGone = errors.New("keyrate: the request ended before it was decided
 // safe for concurrent use.
 type Caller struct {
 	backend   keyrate.Backend
-	inline    bool // the backend is keyrate.Bounded: no goroutine, no timer
-	identity  bool // the backend may read the identity: pass it
+	all       AllTaker // the backend as one (AllTakerOf); nil when it cannot be
+	inline    bool     // the backend is keyrate.Bounded: no goroutine, no timer
+	identity  bool     // the backend may read the identity: pass it
 	budget    time.Duration
 	budgetErr error // what a call that outlives the budget fails with
 }
@@ -52,8 +53,10 @@ func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
 	if !bounded && budget <= 0 {
 		return nil, fmt.Errorf("%w: middleware: time budget is %v, want > 0", keyrate.ErrConfig, budget)
 	}
+	all, _ := AllTakerOf(b)
 	return &Caller{
 		backend:   b,
+		all:       all,
 		inline:    bounded,
 		identity:  tiered(b),
 		budget:    budget,

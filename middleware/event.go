@@ -28,8 +28,14 @@ type Event struct {
 	Key string
 	// Cost is the request's weight.
 	Cost int
-	// Decision is the backend's answer; zero when Err is set.
+	// Decision is the backend's answer; zero when Err is set. Under a
+	// token budget, the one that stands for both (TokenDecision).
 	Decision keyrate.Decision
+	// Budgets, under a token budget (httplimit.WithTokenBudget,
+	// grpclimit.WithTokenBudget), are both budgets' Decisions: the
+	// requests budget's, then the tokens budget's, Cost being the tokens
+	// weight; nil otherwise, and when Err is set.
+	Budgets []keyrate.Decision
 	// Err says why no decision could be had; nil for a decision. It
 	// matches ErrBudgetExceeded for a backend call that outlived the time
 	// budget, keyrate.ErrInvalidKey for a request that could not be

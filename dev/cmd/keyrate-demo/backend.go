@@ -1,8 +1,11 @@
 package main
 
 import (
+	"time"
+
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,6 +38,12 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 	if rt.Pro != nil {
 		tiers = map[string][]keyrate.Policy{proTier: rt.Pro}
 	}
+	// A token budget's limiter holds both budgets: the requests policies
+	// by default, the tokens policies for the keys of the tokens.
+	policies, tier := rt.Policies, tierOf
+	if rt.Requests != nil {
+		policies, tier, tiers = rt.Requests, tokenTierOf, tokenTiers(rt)
+	}
 	if s.redis != nil {
 		// One prefix per route: each route has its own limit, so its own keys.
 		opts := []redislimit.Option{
@@ -42,12 +51,17 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 			redislimit.WithDenyCache(denyCacheKeys),
 		}
 		if tiers != nil {
-			opts = append(opts, redislimit.WithTiers(tierOf, tiers))
+			opts = append(opts, redislimit.WithTiers(tier, tiers))
+		}
+		if rt.Requests != nil {
+			// A client's two budgets in one slot, so that a Redis Cluster
+			// decides them in one script run.
+			opts = append(opts, redislimit.WithHashTagFunc(middleware.TokenGroup))
 		}
 		if s.fallback > 0 {
 			opts = append(opts, redislimit.WithLocalFallback(s.fallback))
 		}
-		l, err := redislimit.NewPolicies(s.redis, rt.Policies, opts...)
+		l, err := redislimit.NewPolicies(s.redis, policies, opts...)
 		return l, nil, err
 	}
 	opts := []keyrate.Option{keyrate.WithMaxKeys(maxKeys)}
@@ -55,14 +69,37 @@ func (s store) backend(rt route) (b keyrate.Backend, local *keyrate.Limiter, err
 		opts = append(opts, keyrate.WithClock(s.clock))
 	}
 	if tiers != nil {
-		opts = append(opts, keyrate.WithTiers(tierOf, tiers))
+		opts = append(opts, keyrate.WithTiers(tier, tiers))
 	}
-	l, err := keyrate.NewPolicies(rt.Policies, opts...)
+	l, err := keyrate.NewPolicies(policies, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
 	return l, l, nil
 }
+
+// inFlight returns rt's in-flight slots (route.InFlight): in this process,
+// or in Redis, shared by every demo process using it, each slot held at
+// most inFlightTTL there should its process die holding it.
+func (s store) inFlight(rt route) (*countedSlots, error) {
+	if s.redis != nil {
+		c, err := redislimit.NewConcurrency(s.redis, rt.InFlight, inFlightTTL,
+			redislimit.WithPrefix(redisPrefix+rt.Name+"-inflight:"))
+		if err != nil {
+			return nil, err
+		}
+		return newCountedSlots(c), nil
+	}
+	c, err := keyrate.NewConcurrency(rt.InFlight)
+	if err != nil {
+		return nil, err
+	}
+	return newCountedSlots(c), nil
+}
+
+// inFlightTTL bounds how long Redis keeps a slot whose process died
+// holding it: far longer than a demo request runs.
+const inFlightTTL = time.Minute
 
 // newIdentities returns the budget of new API keys per address that guards
 // the in-process limiters, or nil with Redis: a Redis limiter bounds no map

@@ -7,21 +7,44 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
 
-// generateRoute stands for a model call behind a budget of tokens a
-// minute: each request reserves its max_tokens before it runs and, once it
-// knows, keeps only the tokens it used. A client has 10,000 tokens a
-// minute, a "pro-" key 50,000. The live page offers a burst of 5 requests
-// of its form's 2,000 tokens: the budget, reserved in full.
+// The generate route's budgets per client, all in one place, as a model
+// API sells them: requests a minute and tokens a minute, both sliding,
+// decided together (httplimit.WithTokenBudget), and requests in flight at
+// once. Each list takes up to keyrate.MaxPolicies policies: a tokens-a-day
+// policy, or tokens a month from a billing day, goes beside the minute's
+// in generateTokens and generateProTokens, named (each of several policies
+// needs a name), and the route, the fields, the log and the live page
+// follow.
+var (
+	generateRequests  = []keyrate.Policy{{Name: "generate-requests", Limit: 20, Window: time.Minute}}
+	generateTokens    = limit(10_000, time.Minute)
+	generateProTokens = limit(50_000, time.Minute)
+	// generateInFlight requests of a client run at once; another waits up
+	// to generateInFlightWait for one of them to end.
+	generateInFlight     = 4
+	generateInFlightWait = 2 * time.Second
+)
+
+// generateRoute stands for a model call behind a budget of requests and
+// tokens a minute: each request counts against both, or neither, and
+// reserves its max_tokens before it runs and, once it knows, keeps only
+// the tokens it used. A client has 20 requests and 10,000 tokens a minute,
+// a "pro-" key 50,000 tokens, and 4 requests in flight. The live page
+// offers a burst of 5 requests of its form's 2,000 tokens: the tokens
+// budget, reserved in full.
 var generateRoute = route{
 	Name: "generate", Method: http.MethodPost, Path: "/api/generate",
-	Policies: limit(10_000, time.Minute), Pro: limit(50_000, time.Minute),
+	Policies: generateTokens, Pro: generateProTokens, Requests: generateRequests,
+	InFlight: generateInFlight, InFlightWait: generateInFlightWait,
 	Cost: reserveMaxTokens, Unit: "tokens", Burst: 5,
 	Form: map[string]string{"max_tokens": "2000", "used": "500"},
-	Note: "Each request reserves its max_tokens of the client’s tokens a minute before it runs, then keeps only the tokens it used " +
+	Note: "Each request counts against the client’s requests a minute and tokens a minute at once, or against neither: " +
+		"it reserves its max_tokens before it runs, then keeps only the tokens it used " +
 		"(used, at most max_tokens; a quarter of it when not sent): the rest goes back. A max_tokens that is missing or below 1 is refused with 413.",
 	serve:   serveGenerate,
 	limited: generateLimited,

@@ -60,9 +60,9 @@ func recordTo(hub *live.Hub) func(decision) {
 		switch {
 		case d.Err != nil:
 		case d.Refund != nil:
-			hub.RecordRefundN(d.Route, d.Key, *d.Refund, d.Given, d.Decision, d.At)
+			hub.RecordRefundN(d.Route, d.Key, *d.Refund, d.Given, d.Decision, d.At, d.Budgets...)
 		default:
-			hub.RecordN(d.Route, d.Key, d.Cost, d.Decision, d.At)
+			hub.RecordN(d.Route, d.Key, d.Cost, d.Decision, d.At, d.Budgets...)
 		}
 	}
 }

@@ -259,6 +259,12 @@ func hints(base string, cfg config) string {
 		if rt.Cost != nil {
 			b.WriteString(settleHint())
 		}
+		if rt.Requests != nil {
+			fmt.Fprintf(&b, "; and %s, decided with the tokens", describe(rt.Requests, ""))
+		}
+		if rt.InFlight > 0 {
+			fmt.Fprintf(&b, "; %d in flight", rt.InFlight)
+		}
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, `

@@ -49,8 +49,10 @@ type newIdentities struct {
 }
 
 // handler returns next behind the budget, for the route whose limiter is
-// l. httplimit asks l about route + "\x00" + the bounded identity.
-func (n *newIdentities) handler(route string, l *keyrate.Limiter, next http.Handler) http.Handler {
+// l. httplimit asks l about route + "\x00" + the bounded identity, and
+// suffix after it: a token budget's requests key (middleware.RequestsSuffix),
+// which every admitted request counts against, or "".
+func (n *newIdentities) handler(route, suffix string, l *keyrate.Limiter, next http.Handler) http.Handler {
 	prefix := route + "\x00"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := n.identity(r)
@@ -60,7 +62,7 @@ func (n *newIdentities) handler(route string, l *keyrate.Limiter, next http.Hand
 			next.ServeHTTP(w, r)
 			return
 		}
-		key := prefix + clientkey.Bound(id)
+		key := prefix + clientkey.Bound(id) + suffix
 		if !unseen(l.Peek(key)) {
 			next.ServeHTTP(w, r)
 			return

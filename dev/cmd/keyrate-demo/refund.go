@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // refundable is a budget whose events can be given back: the in-process
@@ -28,6 +29,7 @@ type refundReporter struct {
 	refundable
 	route   string
 	settles bool // the route reserves a cost that its requests settle
+	tokens  bool // the route is a token budget's (route.Requests)
 	publish func(decision)
 }
 
@@ -39,7 +41,17 @@ func newRefundReporter(b keyrate.Backend, rt route, publish func(decision)) (key
 	if !ok {
 		return nil, fmt.Errorf("route %s: a budget of %T cannot give requests back", rt.Name, b)
 	}
-	return refundReporter{refundable: r, route: rt.Name, settles: rt.Cost != nil, publish: publish}, nil
+	return refundReporter{refundable: r, route: rt.Name, settles: rt.Cost != nil, tokens: rt.Requests != nil, publish: publish}, nil
+}
+
+// TakeAll decides a token budget's request (httplimit.WithTokenBudget)
+// as the budget's own TakeAll does.
+func (r refundReporter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
+	all, ok := middleware.AllTakerOf(r.refundable)
+	if !ok {
+		return nil, false, fmt.Errorf("route %s: a budget of %T cannot decide several keys at once", r.route, r.refundable)
+	}
+	return all.TakeAll(ctx, hits)
 }
 
 // RefundContext gives back n of the events of the admitted decision *d
@@ -57,13 +69,20 @@ func (r refundReporter) RefundContext(ctx context.Context, key string, d *keyrat
 // published publishes the refund of given of the events of the decision
 // whose Receipt was receipt, with the key's budget as it now stands.
 func (r refundReporter) published(ctx context.Context, key string, receipt keyrate.Receipt, given int) {
-	// httplimit asks about route + "\x00" + the client's identity.
+	// httplimit asks about route + "\x00" + the client's identity, and
+	// under a token budget the budget's suffix after it. The page draws
+	// the tokens; the request, given back whole with them, is not shown.
 	identity := strings.TrimPrefix(key, r.route+"\x00")
+	if id, ok := strings.CutSuffix(identity, middleware.TokensSuffix); ok && r.tokens {
+		identity = id
+	} else if r.tokens {
+		return
+	}
 	after, err := r.TakeContext(ctx, key, 0) // as the key stands: a weight of 0 records nothing
 	if err != nil {
 		return // given back; only the page misses how the key stands
 	}
-	r.publish(decision{
+	d := decision{
 		At:       time.Now(),
 		Route:    r.route,
 		Key:      shownIdentity(identity),
@@ -71,7 +90,15 @@ func (r refundReporter) published(ctx context.Context, key string, receipt keyra
 		Refund:   &receipt,
 		Given:    given,
 		Settle:   r.settles,
-	})
+	}
+	if r.tokens {
+		// Both budgets as they now stand, for the page.
+		requests, err := r.TakeContext(ctx, strings.TrimSuffix(key, middleware.TokensSuffix)+middleware.RequestsSuffix, 0)
+		if err == nil {
+			d.Budgets = budgetsOf(middleware.Event{Budgets: []keyrate.Decision{requests, after}}, nil)
+		}
+	}
+	r.publish(d)
 }
 
 // settleHint is what the start-up hints say of a route that reserves a

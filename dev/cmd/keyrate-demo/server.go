@@ -3,12 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/otellimit"
@@ -28,6 +30,15 @@ type route struct {
 	// Pro, when set, are the policies of a client whose API key starts
 	// with "pro-" (the pro tier) instead of Policies.
 	Pro []keyrate.Policy
+	// Requests, when set, make the route a model API's: each request
+	// counts at once against Requests, at 1, and against Policies, the
+	// tokens budget, at its Cost, or against neither
+	// (httplimit.WithTokenBudget); the page draws each budget.
+	Requests []keyrate.Policy
+	// InFlight, when above 0, is how many requests of a client may run
+	// at once (httplimit.WithInFlight); one more waits up to InFlightWait.
+	InFlight     int
+	InFlightWait time.Duration
 	// FailuresOnly counts only the requests answered 400 or above: the
 	// middleware gives back the others' events once they are served
 	// (httplimit.WithRefund), in process and in Redis alike.
@@ -137,6 +148,9 @@ type decision struct {
 	Refund *keyrate.Receipt
 	Given  int
 	Settle bool
+	// Budgets, on a route of several budgets (route.Requests,
+	// route.InFlight), are each one as it stands after the decision.
+	Budgets []live.Budget
 }
 
 type config struct {
@@ -200,6 +214,17 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	hook := func(e middleware.Event) {
 		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost})
 	}
+	// A route of a token budget publishes the tokens budget's decision,
+	// the request's verdict, and each budget, with the slots in flight.
+	budgetHook := func(slots *countedSlots) func(middleware.Event) {
+		return func(e middleware.Event) {
+			d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost}
+			if e.Budgets != nil {
+				d.Decision, d.Budgets = tokensVerdict(e), budgetsOf(e, slots)
+			}
+			publish(d)
+		}
+	}
 
 	// One Observer per middleware: the Prometheus metrics, and beside them
 	// the OpenTelemetry ones when they are exported.
@@ -211,9 +236,13 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metricsPath, stats.handler)
 	var limiters []*keyrate.Limiter
+	var stores []io.Closer // the in-flight stores
 	close = func() {
 		for _, l := range limiters {
 			l.Close()
+		}
+		for _, c := range stores {
+			c.Close()
 		}
 	}
 	budgets := store{redis: cfg.Redis, clock: cfg.Clock, fallback: cfg.RedisFallback}
@@ -243,13 +272,30 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 				}
 			}
 		}
+		onDecision := hook
 		opts := []httplimit.Option{
 			httplimit.WithRoute(rt.Name),
 			httplimit.WithKeyFunc(identity),
-			httplimit.WithOnDecision(hook),
 			httplimit.WithOnError(hook),
 			httplimit.WithObserver(observer),
 		}
+		if rt.Requests != nil {
+			opts = append(opts, httplimit.WithTokenBudget(),
+				httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders))
+		}
+		var slots *countedSlots
+		if rt.InFlight > 0 {
+			if slots, err = budgets.inFlight(rt); err != nil {
+				close()
+				return nil, nil, err
+			}
+			stores = append(stores, slots)
+			opts = append(opts, httplimit.WithInFlight(slots, rt.InFlightWait))
+		}
+		if rt.Requests != nil || slots != nil {
+			onDecision = budgetHook(slots)
+		}
+		opts = append(opts, httplimit.WithOnDecision(onDecision))
 		if rt.FailuresOnly || rt.Cost != nil {
 			if b, err = newRefundReporter(b, rt, publish); err != nil {
 				close()
@@ -272,7 +318,11 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 		}
 		h := m.Handler(rt.serve)
 		if local != nil {
-			h = newcomers.handler(rt.Name, local, h)
+			suffix := ""
+			if rt.Requests != nil {
+				suffix = middleware.RequestsSuffix // every admitted request counts there
+			}
+			h = newcomers.handler(rt.Name, suffix, local, h)
 		}
 		mux.Handle(rt.Method+" "+rt.Path, h)
 	}

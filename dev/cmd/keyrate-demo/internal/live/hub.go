@@ -271,6 +271,25 @@ type event struct {
 	// name it, "" when nothing (the whole decision was given back).
 	Given int    `json:"given,omitempty"`
 	Rest  string `json:"rest,omitempty"`
+	// Budgets, on a route whose requests count against several budgets
+	// at once, are each budget as it stands after the event.
+	Budgets []Budget `json:"budgets,omitempty"`
+}
+
+// Budget is one of the budgets a route's request counts against at once,
+// as the page shows it beside the route's lanes: a model API's requests a
+// minute, tokens a minute, and requests in flight.
+type Budget struct {
+	Name      string `json:"name"`
+	Unit      string `json:"unit"`
+	Limit     int    `json:"limit"`
+	Remaining int    `json:"remaining"`
+	// Allowed is false for the budget that refused the request.
+	Allowed bool `json:"allowed"`
+	// WindowMs is the budget's binding window, 0 for one without (slots
+	// in flight); ResetAfterMs how long until it is empty.
+	WindowMs     float64 `json:"windowMs,omitempty"`
+	ResetAfterMs float64 `json:"resetAfterMs,omitempty"`
 }
 
 // maxBurst is the largest burst the page sends at once.
@@ -319,10 +338,11 @@ func (h *Hub) Record(route, key string, d keyrate.Decision, at time.Time) {
 
 // RecordN is Record of the decision of a request of weight n (its cost,
 // such as the tokens a model call reserves), on a route whose requests
-// are weighed (Route.Unit).
-func (h *Hub) RecordN(route, key string, n int, d keyrate.Decision, at time.Time) {
+// are weighed (Route.Unit); budgets, when given, are each budget the
+// request counts against, as it stands after d, for the page to show.
+func (h *Hub) RecordN(route, key string, n int, d keyrate.Decision, at time.Time, budgets ...Budget) {
 	e := newEvent(route, key, d, at, d.Receipt)
-	e.Weight = n
+	e.Weight, e.Budgets = n, budgets
 	h.publish("decision", e)
 }
 
@@ -338,15 +358,15 @@ func (h *Hub) RecordRefund(route, key string, r keyrate.Receipt, after keyrate.D
 // RecordRefundN is RecordRefund of n of the decision's events, the part of
 // its weight a request did not use (keyrate.Limiter.RefundN); r is the
 // decision's Receipt as it stood before, so that the page finds the
-// request, which keeps counting what is left. An n of all that r holds is
+// request, which keeps counting what is left; budgets are as for RecordN. An n of all that r holds is
 // RecordRefund. An n outside 1 to r.N() publishes nothing: no refund gives
 // back more than its decision holds.
-func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after keyrate.Decision, at time.Time) {
+func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after keyrate.Decision, at time.Time, budgets ...Budget) {
 	if n < 1 || n > r.N() {
 		return
 	}
 	e := newEvent(route, key, after, at, r)
-	e.Weight, e.Given = r.N(), n
+	e.Weight, e.Given, e.Budgets = r.N(), n, budgets
 	if n < r.N() {
 		e.Rest = receiptID(keyrate.NewReceipt(r.At(), r.N()-n, r.ID()))
 	}

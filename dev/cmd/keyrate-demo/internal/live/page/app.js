@@ -100,6 +100,10 @@
         knownFrom: [],                 // from when the page has seen every event of its window
         last: null,
         lastParts: null,               // every policy's part of the last decision
+        // On a route of several budgets (a model API's requests, tokens
+        // and requests in flight): each as the key's last event left it,
+        // by name, with the instant of that event.
+        budgets: new Map(),
       };
       state.streams.set(id, s);
       let keys = state.keysByRoute.get(route);
@@ -221,6 +225,7 @@
     if (!s.fMost || fm.n > s.fMost.n) s.fMost = fm;
     s.last = ev;
     s.lastParts = parts;
+    keepBudgets(s, ev);
 
     if (ev.route === state.route && !state.watch) {
       state.watch = ev.key;
@@ -290,7 +295,15 @@
       }
     }
     s.lastSettle = { at: ev.at, reserved: m.w, given: m.w - m.kept, kept: m.kept, remaining: ev.remaining };
+    keepBudgets(s, ev);
     state.dirty = true;
+  }
+
+  // keepBudgets keeps the budgets an event reports, each replacing the one
+  // of its name; a settle reports those it changed, the requests and the
+  // tokens, and the slots in flight stay as the decision left them.
+  function keepBudgets(s, ev) {
+    for (const b of ev.budgets || []) s.budgets.set(b.name, Object.assign({ at: ev.at }, b));
   }
 
   // ---------- stream ----------
@@ -1041,8 +1054,53 @@
       drawStats(one, s, now);
       drawChart(one, s, now);
     }
+    drawBudgets(s, now);
     drawFeed();
     state.dirty = false;
+  }
+
+  // drawBudgets fills the table of the key's budgets, on a route whose
+  // requests count against several at once: a row each, with how much is
+  // used, what remains and when its window empties, as its last event left
+  // it, and a meter of the share used.
+  function drawBudgets(s, now) {
+    const box = $('budgets');
+    const list = s ? [...s.budgets.values()] : [];
+    box.hidden = list.length === 0;
+    if (box.hidden) return;
+    const body = $('budget-rows');
+    const shape = list.map((b) => b.name).join('\u0000');
+    if (body.dataset.shape !== shape) {
+      body.dataset.shape = shape;
+      body.replaceChildren(...list.map((b) => {
+        const tr = document.createElement('tr');
+        tr.dataset.budget = b.name;
+        for (const c of ['b-name', 'b-limit', 'b-used', 'b-remaining', 'b-reset', 'b-meter']) {
+          const td = document.createElement('td');
+          td.className = c;
+          tr.append(td);
+        }
+        const meter = document.createElement('meter');
+        meter.min = 0;
+        tr.querySelector('.b-meter').append(meter);
+        return tr;
+      }));
+    }
+    list.forEach((b, i) => {
+      const tr = body.children[i];
+      const cell = (c, text) => { const td = tr.querySelector('.' + c); if (td.textContent !== text) td.textContent = text; };
+      const used = Math.max(0, b.limit - b.remaining);
+      cell('b-name', b.name + (b.windowMs ? ' per ' + span(b.windowMs) : ' at once'));
+      cell('b-limit', grouped(b.limit));
+      cell('b-used', grouped(used));
+      cell('b-remaining', grouped(b.remaining));
+      const left = b.at + (b.resetAfterMs || 0) - now;
+      cell('b-reset', b.windowMs && used > 0 ? (left > 0 ? span(Math.ceil(left / 100) * 100) : 'now') : '–');
+      tr.classList.toggle('refusing', !b.allowed);
+      const meter = tr.querySelector('meter');
+      meter.max = b.limit;
+      meter.value = used;
+    });
   }
 
   // ---------- start ----------

@@ -1,0 +1,153 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/ratelimitfield"
+)
+
+// WithTokenBudget decides each request against two budgets of the backend
+// at once, as a model API sells them: requests and tokens. The request
+// counts at a weight of 1 against key + middleware.RequestsSuffix and at
+// its cost (WithCost: its max_tokens, say) against key +
+// middleware.TokensSuffix, in one TakeAll, all or nothing: refused by
+// either, it counts against neither. ReportCost gives back what it did not
+// use from the tokens alone; WithRefund gives back both. The backend picks
+// each key's policies with middleware.TokenTier (see the package README
+// for the recipe, in process or in Redis) and must take all:
+// *keyrate.Limiter or middleware.AllTaker, else New fails with
+// keyrate.ErrConfig. The fields list both budgets' policies; see
+// TokenHeaders. Cost: the TakeAll, one key string per budget. Default: off.
+func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }
+
+// Canonical forms of TokenHeaders' fields.
+var (
+	hLimitRequests     = http.CanonicalHeaderKey("x-ratelimit-limit-requests")
+	hRemainingRequests = http.CanonicalHeaderKey("x-ratelimit-remaining-requests")
+	hResetRequests     = http.CanonicalHeaderKey("x-ratelimit-reset-requests")
+	hLimitTokens       = http.CanonicalHeaderKey("x-ratelimit-limit-tokens")
+	hRemainingTokens   = http.CanonicalHeaderKey("x-ratelimit-remaining-tokens")
+	hResetTokens       = http.CanonicalHeaderKey("x-ratelimit-reset-tokens")
+)
+
+// tokenFields are TokenHeaders' fields, by budget (requests, tokens) and
+// by what they hold (limit, remaining, reset).
+var tokenFields = [2][3]string{
+	{hLimitRequests, hRemainingRequests, hResetRequests},
+	{hLimitTokens, hRemainingTokens, hResetTokens},
+}
+
+// setTokenFields writes the RateLimit fields of a token budget's request,
+// ds being both budgets' Decisions and admitted whether it was: one
+// RateLimit-Policy value and one RateLimit value, each with the requests
+// budget's members, then the tokens budget's.
+func (m *Middleware) setTokenFields(f *fields, h http.Header, ds []keyrate.Decision, cost int, admitted bool) {
+	var scratch [256]byte
+	b := scratch[:0]
+	if m.policy != "" && m.unit == "" && samePolicies(&ds[0], m.policies) { // m.policy carries the unit, which is the tokens'
+		b = append(b, m.policy...)
+	} else {
+		b = ratelimitfield.AppendPolicy(b, &ds[0], m.route, "")
+	}
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = ratelimitfield.AppendPolicy(b, &ds[1], m.route, m.unit)
+	f.add(h, hPolicy, string(b))
+	f.add(h, hRateLimit, string(m.appendTokenRateLimit(scratch[:0], ds, cost, admitted, 0, 0)))
+}
+
+// appendTokenRateLimit appends the RateLimit value of a token budget's
+// request, once given[0] of its request and given[1] of its tokens have
+// been given back.
+func (m *Middleware) appendTokenRateLimit(b []byte, ds []keyrate.Decision, cost int, admitted bool, givenRequests, givenTokens int) []byte {
+	weights := [2]int{1 - givenRequests, cost - givenTokens}
+	given := [2]int{givenRequests, givenTokens}
+	for i := range 2 {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		d := &ds[i]
+		if given[i] > 0 {
+			after := raised(d, given[i])
+			d = &after
+		}
+		w := weights[i]
+		if !admitted {
+			w = 0 // a budget that had room describes itself as it stands
+		}
+		b = m.revision.AppendRateLimit(b, d, m.route, w)
+	}
+	return b
+}
+
+// raised returns d as it stands once given of its weight has been given
+// back: each policy's Remaining up by given, at most its limit.
+func raised(d *keyrate.Decision, given int) keyrate.Decision {
+	after := *d
+	after.Remaining = min(after.Remaining+given, after.Limit)
+	for i := range after.Policies() {
+		p := &after.Policies()[i]
+		p.Remaining = min(p.Remaining+given, p.Limit)
+	}
+	return after
+}
+
+// setModelFields writes TokenHeaders' six fields from both budgets'
+// Decisions, each from its binding policy. The six values share one
+// string.
+func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decision) {
+	var scratch [128]byte
+	var ends [6]int
+	b := scratch[:0]
+	for i := range 2 {
+		d := &ds[i]
+		b = strconv.AppendInt(b, int64(d.Limit), 10)
+		ends[3*i] = len(b)
+		b = strconv.AppendInt(b, int64(max(d.Remaining, 0)), 10)
+		ends[3*i+1] = len(b)
+		b = middleware.AppendReset(b, d.ResetAfter)
+		ends[3*i+2] = len(b)
+	}
+	s := string(b)
+	start := 0
+	for i, end := range ends {
+		f.set(h, tokenFields[i/3][i%3], s[start:end])
+		start = end
+	}
+}
+
+// resetTokenFields rewrites the fields setHeaders wrote for a token
+// budget's admitted request of weight cost, once givenRequests of its
+// request (0 or 1) and givenTokens of its tokens have been given back
+// before its status went out.
+func (m *Middleware) resetTokenFields(h http.Header, ds []keyrate.Decision, cost, givenRequests, givenTokens int) {
+	var scratch [2][256]byte
+	if m.headers&DraftHeaders != 0 {
+		old := string(m.appendTokenRateLimit(scratch[0][:0], ds, cost, true, 0, 0))
+		replace(h, hRateLimit, old, string(m.appendTokenRateLimit(scratch[1][:0], ds, cost, true, givenRequests, givenTokens)))
+	}
+	given := [2]int{givenRequests, givenTokens}
+	binding := middleware.TokenDecision(ds, true)
+	for i := range 2 {
+		if given[i] == 0 {
+			continue
+		}
+		d := &ds[i]
+		old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(min(d.Remaining+given[i], d.Limit), 0))
+		if m.headers&TokenHeaders != 0 {
+			replace(h, tokenFields[i][1], old, now)
+		}
+		if i == 1 && binding.Remaining == d.Remaining && binding.Limit == d.Limit {
+			if m.headers&LegacyHeaders != 0 {
+				replace(h, hRemaining, old, now)
+			}
+			if m.headers&XHeaders != 0 {
+				replace(h, hXRemaining, old, now)
+			}
+		}
+	}
+}
