@@ -76,6 +76,22 @@ func TestFields(t *testing.T) {
 	}
 }
 
+// TestCalendarPolicyField: a calendar policy's w is its current period's
+// length, which a kept route cannot write ahead: each decision writes its
+// own.
+func TestCalendarPolicyField(t *testing.T) {
+	month := keyrate.Policy{Name: "month", Limit: 100, Calendar: keyrate.Monthly(1, time.UTC)}
+	b := &backend{policies: []keyrate.Policy{month}}
+	d := keyrate.Combine(keyrate.PolicyDecision{Policy: month, Allowed: true, Remaining: 99,
+		Period: 28 * 24 * time.Hour, ResetAfter: time.Hour, RefillAfter: time.Hour})
+	for _, kept := range []bool{true, false} {
+		md := newRoute("/pkg.S/M", b, kept).fields(&d, ratelimitfield.Draft10, 1)
+		if got, want := md.Get(mdPolicy), `"month";q=100;w=2419200`; len(got) != 1 || got[0] != want {
+			t.Errorf("kept %v: ratelimit-policy %q, want %q", kept, got, want)
+		}
+	}
+}
+
 // Method names come from clients behind grpc.UnknownServiceHandler: bytes
 // a structured-field string cannot hold are written as '?'.
 func TestMethodNameInFields(t *testing.T) {

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,7 +146,10 @@ func newBackend(b keyrate.Backend, budget time.Duration, refunds, tokens bool) (
 // one built for a single call writes it only if that call needs it.
 func newRoute(method string, b *backend, kept bool) *route {
 	r := &route{backend: b, method: method, prefix: method + "\x00"}
-	if kept {
+	// A calendar policy's w is its current period's length: each decision
+	// writes its own.
+	calendar := slices.ContainsFunc(r.policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
+	if kept && !calendar {
 		r.policy = r.defaultPolicy()
 	}
 	return r
