@@ -17,6 +17,12 @@ type Policy struct {
 	// Limit is 1 to math.MaxInt32; Window positive.
 	Limit  int
 	Window time.Duration
+	// Calendar, when not zero, makes the policy a quota of Limit per
+	// calendar period (Daily, Weekly, Monthly in a time zone), counted per
+	// key and starting from 0 when the period turns at local midnight of
+	// its boundary day, with no sliding; such a policy has Window 0. The
+	// zero Calendar is none: the policy is a sliding window of Window.
+	Calendar Calendar
 }
 
 // MaxPolicies is the most policies a Limiter or one of its tiers enforces
