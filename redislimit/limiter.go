@@ -177,6 +177,9 @@ type Limiter struct {
 	leases     *leases
 	leaseClock func() int64 // the local clock leases are timed on, in ns; nil: leaseNow's
 	leaseLast  atomic.Int64 // the latest instant leaseNow read from a test's clock
+	// calNow, set by tests alone, is the client's instant calendar
+	// boundaries are computed around (calendarNow); nil: the clock's.
+	calNow func() time.Time
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,6 +218,11 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
+	}
+	for _, t := range tab.named {
+		if err := t.checkAlgorithm(cfg.algorithm); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkLeases(&cfg, tab); err != nil {
 		return nil, err
@@ -529,6 +537,13 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 			RetryAfter:  time.Duration(r[1]) * time.Microsecond,
 			ResetAfter:  min(time.Duration(r[2])*time.Microsecond, p.Window),
 			RefillAfter: min(time.Duration(r[3])*time.Microsecond, p.Window),
+		}
+		if t.ids[i] != 0 {
+			// A calendar policy's count leaves when its period turns,
+			// which the script's numbers reach exactly: no window caps
+			// them.
+			parts[i].ResetAfter = time.Duration(r[2]) * time.Microsecond
+			parts[i].RefillAfter = time.Duration(r[3]) * time.Microsecond
 		}
 	}
 	d := keyrate.Combine(parts[:len(t.policies)]...)
