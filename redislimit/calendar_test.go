@@ -222,26 +222,31 @@ func TestCalendarMemoryAndExpiry(t *testing.T) {
 	end := time.Date(2031, 2, 1, 0, 0, 0, 0, time.UTC)
 	month := keyrate.Policy{Name: "month", Limit: 1_000_000, Calendar: keyrate.Monthly(1, time.UTC)}
 	minute := keyrate.Policy{Name: "minute", Limit: 10_000, Window: time.Minute}
+	hour := keyrate.Policy{Name: "hour", Limit: 1000, Window: time.Hour}
 	for _, c := range []struct {
 		name     string
 		policies []keyrate.Policy
+		takes, n int
 		max      int64
 	}{
-		{"calendar alone", []keyrate.Policy{month}, 250},
-		{"beside a sliding minute", []keyrate.Policy{minute, month}, 250},
+		{"calendar alone", []keyrate.Policy{month}, 3, 1000, 250},
+		{"beside a sliding minute", []keyrate.Policy{minute, month}, 3, 1000, 250},
+		{"beside a sliding hour holding 1,000 events", []keyrate.Policy{hour, month}, 1000, 1, 10_000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clock := keyrate.NewManualClock(now)
 			l := newPolicies(t, client, c.policies, redislimit.WithClock(clock))
-			for range 3 {
-				mustTake(t, l, "k", 1000)
+			for range c.takes {
+				if d := mustTake(t, l, "k", c.n); !d.Allowed {
+					t.Fatalf("refused: %+v", d)
+				}
 				clock.Advance(time.Second)
 			}
 			used, err := client.MemoryUsage(ctx, l.StoreKey("k")).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("MEMORY USAGE of a key counting a month's 3,000 events, %s: %d bytes", c.name, used)
+			t.Logf("MEMORY USAGE of a key counting a month's %d events, %s: %d bytes", c.takes*c.n, c.name, used)
 			if used > c.max {
 				t.Fatalf("MEMORY USAGE %d bytes, want at most %d", used, c.max)
 			}
@@ -256,7 +261,7 @@ func TestCalendarMemoryAndExpiry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []redislimit.CalendarCounter{{ID: redislimit.CalendarID(month.Calendar), Count: 3000, End: end.UnixMicro()}}
+			want := []redislimit.CalendarCounter{{ID: redislimit.CalendarID(month.Calendar), Count: uint32(c.takes * c.n), End: end.UnixMicro()}}
 			if fmt.Sprint(g.Counters) != fmt.Sprint(want) || g.Version != 2 {
 				t.Fatalf("log version %d, counters %+v, want 2 and %+v", g.Version, g.Counters, want)
 			}

@@ -52,6 +52,11 @@
 // script run; on a Redis Cluster its keys must share a slot, which
 // WithHashTagFunc arranges by group.
 //
+// A policy may also be a quota per calendar period (keyrate.Policy's
+// Calendar: a day, a week or a month of a time zone), counted under the
+// sliding log in the same script run and Redis key as the windows; see
+// "Calendar quotas" in the README.
+//
 // WithLeases decides busy keys in process, from leases of their budget
 // that each replica takes from Redis, still exact across replicas: every
 // decision looks back window + d (see WithLeases).

@@ -9,7 +9,8 @@ package redislimit
 //	               including this entry's, mod 2^32
 //
 // The header holds, little-endian (Redis's Lua struct library packs and
-// unpacks it): version uint8 (1), k uint8 (ticks are 2^k µs), gen uint16
+// unpacks it): version uint8 (1, or 2 for a log with calendar counters
+// between its buffer and its ring, see calendarLua), k uint8 (ticks are 2^k µs), gen uint16
 // (the log's generation, drawn when the log is created: a receipt names
 // it, so that a refund does not apply to another key's log or a later one
 // of the same key, see refund.go); cap, head (the ring index of its oldest
@@ -60,7 +61,7 @@ package redislimit
 // with the buffer: one SETRANGE, as they are contiguous. When the buffer is
 // full, its entries move to the ring's tail first (one SETRANGE more, once
 // per B appends). A new key is a header and a buffer, 88 bytes, with no
-// ring. When the ring has no room for the buffer, it grows to about twice
+// ring (152 with calendar counters). When the ring has no room for the buffer, it grows to about twice
 // its capacity, up to the most entries the longest window can hold (its
 // limit, or what the resolution allows); when it is a quarter full, it
 // shrinks to about twice its entries. Either rewrites the string whole,
