@@ -259,7 +259,7 @@ func (l *Limiter) runArgs(reqs []*request) ([]string, []any) {
 	if l.clock != nil {
 		instant = latest
 	}
-	return keys, appendArgs(make([]any, 0, 8+3*n), instant, l.res, reqs)
+	return keys, appendArgs(make([]any, 0, 8+3*n), instant, l.res, l.calendarNow(latest), reqs)
 }
 
 // settle sets the answer of each request of one script run from its reply

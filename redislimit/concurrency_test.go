@@ -331,6 +331,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 		"WithLocalFallback":       {client, 1, time.Minute, []redislimit.Option{redislimit.WithLocalFallback(0.5)}},
 		"WithHashTagFunc":         {client, 1, time.Minute, []redislimit.Option{redislimit.WithHashTagFunc(nil)}},
 		"tier with a window":      {client, 1, time.Minute, []redislimit.Option{redislimit.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 2, Window: time.Second}}})}},
+		"tier with a calendar":    {client, 1, time.Minute, []redislimit.Option{redislimit.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 2, Calendar: keyrate.Daily(time.UTC)}}})}},
 		"tier with two policies":  {client, 1, time.Minute, []redislimit.Option{redislimit.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 2}, {Limit: 3}}})}},
 		"nil tier function":       {client, 1, time.Minute, []redislimit.Option{redislimit.WithTiers(nil, nil)}},
 		"prefix with a brace":     {client, 1, time.Minute, []redislimit.Option{redislimit.WithPrefix("a{")}},

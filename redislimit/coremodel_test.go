@@ -41,10 +41,24 @@ import (
 //   - a sliding log moving to a tier with a longer window after a refund:
 //     the core's refund also prunes, at the longest window of the tier
 //     that last decided the key;
+//   - with calendar policies, once the core counts them itself: a key
+//     whose tier changes so that a place's calendar differs (Redis keeps
+//     a count per calendar, the core per place), and a refund of a
+//     decision whose policies are no longer the key's tier's (Redis gives
+//     back to the decision's own calendars, the core to a place whose
+//     policy is still the decision's);
 //   - under GCRA a refund of a decision when a refund of its key came
 //     since: Redis counts the decision's tokens as moved forward by it
 //     (the key's refund ledger), the core does not, and would give back
 //     tokens the bucket has refilled; such a refund is not made.
+//
+// Under the sliding log, half the cases give the tiers calendar policies
+// too (a daily, a weekly and a monthly one, in three zones) and move the
+// clock to a few milliseconds either side of a period's turn, or months
+// on. While the core has no calendars of its own, such a case compares
+// with calendarRef: the core for the sliding policies, and a model of the
+// calendars' counters (calendarmodel_test.go); once it has, with the core
+// alone.
 //
 // The normal run is rapid's 100 cases; a long one takes -rapid.checks=N.
 func TestMatchesCore(t *testing.T) {
@@ -55,8 +69,18 @@ func TestMatchesCore(t *testing.T) {
 	var decided, compared, refunds, refundsCompared, givenBack [3]int
 	windows := []time.Duration{time.Second, 10 * time.Second, time.Minute, 20 * time.Minute}
 	limits := []int{1, 2, 4, 5, 10, 1000, math.MaxInt32}
+	ny, tokyo := zone(t, "America/New_York"), zone(t, "Asia/Tokyo")
+	calendars := []keyrate.Calendar{keyrate.Daily(time.UTC), keyrate.Weekly(time.Monday, ny), keyrate.Monthly(31, tokyo)}
+	coreCals := coreCountsCalendars()
+	var calCases, calCompared, calRefused int
 	rapid.Check(t, func(t *rapid.T) {
 		alg := rapid.SampledFrom([]keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA}).Draw(t, "algorithm")
+		// Calendar policies, beside the sliding ones, under the sliding
+		// log (the others refuse them).
+		cals := alg == keyrate.SlidingLog && rapid.Bool().Draw(t, "calendars")
+		if cals {
+			calCases++
+		}
 		drawPolicies := func(label string) []keyrate.Policy {
 			ps := make([]keyrate.Policy, rapid.IntRange(1, 3).Draw(t, label))
 			for i := range ps {
@@ -65,6 +89,12 @@ func TestMatchesCore(t *testing.T) {
 					ls = limits[:6] // a refill interval of whole milliseconds
 				}
 				ps[i] = keyrate.Policy{Name: fmt.Sprint("p", i), Limit: rapid.SampledFrom(ls).Draw(t, "limit"), Window: rapid.SampledFrom(windows).Draw(t, "window")}
+			}
+			// The default tier always has one: the core keeps room for the
+			// counts only in a limiter made with a calendar policy.
+			if cals && (label == "default" || rapid.Bool().Draw(t, "calendar")) {
+				ps = append(ps, keyrate.Policy{Name: "cal", Limit: rapid.SampledFrom(limits).Draw(t, "limit"),
+					Calendar: rapid.SampledFrom(calendars).Draw(t, "period")})
 			}
 			if len(ps) == 1 {
 				ps[0].Name = ""
@@ -81,6 +111,30 @@ func TestMatchesCore(t *testing.T) {
 			}
 			for i := range a {
 				if a[i].Window != b[i].Window || alg == keyrate.GCRA && a[i].Window/time.Duration(a[i].Limit) != b[i].Window/time.Duration(b[i].Limit) {
+					return false
+				}
+			}
+			return true
+		}
+		// sameCalendars reports whether Redis and the core read the same
+		// calendar counts for a key moving from policies a to b: Redis
+		// keeps one per calendar, the core one per place (a place whose
+		// calendar changed keeps its count while the new period began
+		// before the counted one ended). Only the core's own calendars
+		// differ so: calendarRef counts as Redis does.
+		sameCalendars := func(a, b []keyrate.Policy) bool {
+			if !coreCals {
+				return true
+			}
+			for i := range max(len(a), len(b)) {
+				var ca, cb keyrate.Calendar
+				if i < len(a) {
+					ca = a[i].Calendar
+				}
+				if i < len(b) {
+					cb = b[i].Calendar
+				}
+				if ca != cb {
 					return false
 				}
 			}
@@ -104,8 +158,17 @@ func TestMatchesCore(t *testing.T) {
 			return assigned[key]
 		}
 		clock := keyrate.NewManualClock(start)
-		core, err := keyrate.NewPolicies(def, keyrate.WithAlgorithm(alg), keyrate.WithClock(clock),
-			keyrate.WithJanitorInterval(0), keyrate.WithTiers(tierOf, tiers), keyrate.WithMaxWindow(20*time.Minute))
+		coreOpts := []keyrate.Option{keyrate.WithAlgorithm(alg), keyrate.WithClock(clock),
+			keyrate.WithJanitorInterval(0), keyrate.WithMaxWindow(20 * time.Minute)}
+		var core reference
+		var err error
+		if cals && !coreCals {
+			// The core on this branch has no calendars: its sliding
+			// policies beside a model of the calendars' counters.
+			core, err = newCalendarRef(def, tiers, tierOf, clock, coreOpts...)
+		} else {
+			core, err = keyrate.NewPolicies(def, append(coreOpts, keyrate.WithTiers(tierOf, tiers))...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,6 +239,12 @@ func TestMatchesCore(t *testing.T) {
 				return
 			}
 			compared[alg]++
+			if cals {
+				calCompared++
+				if !want.Allowed && want.Policy == "cal" {
+					calRefused++
+				}
+			}
 			got.Receipt, want.Receipt = keyrate.Receipt{}, keyrate.Receipt{}
 			if !sameDecision(got, want) {
 				t.Fatalf("step %d: %s at +%v (%v)\n got %+v %+v\nwant %+v %+v (in process)", step, what, clock.Now().Sub(start), alg,
@@ -189,7 +258,16 @@ func TestMatchesCore(t *testing.T) {
 		for step := range rapid.IntRange(1, 80).Draw(t, "steps") {
 			switch op := rapid.IntRange(0, 19).Draw(t, "op"); {
 			case op < 3: // the clock
-				if rapid.IntRange(0, 4).Draw(t, "back") == 0 {
+				if cals && rapid.IntRange(0, 2).Draw(t, "turn") == 0 {
+					// To a few milliseconds either side of a period's turn,
+					// or months on, across years.
+					c := rapid.SampledFrom(calendars).Draw(t, "turning")
+					_, end := c.Period(clock.Now())
+					if rapid.Bool().Draw(t, "far") {
+						end, _ = c.Period(end.AddDate(0, rapid.IntRange(0, 14).Draw(t, "months"), 0))
+					}
+					clock.Set(end.Add(time.Duration(rapid.IntRange(-3, 3).Draw(t, "ms")) * time.Millisecond))
+				} else if rapid.IntRange(0, 4).Draw(t, "back") == 0 {
 					// Back, but never before the core was made: it counts
 					// from that instant.
 					back := time.Duration(rapid.IntRange(0, 90_000).Draw(t, "by")) * time.Millisecond
@@ -270,10 +348,10 @@ func TestMatchesCore(t *testing.T) {
 					// the core against the tier that last decided it.
 					desync(k)
 				}
-				if own && alg != keyrate.SlidingLog && !samePolicies(tk.c.Policies(), current[tierOf(k)]) {
+				if own && (alg != keyrate.SlidingLog || cals && coreCals) && !samePolicies(tk.c.Policies(), current[tierOf(k)]) {
 					// Redis gives back to the decision's counts and
-					// buckets, the core to those of its policies still
-					// in their places.
+					// buckets (and calendars), the core to those of its
+					// policies still in their places.
 					desync(k)
 				}
 				if alg == keyrate.GCRA && own && s.ledger != tk.ledger {
@@ -338,7 +416,7 @@ func TestMatchesCore(t *testing.T) {
 				for _, k := range keys {
 					if tierOf(k) == name {
 						state[k].retiered = true
-						if alg != keyrate.SlidingLog && !sameCounters(old, ps) {
+						if alg != keyrate.SlidingLog && !sameCounters(old, ps) || !sameCalendars(old, ps) {
 							desync(k)
 						}
 					}
@@ -354,7 +432,7 @@ func TestMatchesCore(t *testing.T) {
 				}
 				mu.Unlock()
 				state[k].retiered = true
-				if alg != keyrate.SlidingLog && !sameCounters(current[from], current[tierOf(k)]) {
+				if alg != keyrate.SlidingLog && !sameCounters(current[from], current[tierOf(k)]) || !sameCalendars(current[from], current[tierOf(k)]) {
 					desync(k)
 				}
 			default: // a key's state lost, in both
@@ -401,6 +479,7 @@ func TestMatchesCore(t *testing.T) {
 		t.Logf("%v: compared %d of %d decisions, %d of %d refunds (%d given back)", alg,
 			compared[alg], decided[alg], refundsCompared[alg], refunds[alg], givenBack[alg])
 	}
+	t.Logf("%d cases with calendar policies, %d decisions compared, %d refused by a calendar; compared with %s", calCases, calCompared, calRefused, map[bool]string{true: "the core", false: "the core's sliding policies and a model of the calendars"}[coreCals])
 }
 
 // samePolicies reports whether a decision's policies are ps.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/clientkey"
@@ -27,7 +28,27 @@ type Log struct {
 	Last    int64 // the newest admission's instant, µs since the epoch
 	Expires int64
 	Entries []LogEntry // oldest first
+	// Version is the layout's (1, or 2 with calendar counters), Counters
+	// a log of version 2's non-empty calendar slots.
+	Version  int
+	Counters []CalendarCounter
 }
+
+// CalendarCounter is one calendar slot of a log of version 2: the
+// calendar's id, the weight counted and the end of its period (µs).
+type CalendarCounter struct {
+	ID    uint32
+	Count uint32
+	End   int64
+}
+
+// CalendarID returns the id a log's counter names c by.
+func CalendarID(c keyrate.Calendar) uint32 { return calendarID(c) }
+
+// SetCalendarClock makes l compute its calendar boundaries around now()
+// instead of the instant it gives the script, as a client whose clock is
+// off from the server's does.
+func SetCalendarClock(l *Limiter, now func() time.Time) { l.calNow = now }
 
 // LogEntry is one entry of a Log: an instant in microseconds since the
 // epoch, the weight admitted at it, and its running total.
@@ -50,6 +71,9 @@ func (g Log) Held() int64 {
 // after it.
 const logHeader, logBuffer = 56, 4
 
+// logCounters is the size of a log of version 2's calendar counters.
+const logCounters = 64
+
 // ReadLog reads and decodes the sliding log at Redis key k; a key that
 // does not exist is an empty Log.
 func ReadLog(ctx context.Context, c redis.UniversalClient, k string) (Log, error) {
@@ -60,14 +84,23 @@ func ReadLog(ctx context.Context, c redis.UniversalClient, k string) (Log, error
 	if err != nil {
 		return Log{}, err
 	}
-	if len(b) < logHeader+8*logBuffer || b[0] != 1 {
+	ring := logHeader + 8*logBuffer
+	if len(b) < ring || b[0] != 1 && b[0] != 2 || b[0] == 2 && len(b) < ring+logCounters {
 		return Log{}, fmt.Errorf("log of %d bytes, version %d", len(b), b[0])
 	}
 	u := func(off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
 	f := func(off int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))) }
-	g := Log{Len: len(b), Tick: 1 << b[1], Cap: int(u(4)), Base: u(16), Expires: f(28), Last: f(48)}
+	g := Log{Len: len(b), Tick: 1 << b[1], Cap: int(u(4)), Base: u(16), Expires: f(28), Last: f(48), Version: int(b[0])}
 	head, rc, cnt, tn := int(u(8)), int(u(12)), int(u(36)), int64(u(44))
-	const ring = logHeader + 8*logBuffer
+	if g.Version == 2 {
+		for i := range 4 {
+			p := ring + 16*i
+			if id := u(p); id != 0 {
+				g.Counters = append(g.Counters, CalendarCounter{ID: id, Count: u(p + 4), End: f(p + 8)})
+			}
+		}
+		ring += logCounters
+	}
 	if len(b) != ring+8*g.Cap || head >= max(g.Cap, 1) || rc > g.Cap || cnt < rc || cnt > rc+logBuffer {
 		return Log{}, fmt.Errorf("log of %d bytes: capacity %d, head %d, %d entries, %d in the ring", len(b), g.Cap, head, cnt, rc)
 	}

@@ -12,17 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WithLeases lets each replica decide a busy key in process: a decision
-// that finds no lease takes one from Redis, a share of the key's budget
-// recorded as one entry, which the replica then spends with no round trip
-// until it is spent or d has passed on its own clock; what is left goes
-// back. Every decision of the Limiter looks back over window + d, so that
-// no window of real time ever holds more than the limit, across any number
-// of replicas; the price is up to d / (window + d) of the limit, and the
-// unused part of live leases. A quiet key decides in Redis as before. d is
-// from 1ms to the shortest window, in whole microseconds, and needs the
-// sliding log; every Limiter on the prefix must use the same d. Close gives
-// the leases back. See "Leases" in the README. Default: none.
+// WithLeases lets each replica decide a busy key in process, from a lease
+// of its budget taken from Redis and spent with no round trip for up to d;
+// what is left goes back. Every decision looks back window + d, so no
+// window of real time holds more than the limit across replicas; it costs
+// up to d / (window + d) of the limit. d is 1ms to the shortest window, in
+// whole µs; it needs the sliding log, no calendar policy, and the same d
+// on every Limiter of a prefix. Close gives the leases back ("Leases" in
+// the README). Default: none.
 func WithLeases(d time.Duration) Option {
 	return func(cfg *config) { cfg.lease, cfg.leaseSet = d, true }
 }
@@ -55,6 +52,11 @@ func checkLeases(cfg *config, tab *tierTable) error {
 // half its limit.
 func (t *tier) checkLease(d time.Duration) error {
 	for i, p := range t.policies {
+		if !p.Calendar.IsZero() {
+			// A lease's units, spent within d of its instant, may fall in
+			// the next period, which its entry in this one does not bound.
+			return fmt.Errorf("%w: %s is a calendar policy (%s), which leases cannot decide exactly: their units may be spent after the period turns", keyrate.ErrConfig, calendarField(t.field, i), p.Calendar)
+		}
 		if p.Window < d {
 			return fmt.Errorf("%w: %s is %v, shorter than the lease %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, d)
 		}

@@ -52,6 +52,11 @@
 // script run; on a Redis Cluster its keys must share a slot, which
 // WithHashTagFunc arranges by group.
 //
+// A policy may also be a quota per calendar period (keyrate.Policy's
+// Calendar: a day, a week or a month of a time zone), counted under the
+// sliding log in the same script run and Redis key as the windows; see
+// "Calendar quotas" in the README.
+//
 // WithLeases decides busy keys in process, from leases of their budget
 // that each replica takes from Redis, still exact across replicas: every
 // decision looks back window + d (see WithLeases).
@@ -177,6 +182,9 @@ type Limiter struct {
 	leases     *leases
 	leaseClock func() int64 // the local clock leases are timed on, in ns; nil: leaseNow's
 	leaseLast  atomic.Int64 // the latest instant leaseNow read from a test's clock
+	// calNow, set by tests alone, is the client's instant calendar
+	// boundaries are computed around (calendarNow); nil: the clock's.
+	calNow func() time.Time
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,6 +223,11 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	tab, err := newTierTable(def, cfg.tiers, cfg.res)
 	if err != nil {
 		return nil, err
+	}
+	for _, t := range tab.named {
+		if err := t.checkAlgorithm(cfg.algorithm); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkLeases(&cfg, tab); err != nil {
 		return nil, err
@@ -529,6 +542,15 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 			RetryAfter:  time.Duration(r[1]) * time.Microsecond,
 			ResetAfter:  min(time.Duration(r[2])*time.Microsecond, p.Window),
 			RefillAfter: min(time.Duration(r[3])*time.Microsecond, p.Window),
+		}
+		if t.ids[i] != 0 {
+			// A calendar policy's count leaves when its period turns,
+			// which the script's numbers reach exactly: no window caps
+			// them.
+			parts[i].ResetAfter = time.Duration(r[2]) * time.Microsecond
+			parts[i].RefillAfter = time.Duration(r[3]) * time.Microsecond
+			start, end := p.Calendar.Period(time.UnixMicro(v.now()))
+			parts[i].Period = end.Sub(start)
 		}
 	}
 	d := keyrate.Combine(parts[:len(t.policies)]...)

@@ -45,9 +45,10 @@ func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key str
 	for _, p := range ps {
 		tr.policies = append(tr.policies, keyrate.Policy{Limit: int(p.limit)})
 		tr.args = append(tr.args, p.limit, p.window)
+		tr.ids = append(tr.ids, 0)
 	}
 	r := &request{keys: []string{key}, weights: []int{int(n)}, tiers: []*tier{tr}}
-	args := appendArgs(nil, now, res, []*request{r})
+	args := appendArgs(nil, now, res, time.Time{}, []*request{r})
 	v, err := s.Run(context.Background(), c, []string{key}, args...).Text()
 	if err != nil {
 		t.Fatalf("script(n=%d, now=%d): %v", n, now, err)

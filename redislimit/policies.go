@@ -22,8 +22,9 @@ import (
 //
 // It takes 1 to keyrate.MaxPolicies policies; each needs a Limit of 1 to
 // math.MaxInt32 and a Window of at least 1ms in whole microseconds (the
-// scripts count in the microseconds of Redis TIME), and, when there are
-// several, a Name of its own. Otherwise, or for an invalid option, it
+// scripts count in the microseconds of Redis TIME) or, with Window 0, a
+// Calendar (see "Calendar quotas" in the README; the sliding log alone
+// counts them), and, when there are several, a Name of its own. Otherwise, or for an invalid option, it
 // returns an error wrapping keyrate.ErrConfig that names the field.
 // NewPolicies does not contact Redis.
 func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts ...Option) (*Limiter, error) {
@@ -42,20 +43,42 @@ type tier struct {
 	field    string // where the policies came from, for errors (see newTier)
 	policies []keyrate.Policy
 	// args are the scripts' ARGV after the weight and the instant: limit
-	// and window (in microseconds) of each policy, boxed once.
+	// and window (in microseconds, 0 for a calendar policy) of each
+	// policy, boxed once.
 	args []any
+	// calendar reports a calendar policy among them; ids[i] is policy i's
+	// calendarID, 0 for a sliding one.
+	calendar bool
+	ids      []uint32
 }
 
 // newTier validates policies and builds their tier. field names where they
 // came from in the caller's terms ("policies", `tiers["pro"]`), and "" for
 // New's one policy, whose errors name its arguments (limit, window) alone.
 func newTier(field string, policies []keyrate.Policy) (*tier, error) {
-	if err := keyrate.CheckPolicies(field, policies); err != nil {
+	// The core's check, with each calendar policy's period as a stand-in
+	// window: the calendar is checked here.
+	check := make([]keyrate.Policy, len(policies))
+	for i, p := range policies {
+		if check[i] = p; !p.Calendar.IsZero() {
+			check[i].Window, check[i].Calendar = time.Hour, keyrate.Calendar{}
+		}
+	}
+	if err := keyrate.CheckPolicies(field, check); err != nil {
 		return nil, err
 	}
-	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies))}
+	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies)),
+		ids: make([]uint32, len(policies))}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
+		if !p.Calendar.IsZero() {
+			if err := checkCalendar(field, i, p); err != nil {
+				return nil, err
+			}
+			t.calendar, t.ids[i] = true, calendarID(p.Calendar)
+			t.args = append(t.args, p.Limit, int64(0))
+			continue
+		}
 		if p.Window < time.Millisecond || p.Window%time.Microsecond != 0 {
 			// The scripts count in the microseconds of Redis TIME.
 			return nil, fmt.Errorf("%w: %s is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, windowField(field, i), p.Window)
@@ -71,6 +94,9 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 // published may be lengthened.
 func (t *tier) lengthen(d time.Duration) {
 	for i := 1; i < len(t.args); i += 2 {
+		if t.ids[i/2] != 0 {
+			continue // a calendar policy: WithLeases refuses its tier
+		}
 		t.args[i] = t.args[i].(int64) + d.Microseconds()
 	}
 }
@@ -106,7 +132,7 @@ func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0]
 // twice its window.
 func (t *tier) checkResolution(res time.Duration) error {
 	for i, p := range t.policies {
-		if p.Window >= res {
+		if p.Window >= res || !p.Calendar.IsZero() {
 			continue
 		}
 		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, res)

@@ -130,8 +130,32 @@ func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int)
 			args = append(args, p.Limit, p.Window.Microseconds(), reset)
 		}
 	} else {
-		for i := 0; i < len(tr.args); i += 2 {
-			args = append(args, tr.args[i], tr.args[i+1], 0)
+		// The sliding windows of the tier now, unless the decision
+		// recorded no entry (its policies were calendars alone).
+		cals := d.Policies()
+		entry := len(cals) == 0
+		for _, p := range cals {
+			entry = entry || p.Calendar.IsZero()
+		}
+		for i := 0; entry && i < len(tr.args); i += 2 {
+			if tr.ids[i/2] == 0 {
+				args = append(args, tr.args[i], tr.args[i+1], 0)
+			}
+		}
+		// The calendars the decision counted against, each with the end
+		// of the period it was made in: a period that turned since
+		// gives nothing back.
+		if len(cals) == 0 {
+			cals = make([]keyrate.PolicyDecision, len(tr.policies))
+			for i, p := range tr.policies {
+				cals[i].Policy = p
+			}
+		}
+		for _, p := range cals {
+			if !p.Calendar.IsZero() {
+				_, end := p.Calendar.Period(r.At())
+				args = append(args, int64(calendarID(p.Calendar)), -1, end.UnixMicro())
+			}
 		}
 	}
 	return l.storeKey(id, t), args
@@ -193,8 +217,10 @@ func (l *Limiter) refundScript() *redis.Script {
 //	         the sliding log recorded the events, or GCRA's refund ledger
 //	ARGV[5]  the generation of the key's state the receipt names
 //	ARGV[6:] limit, window, resetAfter triples, windows and resetAfter in
-//	         microseconds: for the sliding log, the policies of the key's
-//	         tier now (resetAfter 0); for the fixed window and GCRA, the
+//	         microseconds: for the sliding log, the sliding policies of the
+//	         key's tier now (resetAfter 0), then for each calendar policy
+//	         of the decision its calendar's id, -1 and the end of the
+//	         period holding the decision's instant; for the fixed window and GCRA, the
 //	         decision's own policies and each one's ResetAfter (GCRA:
 //	         the time its bucket took to be full again, past the window
 //	         where it is, see gcraFull), which name the counts and
@@ -207,11 +233,13 @@ const refundPrologue = readNow + `
 local decided, rid, gen = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local P = (#ARGV - 5) / 3
 local limits, windows, resets, wmax = {}, {}, {}, 0
+local cals = {}
 for i = 1, P do
   limits[i] = tonumber(ARGV[3 + 3 * i])
   windows[i] = tonumber(ARGV[4 + 3 * i])
   resets[i] = tonumber(ARGV[5 + 3 * i])
   if windows[i] > wmax then wmax = windows[i] end
+  if windows[i] < 0 then cals[#cals + 1] = {limits[i], resets[i]} end
 end
 `
 
@@ -238,16 +266,47 @@ end
 // instant an admission pruned at, and count again without the events it
 // pruned, which are back in the window at that earlier instant.
 const slidingLogRefundSource = refundPrologue + `
-local B, H, M = 4, 56, 4294967296
+local B, H, M, CS = 4, 56, 4294967296, 64
 local HB = H + 8 * B
-local HDR, ENT = '<BBHIIIIIIdIIId', '<II'
-local hdr = redis.call('GETRANGE', key, 0, HB - 1)
+local HDR, ENT, SLOT = '<BBHIIIIIIdIIId', '<II', '<IId'
+local hdr = redis.call('GETRANGE', key, 0, HB + CS - 1)
 if #hdr == 0 then return 0 end
-if #hdr ~= HB then return redis.error_reply('not a keyrate log') end
+if #hdr < HB then return redis.error_reply('not a keyrate log') end
 local v, lk, g, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
-if v ~= 1 then return redis.error_reply('unknown keyrate log version ' .. v) end
-if g ~= gen or cnt == 0 then return 0 end
+if v ~= 1 and v ~= 2 then return redis.error_reply('unknown keyrate log version ' .. v) end
+if v == 2 and #hdr < HB + CS then return redis.error_reply('not a keyrate log') end
+if g ~= gen then return 0 end
 if now < last then now = last end
+local rb = HB
+if v == 2 then rb = HB + CS end
+
+-- The calendar counters: each of the decision's calendars gets n back
+-- (what its count holds, at most) while the period the decision was made
+-- in, which ends at the end the client sent, has not ended; a period that
+-- turned since gives nothing back.
+local calGave = false
+if v == 2 and #cals > 0 then
+  local sect, changed = {}, false
+  for i = 0, 3 do
+    local id, c, e = struct.unpack(SLOT, hdr, HB + 16 * i + 1)
+    for _, cal in ipairs(cals) do
+      if id ~= 0 and id == cal[1] and e == cal[2] and e > now and c > 0 then
+        c, changed = c - math.min(n, c), true
+        break
+      end
+    end
+    sect[i + 1] = struct.pack(SLOT, id, c, e)
+  end
+  if changed then
+    redis.call('SETRANGE', key, HB, table.concat(sect))
+    calGave = true
+  end
+end
+
+-- sliding gives n back to the log's entry the receipt names: 1 when it
+-- did, 0 when the log holds no entry, -1 when not that one.
+local function sliding()
+if cnt == 0 then return 0 end
 local ltick = 2 ^ lk
 local lt = math.ceil(last / ltick)
 local TN = lt + (tn - lt + 2147483648) % M - 2147483648
@@ -266,7 +325,7 @@ local function at(i)
     else
       local p = head + i
       if p >= cap then p = p - cap end
-      t, c = struct.unpack(ENT, redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * p + 7))
+      t, c = struct.unpack(ENT, redis.call('GETRANGE', key, rb + 8 * p, rb + 8 * p + 7))
     end
     e = {(TN - (tn - t) % M) * ltick, c}
     probed[i] = e
@@ -306,7 +365,7 @@ local buf = hdr:sub(H + 1, H + 8 * nb)
 local removed = 0
 if drop then removed = 1 end
 if cnt == removed then
-  redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, g, cap, 0, 0, 0, 0, 0, expires, 0, 0, 0, last))
+  redis.call('SETRANGE', key, 0, struct.pack(HDR, v, lk, g, cap, 0, 0, 0, 0, 0, expires, 0, 0, 0, last))
   return 1
 end
 -- The header's fields about the oldest and newest entries, from the
@@ -330,19 +389,19 @@ if j < rc then
   if p >= cap then p = p - cap end
   local s
   if p + k <= cap then
-    s = redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * (p + k) - 1)
+    s = redis.call('GETRANGE', key, rb + 8 * p, rb + 8 * (p + k) - 1)
   else
-    s = redis.call('GETRANGE', key, HB + 8 * p, HB + 8 * cap - 1) ..
-      redis.call('GETRANGE', key, HB, HB + 8 * (p + k - cap) - 1)
+    s = redis.call('GETRANGE', key, rb + 8 * p, rb + 8 * cap - 1) ..
+      redis.call('GETRANGE', key, rb, rb + 8 * (p + k - cap) - 1)
   end
   s = shift(s, drop)
   if #s > 0 then
     local m = #s / 8
     if p + m <= cap then
-      redis.call('SETRANGE', key, HB + 8 * p, s)
+      redis.call('SETRANGE', key, rb + 8 * p, s)
     else
-      redis.call('SETRANGE', key, HB + 8 * p, s:sub(1, 8 * (cap - p)))
-      redis.call('SETRANGE', key, HB, s:sub(8 * (cap - p) + 1))
+      redis.call('SETRANGE', key, rb + 8 * p, s:sub(1, 8 * (cap - p)))
+      redis.call('SETRANGE', key, rb, s:sub(8 * (cap - p) + 1))
     end
   end
   rc = rc - removed
@@ -351,9 +410,16 @@ else
   buf = buf:sub(1, 8 * (j - rc)) .. shift(buf:sub(8 * (j - rc) + 1), drop)
 end
 cnt = cnt - removed
-redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, lk, g, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) ..
+redis.call('SETRANGE', key, 0, struct.pack(HDR, v, lk, g, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last) ..
   buf .. string.rep('\0', 8 * B - #buf))
 return 1
+end
+
+local gave = 0
+if wmax > 0 then gave = sliding() end
+if calGave then return 1 end
+if gave == 0 and #cals > 0 then return -1 end
+return gave
 `
 
 // fixedWindowRefundSource takes n from the count of each window length

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,7 +23,9 @@ import (
 //	         the fixed window and GCRA ignore it)
 //	ARGV[3]  the number of tiers the requests name, then each tier: its
 //	         number of policies P, then P limit, window pairs, windows in
-//	         microseconds
+//	         microseconds; a calendar policy's window is 0, followed by
+//	         its calendar's id and four boundaries in microseconds (see
+//	         calendar.go; the sliding log alone takes them)
 //	then     each request: its number of keys K, then per key its weight n
 //	         and the index of its tier (from 1); or a lease (lease.go): 0,
 //	         then n, the most it may take, m, and its tier's index
@@ -101,15 +104,22 @@ local FMT = {'<i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i
 local tiers, a = {}, 4
 for i = 1, tonumber(ARGV[3]) do
   local P = tonumber(ARGV[a])
-  local limits, windows, wmax, longest, lmin = {}, {}, 0, 1, math.huge
+  local limits, windows, cals, wmax, longest, lmin = {}, {}, false, 0, 1, math.huge
+  a = a + 1
   for j = 1, P do
-    local l, w = tonumber(ARGV[a + 2 * j - 1]), tonumber(ARGV[a + 2 * j])
-    limits[j], windows[j] = l, w
-    if w > wmax then wmax, longest = w, j end
+    local l, w = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    limits[j], windows[j], a = l, w, a + 2
+    if w == 0 then
+      -- A calendar policy: its id and boundaries.
+      if not cals then cals = {} end
+      cals[j] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
+      a = a + 5
+    elseif w > wmax then
+      wmax, longest = w, j
+    end
     if l < lmin then lmin = l end
   end
-  a = a + 1 + 2 * P
-  tiers[i] = prepare({P = P, limits = limits, windows = windows, wmax = wmax, longest = longest, lmin = lmin, fmt = FMT[P],
+  tiers[i] = prepare({P = P, limits = limits, windows = windows, cals = cals, wmax = wmax, longest = longest, lmin = lmin, fmt = FMT[P],
     k = 0, tick = 1, T = false, fields = false})
 end
 `
@@ -301,8 +311,9 @@ func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []ke
 
 // appendArgs appends to args the ARGV of a batch of requests: the
 // instant (instant, "" for the server's TIME), the resolution, the tiers
-// the requests name, then each request's keys' weights and tiers.
-func appendArgs(args []any, instant any, res int64, reqs []*request) []any {
+// the requests name (their calendar policies' boundaries around the
+// client's instant wall), then each request's keys' weights and tiers.
+func appendArgs(args []any, instant any, res int64, wall time.Time, reqs []*request) []any {
 	var tiers []*tier
 	index := func(t *tier) int {
 		for i, u := range tiers {
@@ -327,7 +338,16 @@ func appendArgs(args []any, instant any, res int64, reqs []*request) []any {
 	args = append(args, instant, res, len(tiers))
 	for _, t := range tiers {
 		args = append(args, len(t.policies))
-		args = append(args, t.args...)
+		if !t.calendar {
+			args = append(args, t.args...)
+			continue
+		}
+		for i, p := range t.policies {
+			args = append(args, t.args[2*i], t.args[2*i+1])
+			if t.ids[i] != 0 {
+				args = appendBoundaries(append(args, int64(t.ids[i])), p.Calendar, wall)
+			}
+		}
 	}
 	return append(args, body...)
 }

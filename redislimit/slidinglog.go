@@ -9,7 +9,8 @@ package redislimit
 //	               including this entry's, mod 2^32
 //
 // The header holds, little-endian (Redis's Lua struct library packs and
-// unpacks it): version uint8 (1), k uint8 (ticks are 2^k µs), gen uint16
+// unpacks it): version uint8 (1, or 2 for a log with calendar counters
+// between its buffer and its ring, see calendarLua), k uint8 (ticks are 2^k µs), gen uint16
 // (the log's generation, drawn when the log is created: a receipt names
 // it, so that a refund does not apply to another key's log or a later one
 // of the same key, see refund.go); cap, head (the ring index of its oldest
@@ -60,7 +61,7 @@ package redislimit
 // with the buffer: one SETRANGE, as they are contiguous. When the buffer is
 // full, its entries move to the ring's tail first (one SETRANGE more, once
 // per B appends). A new key is a header and a buffer, 88 bytes, with no
-// ring. When the ring has no room for the buffer, it grows to about twice
+// ring (152 with calendar counters). When the ring has no room for the buffer, it grows to about twice
 // its capacity, up to the most entries the longest window can hold (its
 // limit, or what the resolution allows); when it is a quarter full, it
 // shrinks to about twice its entries. Either rewrites the string whole,
@@ -92,9 +93,10 @@ package redislimit
 // once per half window); only a window that lost entries since the last
 // decision probes the ring.
 const slidingLogSource = `
-local B, H, M = 4, 56, 4294967296
+local B, H, M, CS, CM = 4, 56, 4294967296, 64, 60000000
 local HB = H + 8 * B
-local HDR, HOT, ENT = '<BBHIIIIIIdIIId', '<IIId', '<II'
+local HDR, HOT, ENT, SLOT = '<BBHIIIIIIdIIId', '<IIId', '<II', '<IId'
+` + calendarLua + `
 
 -- prepare gives a tier its tick: 2^k µs, the least in which its longest
 -- window is under 2^31-1 ticks.
@@ -110,11 +112,12 @@ end
 -- entries' instants: an entry's instant is its tick's distance back from
 -- TN, in ticks.
 local function load(key, n, tr)
-  local hdr = redis.pcall('GETRANGE', key, 0, HB - 1)
+  local hdr = redis.pcall('GETRANGE', key, 0, HB + CS - 1)
   if type(hdr) ~= 'string' then return nil, tostring(hdr.err) end
-  if #hdr == HB then
+  if #hdr >= HB then
     local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
-    if v ~= 1 then return nil, 'unknown keyrate log version ' .. v end
+    if v ~= 1 and v ~= 2 then return nil, 'unknown keyrate log version ' .. v end
+    if v == 2 and #hdr < HB + CS then return nil, 'not a keyrate log' end
     local ltick, TN, R0, Rn = 2 ^ lk, 0, 0, 0
     if cnt > 0 then
       local lt = math.ceil(last / ltick)
@@ -123,16 +126,23 @@ local function load(key, n, tr)
     end
     local now = now0
     if now < last then now = last end
+    local ends, err = periodEnds(tr, now)
+    if not ends then return nil, err end
+    local rb, slots, sect = HB, {}, ''
+    if v == 2 then rb, slots, sect = HB + CS, slotsOf(hdr), hdr:sub(HB + 1, HB + CS) end
     return {key = key, n = n, tr = tr, now = now, w = false, room = false, probed = false,
       hdr = hdr, exists = true, lk = lk, gen = gen, cap = cap, head = head, rc = rc, base = base,
       c0 = c0, t0 = t0, expires = expires, cnt = cnt, total = total, tn = tn, last = last, ltick = ltick,
-      TN = TN, R0 = R0, Rn = Rn}
+      TN = TN, R0 = R0, Rn = Rn, v = v, rb = rb, slots = slots, sect = sect, ends = ends}
   elseif #hdr > 0 then
     return nil, 'not a keyrate log'
   end
+  local ends, err = periodEnds(tr, now0)
+  if not ends then return nil, err end
   return {key = key, n = n, tr = tr, now = now0, w = false, room = false, probed = false,
     hdr = hdr, exists = false, lk = 0, gen = 0, cap = 0, head = 0, rc = 0, base = 0, c0 = 0,
-    t0 = 0, expires = 0, cnt = 0, total = 0, tn = 0, last = 0, ltick = 1, TN = 0, R0 = 0, Rn = 0}
+    t0 = 0, expires = 0, cnt = 0, total = 0, tn = 0, last = 0, ltick = 1, TN = 0, R0 = 0, Rn = 0,
+    v = 1, rb = HB, slots = {}, sect = '', ends = ends}
 end
 
 -- at returns the instant of the i-th oldest entry and its running total:
@@ -154,7 +164,7 @@ local function at(st, i)
     else
       local p = st.head + i
       if p >= st.cap then p = p - st.cap end
-      t, c = struct.unpack(ENT, redis.call('GETRANGE', st.key, HB + 8 * p, HB + 8 * p + 7))
+      t, c = struct.unpack(ENT, redis.call('GETRANGE', st.key, st.rb + 8 * p, st.rb + 8 * p + 7))
     end
     e = {(st.TN - (st.tn - t) % M) * st.ltick, c}
     probed[i] = e
@@ -174,7 +184,12 @@ local function assess(r)
   for i = 1, tr.P do
     local h = now - tr.windows[i]
     w[4 * i - 3] = 0
-    if cnt > 0 and st.Rn > h then
+    local cal = tr.cals and tr.cals[i]
+    if cal then
+      -- A calendar policy: its counter in the period holding now, whose
+      -- end stands where a window's oldest entry would.
+      w[4 * i - 3], w[4 * i - 1], w[4 * i] = counted(st, cal[1], st.ends[i]), st.ends[i], 0
+    elseif cnt > 0 and st.Rn > h then
       if st.R0 > h then
         w[4 * i - 2], w[4 * i - 1], w[4 * i] = 0, st.R0, st.base
       else
@@ -224,20 +239,50 @@ end
 -- admit records r.n at r.now: one entry at the instant rounded up (to the
 -- resolution, then the tick), never before the newest entry (which a
 -- client with a coarser resolution may have put later), merged into the
--- newest when both round to one instant.
+-- newest when both round to one instant; and r.n more on the counter of
+-- each calendar policy, in the period holding now. A tier of calendar
+-- policies alone records no entry.
 local function admit(r)
   local st, tr, n, now, w = r, r.tr, r.n, r.now, r.w
   local key, k, tick, wmax = r.key, tr.k, tr.tick, tr.wmax
   local buf, fixed = prune(r)
   local cnt, rc, nb = st.cnt, st.rc, st.cnt - st.rc
+  -- A new generation only for a log that holds nothing a receipt names.
+  local fresh = cnt == 0 and not held(st, now)
+  local sect = st.sect
+  if tr.cals then sect, fixed = section(st, tr, w, n, now), true end
+  local cend = calEnd(st)
   local R = now
+  if wmax == 0 then
+    -- Calendar policies alone: the counters, with no entry and no ring.
+    if fresh then st.gen = ` + newGen + ` end
+    st.last = now
+    local ttl
+    if st.expires < cend then
+      ttl = math.ceil((cend - now) / 1000) * 1000
+      st.expires = now + ttl
+    end
+    local s = struct.pack(HDR, 2, k, st.gen, 0, 0, 0, 0, 0, 0, st.expires, 0, 0, 0, now) .. string.rep('\0', 8 * B) .. sect
+    if st.exists and st.v == 2 and st.cap == 0 then
+      redis.call('SETRANGE', key, 0, s)
+      if ttl then redis.call('PEXPIRE', key, ttl / 1000) end
+    else
+      local px = ttl and ttl / 1000
+      if not px and st.exists then
+        px = redis.call('PTTL', key)
+        if px < 0 then px = nil end
+      end
+      if px then redis.call('SET', key, s, 'PX', px) else redis.call('SET', key, s) end
+    end
+    st.v = 2
+  else
   if res > 0 then R = math.ceil(R / res) * res end
   R = math.ceil(R / tick) * tick
   if cnt > 0 and R < st.Rn then R = math.ceil(st.Rn / tick) * tick end
   st.last = now
   local ttl
-  if st.expires < R + wmax or cnt == 0 then
-    ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+  if st.expires < R + wmax or st.expires < cend or cnt == 0 then
+    ttl = math.ceil(math.max(R - now + wmax * 1.5, cend - now) / 1000) * 1000
     st.expires, fixed = now + ttl, true
   end
   local merge = cnt > 0 and st.lk == k and R == st.Rn
@@ -246,16 +291,19 @@ local function admit(r)
   local c = (st.total + n) % M
   local e = struct.pack(ENT, (R / tick) % M, c)
   if cnt == 0 then
-    -- A new log, of a generation of its own: the entry in the buffer, no
-    -- ring.
-    st.gen = ` + newGen + `
-    local s = struct.pack(HDR, 1, k, st.gen, 0, 0, 0, 0, c, (R / tick) % M, st.expires, 1, c, (R / tick) % M, now) ..
+    -- A new log, of a generation of its own unless a calendar counter
+    -- holds a receipt's events: the entry in the buffer, no ring.
+    if fresh then st.gen = ` + newGen + ` end
+    if tr.cals then st.v = 2 end
+    local s = struct.pack(HDR, st.v, k, st.gen, 0, 0, 0, 0, c, (R / tick) % M, st.expires, 1, c, (R / tick) % M, now) ..
       e .. string.rep('\0', 8 * (B - 1))
+    if st.v == 2 then s = s .. sect end
     redis.call('SET', key, s, 'PX', ttl / 1000)
-  elseif st.lk ~= k or (not merge and nb == B and rc + B > st.cap) or (st.cap > 8 and rc <= st.cap / 4) then
+  elseif st.lk ~= k or (tr.cals and st.v == 1) or (not merge and nb == B and rc + B > st.cap) or (st.cap > 8 and rc <= st.cap / 4) then
     -- Rewrite the log whole, in the tick of the policies deciding now,
     -- with room for twice the entries (at most what the longest window
-    -- can hold), or half when a quarter full.
+    -- can hold), or half when a quarter full; a log of version 1 moves
+    -- to 2 when calendar policies first decide it.
 ` + rewriteHelpers + `
     local px = ttl and ttl / 1000
     if not px then
@@ -278,17 +326,20 @@ local function admit(r)
     if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
     local want = math.max(m, math.min(math.max(m + B, 2 * st.cap), bound))
     if want > 8 and m <= want / 4 then want = 2 * m end
+    if tr.cals then st.v = 2 end
+    st.sect = sect
     write(st, tr, s, m, want, px)
   else
     -- In place: the entry joins the buffer (flushed into the ring when
     -- full) or, when the newest entry is in the ring, replaces it there;
-    -- then the header's fields that changed and the buffer, in one write.
+    -- then the header's fields that changed and the buffer (and the
+    -- calendar counters), in one write.
     local tail = buf .. e
     local cap, head = st.cap, st.head
     if merge and nb == 0 then
       local p = head + rc - 1
       if p >= cap then p = p - cap end
-      redis.call('SETRANGE', key, HB + 8 * p, e)
+      redis.call('SETRANGE', key, st.rb + 8 * p, e)
       tail = ''
     elseif merge then
       tail = buf:sub(1, -9) .. e
@@ -296,28 +347,35 @@ local function admit(r)
       local p = head + rc
       if p >= cap then p = p - cap end
       if p + B <= cap then
-        redis.call('SETRANGE', key, HB + 8 * p, buf)
+        redis.call('SETRANGE', key, st.rb + 8 * p, buf)
       else
-        redis.call('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
-        redis.call('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1))
+        redis.call('SETRANGE', key, st.rb + 8 * p, buf:sub(1, 8 * (cap - p)))
+        redis.call('SETRANGE', key, st.rb, buf:sub(8 * (cap - p) + 1))
       end
       rc, tail, fixed = rc + B, e, true
     end
     local tn = (R / tick) % M
     if m == 1 then st.c0, st.t0, fixed = c, tn, true end
+    if tr.cals then tail = tail .. string.rep('\0', 8 * B - #tail) .. sect end
     if fixed then
-      redis.call('SETRANGE', key, 0, struct.pack(HDR, 1, st.lk, st.gen, cap, head, rc, st.base, st.c0, st.t0, st.expires, m, c, tn, now) .. tail)
+      redis.call('SETRANGE', key, 0, struct.pack(HDR, st.v, st.lk, st.gen, cap, head, rc, st.base, st.c0, st.t0, st.expires, m, c, tn, now) .. tail)
     else
       redis.call('SETRANGE', key, 36, struct.pack(HOT, m, c, tn, now) .. tail)
     end
     if ttl then redis.call('PEXPIRE', key, ttl / 1000) end
   end
+  end
   local out = {now}
   for i = 1, tr.P do
     local win = tr.windows[i]
-    local refill = R + win - now
-    if w[4 * i - 3] > 0 then refill = w[4 * i - 1] + win - now end
-    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = tr.limits[i] - w[4 * i - 3] - n, 0, R + win - now, refill
+    if tr.cals and tr.cals[i] then
+      local left = w[4 * i - 1] - now
+      out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = tr.limits[i] - w[4 * i - 3] - n, 0, left, left
+    else
+      local refill = R + win - now
+      if w[4 * i - 3] > 0 then refill = w[4 * i - 1] + win - now end
+      out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = tr.limits[i] - w[4 * i - 3] - n, 0, R + win - now, refill
+    end
   end
   out[2 + 4 * tr.P], out[3 + 4 * tr.P] = st.gen, R - now
   return struct.pack(tr.fmt, unpack(out))
@@ -348,11 +406,17 @@ local function describe(r, n)
     local held, first, from = w[4 * i - 3], w[4 * i - 2], w[4 * i]
     local remaining, retry, reset, refill = limit - held, 0, 0, 0
     if remaining < 0 then remaining = 0 end
-    if held > 0 then
+    if tr.cals and tr.cals[i] then
+      -- A calendar policy: its count leaves when the period turns, and a
+      -- request that does not fit fits then.
+      local left = w[4 * i - 1] - now
+      if held > 0 then reset, refill = left, left end
+      if n > 0 and n <= limit and held + n > limit then retry = left end
+    elseif held > 0 then
       reset = st.Rn + win - now
       refill = w[4 * i - 1] + win - now
     end
-    if n > 0 and n <= limit and held + n > limit then
+    if not (tr.cals and tr.cals[i]) and n > 0 and n <= limit and held + n > limit then
       -- The request fits once the entries up to the first whose running
       -- total since the window's start reaches need have left: usually the
       -- window's oldest, whose total the header or the search gave.
@@ -403,7 +467,7 @@ local function describe(r, n)
     st.last = now
     pcall(write, st, tr, table.concat(parts), #parts, #parts, px)
   elseif fixed or ttl then
-    local ok = redis.pcall('SETRANGE', r.key, 0, struct.pack(HDR, 1, st.lk, st.gen, st.cap, st.head, st.rc, st.base, st.c0, st.t0,
+    local ok = redis.pcall('SETRANGE', r.key, 0, struct.pack(HDR, st.v, st.lk, st.gen, st.cap, st.head, st.rc, st.base, st.c0, st.t0,
       st.expires, st.cnt, st.total, st.tn, now) .. buf .. string.rep('\0', 8 * B - #buf))
     if ttl and type(ok) ~= 'table' then redis.pcall('PEXPIRE', r.key, ttl / 1000) end
   elseif now > st.last then
@@ -414,6 +478,103 @@ end
 `
 
 var slidingLogScript = decisionScript(slidingLogSource)
+
+// calendarLua defines what the sliding log needs of calendar policies
+// (calendar.go): a log of version 2 keeps, between its buffer and its
+// ring, CS = 64 bytes of counters, four slots of
+//
+//	id     uint32   the calendar's id; 0: an empty slot
+//	count  uint32   the weight admitted in the period
+//	end    float64  the end of that period, µs since the Unix epoch
+//
+// A policy's count is its calendar's slot's when that slot's end is the
+// end of the period holding now, else 0: a period that turned counts from
+// 0 with no write. An admission writes the slots of the tier's calendars
+// first, then keeps the others' whose periods have not ended, while there
+// is room. The key lives until CM (a minute) after the end of the latest
+// period a slot counts events in, so that a server clock stepping back a
+// little still finds the count.
+const calendarLua = `
+-- slotsOf reads the calendar counters of a log of version 2.
+local function slotsOf(hdr)
+  local slots = {}
+  for i = 0, 3 do
+    local id, c, e = struct.unpack(SLOT, hdr, HB + 16 * i + 1)
+    if id ~= 0 then slots[#slots + 1] = {id, c, e} end
+  end
+  return slots
+end
+
+-- periodEnds returns, for each calendar policy of tr (by its index), the
+-- end of its period that holds now, from the boundaries the client sent
+-- (its previous period's start, its current one's start and end, its
+-- next one's end), or nil and why.
+local function periodEnds(tr, now)
+  local ends = {}
+  if not tr.cals then return ends end
+  for j, c in pairs(tr.cals) do
+    local e
+    if now >= c[2] then
+      if now < c[3] then e = c[3] elseif now < c[4] then e = c[4] elseif now < c[5] then e = c[5] end
+    end
+    if not e then return nil, 'the server clock is outside the calendar periods the client sent: the two clocks differ by more than a period' end
+    ends[j] = e
+  end
+  return ends
+end
+
+-- counted returns what calendar id has admitted in the period ending at e.
+local function counted(st, id, e)
+  for _, s in ipairs(st.slots) do
+    if s[1] == id and s[3] == e then return s[2] end
+  end
+  return 0
+end
+
+-- held reports whether a slot counts events in a period not yet ended.
+local function held(st, now)
+  for _, s in ipairs(st.slots) do
+    if s[2] > 0 and s[3] > now then return true end
+  end
+  return false
+end
+
+-- calEnd returns CM past the latest end of a period a slot counts events
+-- in, or 0.
+local function calEnd(st)
+  local e = 0
+  for _, s in ipairs(st.slots) do
+    if s[2] > 0 and s[3] + CM > e then e = s[3] + CM end
+  end
+  return e
+end
+
+-- section sets the slots after an admission of n under tr, whose policies
+-- assess described in w, and returns them packed.
+local function section(st, tr, w, n, now)
+  local out, seen = {}, {}
+  for i = 1, tr.P do
+    local c = tr.cals[i]
+    if c and not seen[c[1]] then
+      seen[c[1]] = true
+      out[#out + 1] = {c[1], w[4 * i - 3] + n, w[4 * i - 1]}
+    end
+  end
+  for _, s in ipairs(st.slots) do
+    if #out < 4 and not seen[s[1]] and s[3] > now then
+      seen[s[1]] = true
+      out[#out + 1] = s
+    end
+  end
+  st.slots = out
+  local parts = {}
+  for i = 1, 4 do
+    local s = out[i]
+    if s then parts[i] = struct.pack(SLOT, s[1], s[2], s[3]) else parts[i] = string.rep('\0', 16) end
+  end
+  return table.concat(parts)
+end
+`
 
 // rewriteHelpers makes, in the branches that rewrite a log (which are
 // rare: Lua makes a closure each time a definition runs, whether or not it
@@ -426,9 +587,10 @@ var slidingLogScript = decisionScript(slidingLogSource)
 //     each instant rounded up, those that meet merged, and the newest
 //     instant;
 //   - write(st, tr, s, m, want, px), which writes the log whole in the
-//     tick of tr: the m entries s (as stored, oldest first) with running
-//     total st.base before them, in the buffer when they fit, else in a
-//     ring with room for at least want entries; expiring in px
+//     tick of tr and version st.v (with st.sect, the calendar counters,
+//     in a log of version 2): the m entries s (as stored, oldest first)
+//     with running total st.base before them, in the buffer when they
+//     fit, else in a ring with room for at least want entries; expiring in px
 //     milliseconds (nil: never). The ring's capacity fills Redis's
 //     allocation: the string with its 4 to 10 bytes of sds header and
 //     terminator, rounded up to a size class of its allocator (jemalloc's,
@@ -437,8 +599,8 @@ const rewriteHelpers = `
 local function ringBytes(st)
   if st.rc == 0 then return '' end
   local e = st.head + st.rc
-  local s = redis.call('GETRANGE', st.key, HB + 8 * st.head, HB + 8 * math.min(e, st.cap) - 1)
-  if e > st.cap then s = s .. redis.call('GETRANGE', st.key, HB, HB + 8 * (e - st.cap) - 1) end
+  local s = redis.call('GETRANGE', st.key, st.rb + 8 * st.head, st.rb + 8 * math.min(e, st.cap) - 1)
+  if e > st.cap then s = s .. redis.call('GETRANGE', st.key, st.rb, st.rb + 8 * (e - st.cap) - 1) end
   return s
 end
 local function ring(st, buf)
@@ -461,21 +623,23 @@ local function retick(st, tr, buf)
   return parts, r0
 end
 local function write(st, tr, s, m, want, px)
-  local rs, cap, rc = '', 0, 0
+  local rs, cap, rc, rb = '', 0, 0, HB
+  if st.v == 2 then rb = HB + CS end
   local t0, c0 = struct.unpack(ENT, s, 1)
   local tn, total = struct.unpack(ENT, s, 8 * m - 7)
   if m > B then
-    local z = HB + 8 * math.max(want, m)
+    local z = rb + 8 * math.max(want, m)
     local o = 4
     if z >= 256 then o = 6 end
     if z >= 65536 then o = 10 end
     local a = 64
     while a < z + o do a = a * 2 end
     local step = math.max(16, a / 8)
-    cap = math.floor((math.ceil((z + o) / step) * step - HB - o) / 8)
+    cap = math.floor((math.ceil((z + o) / step) * step - rb - o) / 8)
     rs, s, rc = s .. string.rep('\0', 8 * (cap - m)), '', m
   end
-  local hdr = struct.pack(HDR, 1, tr.k, st.gen, cap, 0, rc, st.base, c0, t0, st.expires, m, total, tn, st.last) .. s .. string.rep('\0', 8 * B - #s)
+  local hdr = struct.pack(HDR, st.v, tr.k, st.gen, cap, 0, rc, st.base, c0, t0, st.expires, m, total, tn, st.last) .. s .. string.rep('\0', 8 * B - #s)
+  if st.v == 2 then hdr = hdr .. st.sect end
   if px then redis.call('SET', st.key, hdr .. rs, 'PX', px) else redis.call('SET', st.key, hdr .. rs) end
 end
 `

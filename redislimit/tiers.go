@@ -100,8 +100,9 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 //
 // It returns an error wrapping keyrate.ErrConfig, and changes nothing, for
 // policies NewPolicies would refuse, a window shorter than the resolution
-// (WithResolution), or a name other than "" on a limiter made without
-// WithTiers (no key could ever be in that tier).
+// (WithResolution), a calendar policy under FixedWindow, GCRA or
+// WithLeases, or a name other than "" on a limiter made without WithTiers
+// (no key could ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	field, err := keyrate.TierField(name, l.tierOf != nil)
 	if err != nil {
@@ -113,6 +114,11 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	}
 	if err := t.checkResolution(time.Duration(l.res) * time.Microsecond); err != nil {
 		return err
+	}
+	if l.script != slidingLogScript {
+		if err := t.checkAlgorithm(FixedWindow); err != nil { // FixedWindow or GCRA: either refuses alike
+			return err
+		}
 	}
 	if l.leases != nil {
 		if err := t.checkLease(time.Duration(l.leases.d)); err != nil {
