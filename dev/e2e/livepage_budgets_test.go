@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/keyrate/keyrate"
 	"slices"
 	"testing"
 	"time"
@@ -23,9 +24,13 @@ func TestLivePageBudgets(t *testing.T) {
 	setInput(t, ctx, "form-used", "500")
 	click(t, ctx, "send-one")
 	rows := waitForBudgets(t, ctx, 1)
+	// The calendar quotas: a day and the month turning on the 15th (UTC).
+	day, month := quotaRows(time.Now())
 	if want := []string{
 		"requests per 1 min|20|1|19||",
 		"tokens per 1 min|10,000|500|9,500||",
+		"tokens-day per " + day + "|200,000|500|199,500||",
+		"tokens-month per " + month + "|2,000,000|500|1,999,500||",
 		"in flight at once|4|1|3|–|",
 	}; !slices.Equal(rows, want) {
 		t.Errorf("after one request of 2,000 that used 500, the budgets read\n%q\nwant\n%q", rows, want)
@@ -41,11 +46,20 @@ func TestLivePageBudgets(t *testing.T) {
 	if want := []string{
 		"requests per 1 min|20|20|0||refusing",
 		"tokens per 1 min|10,000|2,400|7,600||",
+		"tokens-day per " + day + "|200,000|2,400|197,600||",
+		"tokens-month per " + month + "|2,000,000|2,400|1,997,600||",
 		"in flight at once|4|1|3|–|",
 	}; !slices.Equal(rows, want) {
 		t.Errorf("after the 21st request in a minute, the budgets read\n%q\nwant\n%q", rows, want)
 	}
 	console.check(t)
+}
+
+// quotaRows returns how the page names the demo's day and month at now:
+// "1 d", and the month from the 15th's length, "30 d".
+func quotaRows(now time.Time) (day, month string) {
+	start, end := keyrate.Monthly(15, time.UTC).Period(now)
+	return "1 d", fmt.Sprintf("%d d", end.Sub(start)/(24*time.Hour))
 }
 
 // waitForBudgets waits until the page is idle and has counted n decisions

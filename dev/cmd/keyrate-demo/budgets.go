@@ -49,14 +49,30 @@ func tokensVerdict(e middleware.Event) keyrate.Decision {
 }
 
 // budgetsOf returns each budget of the request e describes, as it stands
-// after the decision: requests and tokens, then the slots in flight.
+// after the decision: requests and tokens (each its sliding policy's
+// numbers, then each calendar quota's, a day's and a month's), then the
+// slots in flight.
 func budgetsOf(e middleware.Event, slots *countedSlots) []live.Budget {
 	var out []live.Budget
 	units := [2]string{"requests", "tokens"}
 	for i := range e.Budgets {
 		d := &e.Budgets[i]
-		out = append(out, live.Budget{Name: units[i], Unit: units[i], Limit: d.Limit, Remaining: max(d.Remaining, 0),
-			Allowed: d.Allowed, WindowMs: float64(d.Window.Milliseconds()), ResetAfterMs: float64(d.ResetAfter.Microseconds()) / 1000})
+		var quotas []live.Budget
+		sliding := *d
+		for _, p := range d.Policies() {
+			if p.Calendar.IsZero() {
+				continue
+			}
+			quotas = append(quotas, live.Budget{Name: p.Name, Unit: units[i], Limit: p.Limit, Remaining: max(p.Remaining, 0),
+				Allowed: p.Allowed, WindowMs: float64(p.Period.Milliseconds()), ResetAfterMs: float64(p.ResetAfter.Microseconds()) / 1000})
+			if d.Policy == p.Name { // a quota binds: the budget's row is its sliding policy's
+				sliding = slidingOf(d)
+			}
+		}
+		out = append(out, live.Budget{Name: units[i], Unit: units[i], Limit: sliding.Limit, Remaining: max(sliding.Remaining, 0),
+			Allowed: sliding.Allowed, WindowMs: float64(sliding.Window.Milliseconds()),
+			ResetAfterMs: float64(sliding.ResetAfter.Microseconds()) / 1000})
+		out = append(out, quotas...)
 	}
 	if slots != nil {
 		limit, running := slots.held(e.Key)
@@ -115,4 +131,15 @@ func (c *countedSlots) held(key string) (limit, running int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.limits[key], c.running[key]
+}
+
+// slidingOf returns the Decision of d's sliding policies alone.
+func slidingOf(d *keyrate.Decision) keyrate.Decision {
+	var parts []keyrate.PolicyDecision
+	for _, p := range d.Policies() {
+		if p.Calendar.IsZero() {
+			parts = append(parts, p)
+		}
+	}
+	return keyrate.Combine(parts...)
 }

@@ -42,13 +42,13 @@ func checkAllOrNothing(t *testing.T, a, b http.Handler) {
 	h := rec.Header()
 	assert.Equal(t, "0", h.Get("X-Ratelimit-Remaining-Requests"))
 	assert.Equal(t, "9000", h.Get("X-Ratelimit-Remaining-Tokens"), "the 20 requests kept 50 each; the refused one reserved nothing")
-	assert.Equal(t, `"generate";r=9000;t=60`, member(h, "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=9000;t=60`, member(h, "RateLimit", "tokens-minute"))
 
 	rec = generate(a, "max_tokens=10000&used=10000", "X-API-Key", "carol")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
 	rec = generate(b, "max_tokens=1", "X-API-Key", "carol")
 	require.Equal(t, 429, rec.Code, rec.Body.String())
-	assert.Contains(t, rec.Body.String(), `"violated-policies":["generate"]`)
+	assert.Contains(t, rec.Body.String(), `"violated-policies":["tokens-minute"]`)
 	assert.Equal(t, "19", rec.Header().Get("X-Ratelimit-Remaining-Requests"), "the tokens refused it: it counts as no request")
 	assert.Equal(t, `"generate-requests";r=19;t=60`, member(rec.Header(), "RateLimit", "generate-requests"))
 }
@@ -78,9 +78,9 @@ func TestGenerateBudgetsPublished(t *testing.T) {
 	h, seen := newTestServer(t, config{Clock: clock})
 	rec := generate(h, "max_tokens=2000&used=500", "X-API-Key", "pro-dana")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	assert.Equal(t, []string{`"generate-inflight";q=4;qu="concurrent-requests"`, `"generate-requests";q=20;w=60, "generate";q=50000;w=60`},
+	assert.Equal(t, []string{`"generate-inflight";q=4;qu="concurrent-requests"`, `"generate-requests";q=20;w=60, "tokens-minute";q=50000;w=60, "tokens-day";q=1000000;w=86400, "tokens-month";q=10000000;w=2678400`},
 		rec.Header().Values("RateLimit-Policy"), "a pro key's tokens, the same requests")
-	assert.Equal(t, `"generate-requests";r=19;t=60, "generate";r=49500;t=60`, rec.Header().Get("RateLimit"))
+	assert.Equal(t, `"generate-requests";r=19;t=60, "tokens-minute";r=49500;t=60, "tokens-day";r=999500;t=86400, "tokens-month";r=9999500;t=1209600`, rec.Header().Get("RateLimit"))
 	assert.Equal(t, [2]string{"20 19 1m0s", "50000 49500 1m0s"}, modelFields(rec), "settled before the status went out")
 
 	require.Len(t, *seen, 2)
@@ -88,6 +88,10 @@ func TestGenerateBudgetsPublished(t *testing.T) {
 	assert.Equal(t, []live.Budget{
 		{Name: "requests", Unit: "requests", Limit: 20, Remaining: 19, Allowed: true, WindowMs: 60_000, ResetAfterMs: 60_000},
 		{Name: "tokens", Unit: "tokens", Limit: 50_000, Remaining: 48_000, Allowed: true, WindowMs: 60_000, ResetAfterMs: 60_000},
+		// 2025-01-01 00:00 UTC: a whole day ahead, and the month from
+		// December 15 to January 15, its turn 14 days off.
+		{Name: "tokens-day", Unit: "tokens", Limit: 1_000_000, Remaining: 998_000, Allowed: true, WindowMs: 86_400_000, ResetAfterMs: 86_400_000},
+		{Name: "tokens-month", Unit: "tokens", Limit: 10_000_000, Remaining: 9_998_000, Allowed: true, WindowMs: 31 * 86_400_000, ResetAfterMs: 14 * 86_400_000},
 		{Name: "in flight", Unit: "requests", Limit: 4, Remaining: 3, Allowed: true},
 	}, d.Budgets)
 	assert.Equal(t, 48_000, d.Decision.Remaining, "the page's lane is the tokens budget's")
@@ -96,5 +100,7 @@ func TestGenerateBudgetsPublished(t *testing.T) {
 	assert.Equal(t, []live.Budget{
 		{Name: "requests", Unit: "requests", Limit: 20, Remaining: 19, Allowed: true, WindowMs: 60_000, ResetAfterMs: 60_000},
 		{Name: "tokens", Unit: "tokens", Limit: 50_000, Remaining: 49_500, Allowed: true, WindowMs: 60_000, ResetAfterMs: 60_000},
+		{Name: "tokens-day", Unit: "tokens", Limit: 1_000_000, Remaining: 999_500, Allowed: true, WindowMs: 86_400_000, ResetAfterMs: 86_400_000},
+		{Name: "tokens-month", Unit: "tokens", Limit: 10_000_000, Remaining: 9_999_500, Allowed: true, WindowMs: 31 * 86_400_000, ResetAfterMs: 14 * 86_400_000},
 	}, s.Budgets)
 }

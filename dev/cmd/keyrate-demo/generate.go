@@ -13,28 +13,37 @@ import (
 )
 
 // The generate route's budgets per client, all in one place, as a model
-// API sells them: requests a minute and tokens a minute, both sliding,
-// decided together (httplimit.WithTokenBudget), and requests in flight at
-// once. Each list takes up to keyrate.MaxPolicies policies: a tokens-a-day
-// policy, or tokens a month from a billing day, goes beside the minute's
-// in generateTokens and generateProTokens, named (each of several policies
-// needs a name), and the route, the fields, the log and the live page
-// follow.
+// API sells them: requests a minute (sliding); tokens a minute (sliding),
+// a calendar day and a month turning on the 15th, the billing day (UTC);
+// all decided together (httplimit.WithTokenBudget); and requests in
+// flight at once. Each list takes up to keyrate.MaxPolicies policies, and
+// the route, the fields, the log and the live page follow them.
 var (
 	generateRequests  = []keyrate.Policy{{Name: "generate-requests", Limit: 20, Window: time.Minute}}
-	generateTokens    = limit(10_000, time.Minute)
-	generateProTokens = limit(50_000, time.Minute)
+	generateTokens    = tokenPolicies(10_000, 200_000, 2_000_000)
+	generateProTokens = tokenPolicies(50_000, 1_000_000, 10_000_000)
 	// generateInFlight requests of a client run at once; another waits up
 	// to generateInFlightWait for one of them to end.
 	generateInFlight     = 4
 	generateInFlightWait = 2 * time.Second
 )
 
+// tokenPolicies returns a plan's token budgets: perMinute in any minute,
+// perDay a calendar day and perMonth a month from the billing day.
+func tokenPolicies(perMinute, perDay, perMonth int) []keyrate.Policy {
+	return []keyrate.Policy{
+		{Name: "tokens-minute", Limit: perMinute, Window: time.Minute},
+		{Name: "tokens-day", Limit: perDay, Calendar: keyrate.Daily(time.UTC)},
+		{Name: "tokens-month", Limit: perMonth, Calendar: keyrate.Monthly(15, time.UTC)},
+	}
+}
+
 // generateRoute stands for a model call behind a budget of requests and
-// tokens a minute: each request counts against both, or neither, and
-// reserves its max_tokens before it runs and, once it knows, keeps only
-// the tokens it used. A client has 20 requests and 10,000 tokens a minute,
-// a "pro-" key 50,000 tokens, and 4 requests in flight. The live page
+// tokens a minute, a day and a month: each request counts against all of
+// them, or none, and reserves its max_tokens before it runs and, once it
+// knows, keeps only the tokens it used. A client has 20 requests and
+// 10,000 tokens a minute, 200,000 a day and 2,000,000 a month (a "pro-" key
+// five times the tokens), and 4 requests in flight. The live page
 // offers a burst of 5 requests of its form's 2,000 tokens: the tokens
 // budget, reserved in full.
 var generateRoute = route{
@@ -43,7 +52,7 @@ var generateRoute = route{
 	InFlight: generateInFlight, InFlightWait: generateInFlightWait,
 	Cost: reserveMaxTokens, Unit: "tokens", Burst: 5,
 	Form: map[string]string{"max_tokens": "2000", "used": "500"},
-	Note: "Each request counts against the client’s requests a minute and tokens a minute at once, or against neither: " +
+	Note: "Each request counts against the client’s requests a minute and its tokens a minute, a day and a month (turning on the 15th, UTC) at once, or against none: " +
 		"it reserves its max_tokens before it runs, then keeps only the tokens it used " +
 		"(used, at most max_tokens; a quarter of it when not sent): the rest goes back. A max_tokens that is missing or below 1 is refused with 413.",
 	serve:   serveGenerate,

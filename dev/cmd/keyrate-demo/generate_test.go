@@ -67,16 +67,16 @@ func TestGenerateSettles(t *testing.T) {
 		rateLimit string
 		want      generated
 	}{
-		{"max_tokens=2000&used=500", 200, `"generate";r=9500;t=60`, generated{2000, 500, true}},
-		{"max_tokens=9500", 200, `"generate";r=7125;t=60`, generated{9500, 2375, true}}, // a quarter of it, by default
-		{"max_tokens=7126&used=1", 429, `"generate";r=7125;t=60`, generated{}},          // one over what is left
-		{"max_tokens=7125&used=7125", 200, `"generate";r=0;t=60`, generated{7125, 7125, true}},
-		{"max_tokens=1", 429, `"generate";r=0;t=60`, generated{}},
+		{"max_tokens=2000&used=500", 200, `"tokens-minute";r=9500;t=60`, generated{2000, 500, true}},
+		{"max_tokens=9500", 200, `"tokens-minute";r=7125;t=60`, generated{9500, 2375, true}}, // a quarter of it, by default
+		{"max_tokens=7126&used=1", 429, `"tokens-minute";r=7125;t=60`, generated{}},          // one over what is left
+		{"max_tokens=7125&used=7125", 200, `"tokens-minute";r=0;t=60`, generated{7125, 7125, true}},
+		{"max_tokens=1", 429, `"tokens-minute";r=0;t=60`, generated{}},
 	} {
 		rec := generate(h, step.body)
 		require.Equal(t, step.code, rec.Code, "%s: %s", step.body, rec.Body)
-		assert.Equal(t, `"generate";q=10000;w=60`, member(rec.Header(), "RateLimit-Policy", "generate"), step.body)
-		assert.Equal(t, step.rateLimit, member(rec.Header(), "RateLimit", "generate"), step.body)
+		assert.Equal(t, `"tokens-minute";q=10000;w=60`, member(rec.Header(), "RateLimit-Policy", "tokens-minute"), step.body)
+		assert.Equal(t, step.rateLimit, member(rec.Header(), "RateLimit", "tokens-minute"), step.body)
 		if step.code == 200 {
 			assert.Equal(t, step.want, answer(t, rec), step.body)
 		} else {
@@ -105,13 +105,13 @@ func TestGenerateSettles(t *testing.T) {
 	rec := generate(h, "max_tokens=100&used=500")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
 	assert.Equal(t, generated{100, 100, true}, answer(t, rec), "a used above max_tokens counts as max_tokens")
-	assert.Equal(t, `"generate";r=9900;t=60`, member(rec.Header(), "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=9900;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"))
 
 	n := len(*seen)
 	rec = generate(h, "max_tokens=3000&used=0")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
 	assert.Equal(t, generated{3000, 0, true}, answer(t, rec))
-	assert.Equal(t, `"generate";r=9900;t=60`, member(rec.Header(), "RateLimit", "generate"), "a request that used nothing costs nothing")
+	assert.Equal(t, `"tokens-minute";r=9900;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"), "a request that used nothing costs nothing")
 	require.Len(t, *seen, n+2)
 	whole := (*seen)[n+1]
 	require.NotNil(t, whole.Refund)
@@ -144,14 +144,14 @@ func TestGenerateRefusesWhatItCannotRead(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), "costs more than the limit of 10000")
 	rec = generate(h, "max_tokens=10001&used=1", "X-API-Key", "pro-alice")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	assert.Equal(t, `"generate";q=50000;w=60`, member(rec.Header(), "RateLimit-Policy", "generate"))
-	assert.Equal(t, `"generate";r=49999;t=60`, member(rec.Header(), "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";q=50000;w=60`, member(rec.Header(), "RateLimit-Policy", "tokens-minute"))
+	assert.Equal(t, `"tokens-minute";r=49999;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"))
 
 	for i, used := range []string{"x", "-1", "1.5"} {
 		rec := generate(h, "max_tokens=100&used="+used)
 		require.Equal(t, http.StatusBadRequest, rec.Code, "used=%s: %s", used, rec.Body)
 		assert.Contains(t, rec.Body.String(), "used must be a whole number")
-		assert.Equal(t, `"generate";r=`+[]string{"9900", "9800", "9700"}[i]+`;t=60`, member(rec.Header(), "RateLimit", "generate"),
+		assert.Equal(t, `"tokens-minute";r=`+[]string{"9900", "9800", "9700"}[i]+`;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"),
 			"used=%s keeps its 100 reserved, and the 413s before reserved nothing", used)
 	}
 }
@@ -205,7 +205,7 @@ func TestGenerateOnThePage(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
-	assert.Equal(t, `"generate";r=9500;t=60`, member(resp.Header, "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=9500;t=60`, member(resp.Header, "RateLimit", "tokens-minute"))
 
 	events := liveEvents(t, lines, 2)
 	require.Len(t, events, 2, "stream ended: %v", lines.Err())
@@ -241,9 +241,9 @@ func TestRedisGenerateSettles(t *testing.T) {
 	rec = generate(a, "max_tokens=2000&used=500", "X-API-Key", "alice")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
 	assert.Equal(t, generated{2000, 500, true}, answer(t, rec))
-	assert.Equal(t, `"generate";r=9500;t=60`, member(rec.Header(), "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=9500;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"))
 	assert.NotContains(t, note, "cannot give part")
-	assert.Contains(t, hint, "/api/generate 10000 tokens per 60s; 50000 tokens per 60s for a key starting with pro-, reserved and then settled")
+	assert.Contains(t, hint, "/api/generate 10000 tokens per 60s (tokens-minute) and 200000 tokens daily in UTC (tokens-day) and 2000000 tokens monthly on day 15 in UTC (tokens-month); 50000 tokens per 60s (tokens-minute) and 1000000 tokens daily in UTC (tokens-day) and 10000000 tokens monthly on day 15 in UTC (tokens-month) for a key starting with pro-, reserved and then settled")
 	require.Len(t, *seen, 2)
 	s := (*seen)[1]
 	require.NotNil(t, s.Refund)
@@ -255,10 +255,10 @@ func TestRedisGenerateSettles(t *testing.T) {
 	// that used nothing is given back whole.
 	rec = generate(b, "max_tokens=3000&used=0", "X-API-Key", "alice")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	assert.Equal(t, `"generate";r=9500;t=60`, member(rec.Header(), "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=9500;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"))
 	rec = generate(b, "max_tokens=9500&used=9500", "X-API-Key", "alice")
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	assert.Equal(t, `"generate";r=0;t=60`, member(rec.Header(), "RateLimit", "generate"))
+	assert.Equal(t, `"tokens-minute";r=0;t=60`, member(rec.Header(), "RateLimit", "tokens-minute"))
 	rec = generate(a, "max_tokens=1", "X-API-Key", "alice")
 	assert.Equal(t, 429, rec.Code, "the budget is spent, on both replicas")
 }

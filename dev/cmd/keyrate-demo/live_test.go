@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/keyrate/keyrate"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -40,10 +41,11 @@ func TestLiveViewIsWired(t *testing.T) {
 		KeyHeader string
 		Routes    []struct {
 			Name, Method, Path string
-			Policies           []struct {
+			Policies, Quotas   []struct {
 				Name     string
 				Limit    int
 				WindowMs float64
+				Calendar string
 			}
 		}
 	}
@@ -56,12 +58,18 @@ func TestLiveViewIsWired(t *testing.T) {
 	}
 	for i, rt := range routes {
 		got := cfg.Routes[i]
-		if got.Name != rt.Name || got.Method != rt.Method || got.Path != rt.Path || len(got.Policies) != len(rt.Policies) {
+		if got.Name != rt.Name || got.Method != rt.Method || got.Path != rt.Path || len(got.Policies)+len(got.Quotas) != len(rt.Policies) {
 			t.Errorf("route %d: page has %+v, demo has %+v", i, got, rt)
 			continue
 		}
+		all := append(got.Policies, got.Quotas...) // the sliding policies come first in every route
 		for j, p := range rt.Policies {
-			if g := got.Policies[j]; g.Name != p.Name || g.Limit != p.Limit || g.WindowMs != float64(p.Window.Milliseconds()) {
+			window := p.Window
+			if !p.Calendar.IsZero() {
+				start, end := p.Calendar.Period(time.Now())
+				window = end.Sub(start)
+			}
+			if g := all[j]; g.Name != p.Name || g.Limit != p.Limit || g.WindowMs != float64(window.Milliseconds()) || g.Calendar != calendarName(p) {
 				t.Errorf("route %s, policy %d: page has %+v, demo has %+v", rt.Name, j, g, p)
 			}
 		}
@@ -226,4 +234,13 @@ func liveEvents(t *testing.T, lines *bufio.Scanner, n int) []liveEvent {
 		events = append(events, e)
 	}
 	return events
+}
+
+// calendarName is what the page is told of p's calendar: "" for a sliding
+// policy.
+func calendarName(p keyrate.Policy) string {
+	if p.Calendar.IsZero() {
+		return ""
+	}
+	return p.Calendar.String()
 }

@@ -101,7 +101,7 @@ func tierOf(identity string) string {
 
 // describe says a route's policies for people: "3 per 60s", or "2 per 10s
 // (export-burst) and 5 per 3600s (export-hourly)"; with a unit, "10000
-// tokens per 60s".
+// tokens per 60s"; a calendar's, "200000 tokens daily in UTC".
 func describe(policies []keyrate.Policy, unit string) string {
 	var b strings.Builder
 	for i, p := range policies {
@@ -112,7 +112,11 @@ func describe(policies []keyrate.Policy, unit string) string {
 		if unit != "" {
 			b.WriteString(" " + unit)
 		}
-		fmt.Fprintf(&b, " per %gs", p.Window.Seconds())
+		if p.Calendar.IsZero() {
+			fmt.Fprintf(&b, " per %gs", p.Window.Seconds())
+		} else {
+			fmt.Fprintf(&b, " %s", p.Calendar) // "daily in UTC"
+		}
 		if p.Name != "" {
 			fmt.Fprintf(&b, " (%s)", p.Name)
 		}

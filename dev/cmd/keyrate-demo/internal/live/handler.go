@@ -4,6 +4,7 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"github.com/keyrate/keyrate"
 	"net/http"
 	"strconv"
 	"time"
@@ -83,22 +84,36 @@ func serveAsset(w http.ResponseWriter, r *http.Request) {
 
 // routeJSON is a Route as the page reads it.
 type routeJSON struct {
-	Name     string            `json:"name"`
-	Method   string            `json:"method"`
-	Path     string            `json:"path"`
-	Policies []policyJSON      `json:"policies"`
-	Refunds  bool              `json:"refunds,omitempty"`
-	Unit     string            `json:"unit,omitempty"`
-	Burst    int               `json:"burst,omitempty"`
-	Form     map[string]string `json:"form,omitempty"`
-	Note     string            `json:"note,omitempty"`
+	Name     string       `json:"name"`
+	Method   string       `json:"method"`
+	Path     string       `json:"path"`
+	Policies []policyJSON `json:"policies"`
+	// Quotas are the route's calendar policies (a day, a month): the page
+	// draws a lane per sliding policy, and lists these with the budgets.
+	Quotas  []policyJSON      `json:"quotas,omitempty"`
+	Refunds bool              `json:"refunds,omitempty"`
+	Unit    string            `json:"unit,omitempty"`
+	Burst   int               `json:"burst,omitempty"`
+	Form    map[string]string `json:"form,omitempty"`
+	Note    string            `json:"note,omitempty"`
 }
 
-// policyJSON is a keyrate.Policy as the page reads it.
+// policyJSON is a keyrate.Policy as the page reads it: a calendar
+// policy's window is its current period's length, and Calendar says which.
 type policyJSON struct {
 	Name     string  `json:"name"`
 	Limit    int     `json:"limit"`
 	WindowMs float64 `json:"windowMs"`
+	Calendar string  `json:"calendar,omitempty"`
+}
+
+// describePolicy returns p as the page reads it at now.
+func describePolicy(p keyrate.Policy, now time.Time) policyJSON {
+	if p.Calendar.IsZero() {
+		return policyJSON{Name: p.Name, Limit: p.Limit, WindowMs: millis(p.Window)}
+	}
+	start, end := p.Calendar.Period(now)
+	return policyJSON{Name: p.Name, Limit: p.Limit, WindowMs: millis(end.Sub(start)), Calendar: p.Calendar.String()}
 }
 
 type configJSON struct {
@@ -112,7 +127,11 @@ func describe(cfg Config) configJSON {
 	for _, r := range cfg.Routes {
 		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Unit: r.Unit, Burst: r.Burst, Form: r.Form, Note: r.Note}
 		for _, p := range r.Policies {
-			rj.Policies = append(rj.Policies, policyJSON{p.Name, p.Limit, millis(p.Window)})
+			if p.Calendar.IsZero() {
+				rj.Policies = append(rj.Policies, describePolicy(p, time.Now()))
+			} else {
+				rj.Quotas = append(rj.Quotas, describePolicy(p, time.Now()))
+			}
 		}
 		c.Routes = append(c.Routes, rj)
 	}

@@ -229,7 +229,7 @@ func checkPolicies(r Route) error {
 		switch {
 		case p.Limit < 1:
 			return fmt.Errorf("%w: route %q: policy %d: limit is %d, want >= 1", ErrConfig, r.Name, i, p.Limit)
-		case p.Window < time.Millisecond:
+		case p.Calendar.IsZero() && p.Window < time.Millisecond:
 			return fmt.Errorf("%w: route %q: policy %d: window is %v, want >= 1ms", ErrConfig, r.Name, i, p.Window)
 		case n > 1 && p.Name == "":
 			return fmt.Errorf("%w: route %q: policy %d has no name; each of several policies needs one", ErrConfig, r.Name, i)
@@ -312,9 +312,12 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 	if len(parts) == 0 {
 		return nil
 	}
-	out := make([]policyEvent, len(parts))
-	for i, p := range parts {
-		out[i] = policyEvent{
+	out := make([]policyEvent, 0, len(parts))
+	for _, p := range parts {
+		if !p.Calendar.IsZero() {
+			continue // a quota, not a lane: the budgets say it (see routeJSON.Quotas)
+		}
+		out = append(out, policyEvent{
 			Name:          p.Name,
 			Limit:         p.Limit,
 			WindowMs:      millis(p.Window),
@@ -323,7 +326,7 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 			RetryAfterMs:  millis(p.RetryAfter),
 			RefillAfterMs: millis(p.RefillAfter),
 			ResetAfterMs:  millis(p.ResetAfter),
-		}
+		})
 	}
 	return out
 }

@@ -51,6 +51,7 @@
     return withMs ? s + '.' + pad(d.getMilliseconds(), 3) : s;
   }
   function span(ms) {
+    if (ms >= 86400000 && ms % 3600000 === 0) return +(ms / 86400000).toFixed(ms % 86400000 === 0 ? 0 : 2) + ' d';
     if (ms >= 60000 && ms % 60000 === 0) return (ms / 60000) + ' min';
     if (ms >= 1000) return +(ms / 1000).toFixed(ms % 1000 === 0 ? 0 : 1) + ' s';
     return Math.round(ms) + ' ms';
@@ -482,7 +483,7 @@
 
   function niceStep(total, px) {
     const target = total / Math.max(3, Math.floor(px / 110));
-    const steps = [100, 200, 500, 1000, 2000, 5000, 10000, 15000, 20000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000];
+    const steps = [100, 200, 500, 1000, 2000, 5000, 10000, 15000, 20000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000, 21600000, 43200000, 86400000, 172800000, 604800000, 1209600000];
     for (const s of steps) if (s >= target) return s;
     return steps[steps.length - 1];
   }
