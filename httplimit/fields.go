@@ -1,31 +1,84 @@
 package httplimit
 
-import "net/http"
+import (
+	"net/http"
+	"strconv"
+	"unsafe"
+)
 
-// fields holds the header-map slices of the fields one middleware writes
-// on one response: one array for all of them, cut into slices of capacity
-// 1, so that the slices cost one allocation however many fields there are,
-// instead of one per field. Each value is a string of its own.
+// fields holds what the fields one middleware writes on one response are
+// made of, in one allocation (see newFields): the header-map slices, one
+// array cut into slices of capacity 1, and the bytes of their values, which
+// the values' strings point into. A refusal's problem body, which the
+// default handler writes, goes in the same bytes.
+//
+// The bytes are only ever appended to: a string once made from them (value)
+// is never written again, which is what makes sharing them safe.
 type fields struct {
 	vals []string
+	buf  []byte
 }
 
-// newFields returns room for the fields this middleware writes.
-func (m *Middleware) newFields() fields {
-	n := 0
-	if m.headers&DraftHeaders != 0 {
-		n += 2
+// room is how much a response's fields take: values and their bytes. New
+// counts it for this middleware's fields; past it, an append only grows the
+// slice on the heap.
+type room struct{ vals, bytes int }
+
+// The blocks newFields allocates, in the runtime's size classes (128, 384,
+// 512 and 1024 bytes), so that none is rounded up.
+type (
+	block2 struct {
+		vals [2]string
+		buf  [96]byte
 	}
-	if m.headers&LegacyHeaders != 0 {
-		n += 3
+	block6 struct {
+		vals [6]string
+		buf  [288]byte
 	}
-	if m.headers&XHeaders != 0 {
-		n += 3
+	block8 struct {
+		vals [8]string
+		buf  [384]byte
 	}
-	if m.headers&TokenHeaders != 0 {
-		n += 6
+	block16 struct {
+		vals [16]string
+		buf  [768]byte
 	}
-	return fields{vals: make([]string, 0, n)}
+)
+
+// newFields returns fields with room for r in one allocation, or in two
+// (the values, the bytes) when r is larger than every block.
+func newFields(r room) fields {
+	switch {
+	case r.vals <= 2 && r.bytes <= 96:
+		b := new(block2)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+	case r.vals <= 6 && r.bytes <= 288:
+		b := new(block6)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+	case r.vals <= 8 && r.bytes <= 384:
+		b := new(block8)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+	case r.vals <= 16 && r.bytes <= 768:
+		b := new(block16)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+	}
+	return fields{vals: make([]string, 0, r.vals), buf: make([]byte, 0, r.bytes)}
+}
+
+// value returns what was appended to f.buf since start, as a string that
+// shares its bytes.
+func (f *fields) value(start int) string {
+	if len(f.buf) == start {
+		return ""
+	}
+	return unsafe.String(&f.buf[start], len(f.buf)-start)
+}
+
+// int returns n as a string made in f.buf.
+func (f *fields) int(n int64) string {
+	start := len(f.buf)
+	f.buf = strconv.AppendInt(f.buf, n, 10)
+	return f.value(start)
 }
 
 // line returns v in a header-map slice of its own, of capacity 1, so that
@@ -47,3 +100,45 @@ func (f *fields) add(h http.Header, k, v string) {
 
 // set makes v the value of the single-valued field k.
 func (f *fields) set(h http.Header, k, v string) { h[k] = f.line(v) }
+
+// roomFor counts the room of this middleware's fields on one response, and
+// on a refusal the default handler answers (Retry-After and the problem
+// body with its two fields), generously: a member of either RateLimit field
+// takes its name and at most three parameters of up to 20 digits each, but
+// rarely more than a few.
+func (m *Middleware) roomFor(refusal bool) room {
+	name := len(m.route) + len(m.unit)
+	for _, p := range m.policies {
+		name = max(name, len(p.Name)+len(m.unit))
+	}
+	members := max(len(m.policies), 1)
+	if m.tokens {
+		members++ // the tokens budget's policies, not known here: one at least
+	}
+	member := name + 40
+	var r room
+	if m.headers&DraftHeaders != 0 {
+		r.vals += 2
+		r.bytes += members * member // RateLimit
+		if m.policy == "" || m.calendar || m.tokens {
+			r.bytes += members * member // RateLimit-Policy, written for each decision
+		}
+	}
+	if m.headers&LegacyHeaders != 0 {
+		r.vals += 3
+		r.bytes += 3 * 8
+	}
+	if m.headers&XHeaders != 0 {
+		r.vals += 3
+		r.bytes += 3 * 12
+	}
+	if m.headers&TokenHeaders != 0 {
+		r.vals += 6
+		r.bytes += 6 * 8
+	}
+	if refusal {
+		r.vals += 3 // Retry-After, Content-Type, X-Content-Type-Options
+		r.bytes += 8 + len(quotaExceededStart) + 8 + len(quotaExceededWait) + members*(name+3) + len(quotaExceededEnd)
+	}
+	return r
+}

@@ -38,7 +38,7 @@ const maxRoute = 256
 // outer one.
 type Middleware struct {
 	backend *middleware.Caller
-	timed   bool      // a hook or an Observer is set: measure Event.Duration
+	timed   bool      // a hook or an Observer is set: measure Event.Duration, and tell them
 	reserve bool      // WithCost, and a backend that gives weight back: requests may ReportCost
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
@@ -53,6 +53,9 @@ type Middleware struct {
 	fallback time.Duration    // the window of a decision that gives none
 
 	slots *middleware.SlotGate // WithInFlight's; nil without
+
+	ownRefusal bool    // no WithLimitedHandler: DefaultLimitedHandler's refusal shares the fields' room
+	room       [2]room // what a response's fields take: admitted or served, and refused by ownRefusal
 }
 
 // New returns a Middleware that asks b about every request. How b is
@@ -106,7 +109,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		ip = defaultIP()
 		c.key = ip.key
 	}
-	if c.limited == nil {
+	ownRefusal := c.limited == nil
+	if ownRefusal {
 		c.limited = DefaultLimitedHandler
 	}
 	caller, err := middleware.NewCaller(b, c.budget)
@@ -137,6 +141,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
 	}
 	m.timed = c.hooks.Timed()
+	m.ownRefusal = ownRefusal
+	m.room = [2]room{m.roomFor(false), m.roomFor(true)}
 	m.reserve = c.cost != nil && caller.CanRefund()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
@@ -194,27 +200,33 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.timed {
 		began = time.Now()
 	}
-	var (
-		d    keyrate.Decision
-		hits *[2]keyrate.Hit // WithTokenBudget's
-	)
+	// The Decision goes straight into the Event: it is over 500 bytes,
+	// and every copy of it shows in the cost of a request.
+	var hits *[2]keyrate.Hit // WithTokenBudget's
 	if m.tokens {
-		d, hits, err = m.takeTokens(r, &ev)
+		ev.Decision, hits, err = m.takeTokens(r, &ev)
 	} else {
-		d, err = m.backend.Take(r.Context(), ev.Key, sent, ev.Cost)
+		err = m.backend.TakeInto(r.Context(), ev.Key, sent, ev.Cost, &ev.Decision)
 	}
 	if m.timed {
 		ev.Duration = time.Since(began)
 	}
 	if err != nil {
+		ev.Decision = keyrate.Decision{}
 		m.fail(w, r, next, ev, err)
 		return
 	}
-	ev.Decision = d
+	d := &ev.Decision
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, &d, ev.Cost, ev.Budgets)
-	m.hooks.Decided(ev)
+	// The fields, and a refusal the default handler writes, take one
+	// allocation for their values, sized in New.
+	refuse := !d.Allowed && !m.shadow
+	f := newFields(m.room[btoi(refuse && m.ownRefusal)])
+	m.setHeaders(&f, h, d, ev.Cost, ev.Budgets)
+	if m.timed {
+		m.hooks.Decided(ev)
+	}
 	if d.Allowed {
 		if (m.refund != nil || m.reserve) && holds(&ev) {
 			m.serveSettled(w, r, next, ev, hits)
@@ -228,9 +240,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if d.RetryAfter > 0 {
-		setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
+		f.setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
+	}
+	if m.ownRefusal {
+		writeLimited(w, &ev, &f)
+		return
 	}
 	m.limited(w, r, ev)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // takeTokens decides a token budget's request (WithTokenBudget) in one
