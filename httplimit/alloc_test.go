@@ -186,3 +186,61 @@ func (w *recorded) Write(b []byte) (int, error) {
 	w.body = append(w.body, b...)
 	return len(b), nil
 }
+
+// A route that may give events back settles through a writer of its own,
+// which holds its copy of the Event, the bytes of the fields it rewrites
+// and, under WithCost, the reservation, in one allocation: WithRefund adds
+// it to the key and the fields' block; WithCost also the context that
+// carries the reservation, the request that carries that context, and,
+// for a refund of what the handler reports it did not use, the context
+// that outlives the request's. The RateLimit field says what the request
+// left.
+func TestSettledAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	reporting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := httplimit.ReportCost(r.Context(), 3); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	for _, tc := range []struct {
+		name string
+		opt  httplimit.Option
+		next http.Handler
+		max  float64
+		left string
+	}{
+		{"refund", httplimit.WithRefund(func(status int) bool { return status >= 500 }), bare, 3, `"search";r=1048575;t=3600`},
+		{"cost", httplimit.WithCost(func(*http.Request) int { return 10 }), reporting, 6, `"search";r=1048573;t=3600`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			l, err := keyrate.New(1<<20, time.Hour, keyrate.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			m, err := httplimit.New(l, httplimit.WithRoute("search"), tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Handler(tc.next)
+			rs := requests(64)
+			w := &discard{h: make(http.Header)}
+			allocs := testing.AllocsPerRun(63, func() {
+				clear(w.h)
+				h.ServeHTTP(w, rs[0])
+			})
+			if allocs > tc.max {
+				t.Errorf("%.1f allocations per request, want at most %v", allocs, tc.max)
+			}
+			clear(w.h)
+			h.ServeHTTP(w, rs[1]) // a fresh client: its first request
+			if got := w.h.Get("RateLimit"); got != tc.left {
+				t.Fatalf("RateLimit %q, want %q", got, tc.left)
+			}
+		})
+	}
+}

@@ -139,7 +139,7 @@ func (m *Middleware) setPolicy(h http.Header) {
 // middleware, and the single-policy remaining fields where they are this
 // middleware's, say what the request left. The time parameters stay the
 // decision's.
-func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, given int) {
+func (m *Middleware) resetHeaders(f *fields, h http.Header, d *keyrate.Decision, cost, given int) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = m.fallback
 	}
@@ -149,12 +149,17 @@ func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, give
 		p := &after.Policies()[i]
 		p.Remaining = min(p.Remaining+given, p.Limit)
 	}
-	var scratch [2][128]byte
+	var scratch [128]byte // the values written before, to find them by
 	if m.headers&DraftHeaders != 0 {
-		old := string(m.revision.AppendRateLimit(scratch[0][:0], d, m.route, cost))
-		replace(h, hRateLimit, old, string(m.revision.AppendRateLimit(scratch[1][:0], &after, m.route, cost-given)))
+		old := m.revision.AppendRateLimit(scratch[:0], d, m.route, cost)
+		start := len(f.buf)
+		f.buf = m.revision.AppendRateLimit(f.buf, &after, m.route, cost-given)
+		replace(h, hRateLimit, old, f.value(start))
 	}
-	old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(after.Remaining, 0))
+	if m.headers&(LegacyHeaders|XHeaders) == 0 {
+		return
+	}
+	old, now := strconv.AppendInt(scratch[:0], int64(max(d.Remaining, 0)), 10), f.int(int64(max(after.Remaining, 0)))
 	if m.headers&LegacyHeaders != 0 {
 		replace(h, hRemaining, old, now)
 	}
@@ -164,9 +169,12 @@ func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, give
 }
 
 // replace puts new in the place of the first value old of field k.
-func replace(h http.Header, k, old, new string) {
+func replace(h http.Header, k string, old []byte, new string) {
 	vs := h[k]
-	if i := slices.Index(vs, old); i >= 0 {
-		vs[i] = new
+	for i, v := range vs {
+		if v == string(old) {
+			vs[i] = new
+			return
+		}
 	}
 }

@@ -229,7 +229,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if d.Allowed {
 		if (m.refund != nil || m.reserve) && holds(&ev) {
-			m.serveSettled(w, r, next, ev, hits)
+			m.serveSettled(w, r, next, &ev, hits)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -360,14 +360,18 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 // handler reports only after that is settled when it returns. A refund that
 // fails is reported to OnError and the Observer, with an Err wrapping
 // middleware.ErrRefundFailed: the request stays counted.
-func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event, hits *[2]keyrate.Hit) {
-	sw := &statusWriter{ResponseWriter: w, m: m, ev: &ev}
+func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev *middleware.Event, hits *[2]keyrate.Hit) {
+	// One allocation for the writer, its copy of the Event and the
+	// reservation. It is not reused for another request: a handler that
+	// keeps its writer or its context past its return, against net/http's
+	// rules, must not reach another client's response.
+	sw := &statusWriter{ResponseWriter: w, m: m, ev: *ev}
 	if ev.Budgets != nil {
 		sw.keys = [2]string{hits[0].Key, hits[1].Key}
 	}
 	if m.reserve {
-		ctx, res := middleware.Reserve(r.Context(), ev.Cost)
-		r, sw.res = r.WithContext(ctx), res
+		sw.res = &sw.reservation
+		r = r.WithContext(middleware.ReserveIn(r.Context(), sw.res, ev.Cost))
 	}
 	next.ServeHTTP(sw, r)
 	// A handler that wrote nothing has its header sent after it returns:
@@ -382,13 +386,25 @@ type statusWriter struct {
 	code int // 0 until a final status is written
 
 	m       *Middleware
-	ev      *middleware.Event
-	res     *middleware.Reservation // nil: no cost to report
+	ev      middleware.Event
+	res     *middleware.Reservation // &reservation, or nil: no cost to report
 	given   int                     // the weight given back so far (of the tokens, under a token budget)
 	settled bool                    // the status was known: WithRefund has been asked
 
 	keys          [2]string // under a token budget: the requests key, the tokens key
 	givenRequests int       // under a token budget: the request given back, 0 or 1
+
+	reservation middleware.Reservation
+	f           fields    // the rewritten fields' values, in buf first
+	buf         [128]byte // (see fields)
+}
+
+// fields returns the room for the values of the fields a settle rewrites.
+func (s *statusWriter) fields() *fields {
+	if s.f.buf == nil {
+		s.f.buf = s.buf[:0]
+	}
+	return &s.f
 }
 
 // holds reports whether an admitted request's decision recorded anything
@@ -406,7 +422,7 @@ func holds(ev *middleware.Event) bool {
 // status is sent (fresh), the RateLimit fields are rewritten to say what
 // the request left.
 func (s *statusWriter) settle(status int, fresh bool) {
-	m, ev := s.m, s.ev
+	m, ev := s.m, &s.ev
 	if ev.Budgets != nil {
 		s.settleTokens(status, fresh)
 		return
@@ -436,14 +452,14 @@ func (s *statusWriter) settle(status int, fresh bool) {
 	}
 	s.given += give
 	if fresh {
-		m.resetHeaders(s.Header(), &ev.Decision, ev.Cost, s.given)
+		m.resetHeaders(s.fields(), s.Header(), &ev.Decision, ev.Cost, s.given)
 	}
 }
 
 // settleTokens is settle for a token budget's request: WithRefund gives
 // back both budgets' events, a reported cost the tokens it did not use.
 func (s *statusWriter) settleTokens(status int, fresh bool) {
-	m, ev := s.m, s.ev
+	m, ev := s.m, &s.ev
 	req, tok := &ev.Budgets[0], &ev.Budgets[1]
 	all := !s.settled && m.refund != nil && m.refund(status)
 	s.settled = true
@@ -475,7 +491,7 @@ func (s *statusWriter) settleTokens(status int, fresh bool) {
 		}
 	}
 	if fresh && changed {
-		m.resetTokenFields(s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
+		m.resetTokenFields(s.fields(), s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
 	}
 }
 

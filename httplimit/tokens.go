@@ -114,11 +114,13 @@ func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decis
 // budget's admitted request of weight cost, once givenRequests of its
 // request (0 or 1) and givenTokens of its tokens have been given back
 // before its status went out.
-func (m *Middleware) resetTokenFields(h http.Header, ds []keyrate.Decision, cost, givenRequests, givenTokens int) {
-	var scratch [2][256]byte
+func (m *Middleware) resetTokenFields(f *fields, h http.Header, ds []keyrate.Decision, cost, givenRequests, givenTokens int) {
+	var scratch [256]byte // the values written before, to find them by
 	if m.headers&DraftHeaders != 0 {
-		old := string(m.appendTokenRateLimit(scratch[0][:0], ds, cost, true, 0, 0))
-		replace(h, hRateLimit, old, string(m.appendTokenRateLimit(scratch[1][:0], ds, cost, true, givenRequests, givenTokens)))
+		old := m.appendTokenRateLimit(scratch[:0], ds, cost, true, 0, 0)
+		start := len(f.buf)
+		f.buf = m.appendTokenRateLimit(f.buf, ds, cost, true, givenRequests, givenTokens)
+		replace(h, hRateLimit, old, f.value(start))
 	}
 	given := [2]int{givenRequests, givenTokens}
 	binding := middleware.TokenDecision(ds, true)
@@ -127,7 +129,7 @@ func (m *Middleware) resetTokenFields(h http.Header, ds []keyrate.Decision, cost
 			continue
 		}
 		d := &ds[i]
-		old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(min(d.Remaining+given[i], d.Limit), 0))
+		old, now := strconv.AppendInt(scratch[:0], int64(max(d.Remaining, 0)), 10), f.int(int64(max(min(d.Remaining+given[i], d.Limit), 0)))
 		if m.headers&TokenHeaders != 0 {
 			replace(h, tokenFields[i][1], old, now)
 		}
