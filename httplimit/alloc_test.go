@@ -2,11 +2,13 @@ package httplimit_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // An admitted request through the in-process limiter, with a route and the
@@ -240,6 +242,81 @@ func TestSettledAllocations(t *testing.T) {
 			h.ServeHTTP(w, rs[1]) // a fresh client: its first request
 			if got := w.h.Get("RateLimit"); got != tc.left {
 				t.Fatalf("RateLimit %q, want %q", got, tc.left)
+			}
+		})
+	}
+}
+
+// The room for a response's fields is counted in New from the policies and
+// the options, so that none outgrows its one allocation: under every
+// configuration here an admitted request and a refused one each cost their
+// key and that block.
+func TestAllocationsByConfiguration(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	start := time.Date(2027, 2, 27, 12, 0, 0, 0, time.UTC)
+	long := strings.Repeat("r", 200)
+	for _, tc := range []struct {
+		name     string
+		policies func(limit int) []keyrate.Policy
+		opts     []httplimit.Option
+	}{
+		{"default", nil, nil},
+		{"proposal 166", nil, []httplimit.Option{httplimit.WithFieldRevision(ratelimitfield.Proposal166)}},
+		{"quota unit", nil, []httplimit.Option{httplimit.WithQuotaUnit("requests")}},
+		{"long route", nil, []httplimit.Option{httplimit.WithRoute(long)}},
+		{"every field", nil, []httplimit.Option{httplimit.WithHeaders(httplimit.DraftHeaders | httplimit.LegacyHeaders | httplimit.XHeaders)}},
+		{"two policies", func(limit int) []keyrate.Policy {
+			return []keyrate.Policy{{Name: "burst", Limit: limit, Window: time.Second}, {Name: "daily-quota", Limit: limit, Window: 24 * time.Hour}}
+		}, nil},
+		{"calendar", func(limit int) []keyrate.Policy {
+			return []keyrate.Policy{{Name: "minute", Limit: limit, Window: time.Minute}, {Name: "month", Limit: limit, Calendar: keyrate.Monthly(1, time.UTC)}}
+		}, []httplimit.Option{httplimit.WithFieldRevision(ratelimitfield.Proposal166), httplimit.WithQuotaUnit("requests")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handler := func(limit int) http.Handler {
+				clock := keyrate.NewManualClock(start)
+				var l *keyrate.Limiter
+				var err error
+				if tc.policies == nil {
+					l, err = keyrate.New(limit, time.Hour, keyrate.WithClock(clock))
+				} else {
+					l, err = keyrate.NewPolicies(tc.policies(limit), keyrate.WithClock(clock))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				m, err := httplimit.New(l, append([]httplimit.Option{httplimit.WithRoute("search")}, tc.opts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.Handler(bare)
+			}
+			rs := requests(64)
+			w := &recorded{discard: discard{h: make(http.Header)}}
+			measure := func(h http.Handler) float64 {
+				i := 0
+				return testing.AllocsPerRun(1000, func() {
+					clear(w.h)
+					w.body = w.body[:0]
+					h.ServeHTTP(w, rs[i%len(rs)])
+					i++
+				})
+			}
+			if allocs := measure(handler(1 << 20)); allocs > 2 {
+				t.Errorf("%.1f allocations per admitted request, want at most 2", allocs)
+			}
+			refusing := handler(1)
+			for _, r := range rs {
+				refusing.ServeHTTP(w, r)
+			}
+			if allocs := measure(refusing); allocs > 2 {
+				t.Errorf("%.1f allocations per refused request, want at most 2", allocs)
+			}
+			if w.code != http.StatusTooManyRequests || w.h.Get("RateLimit") == "" {
+				t.Fatalf("status %d, RateLimit %q", w.code, w.h.Get("RateLimit"))
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"time"
 	"unsafe"
 )
 
@@ -24,9 +25,13 @@ type fields struct {
 // slice on the heap.
 type room struct{ vals, bytes int }
 
-// The blocks newFields allocates, in the runtime's size classes (128, 384,
-// 512 and 1024 bytes), so that none is rounded up.
+// The blocks newFields allocates, in the runtime's size classes (80, 128,
+// 384, 512 and 1024 bytes), so that none is rounded up.
 type (
+	block2s struct {
+		vals [2]string
+		buf  [48]byte
+	}
 	block2 struct {
 		vals [2]string
 		buf  [96]byte
@@ -49,6 +54,9 @@ type (
 // (the values, the bytes) when r is larger than every block.
 func newFields(r room) fields {
 	switch {
+	case r.vals <= 2 && r.bytes <= 48:
+		b := new(block2s)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
 	case r.vals <= 2 && r.bytes <= 96:
 		b := new(block2)
 		return fields{vals: b.vals[:0], buf: b.buf[:0]}
@@ -103,42 +111,53 @@ func (f *fields) set(h http.Header, k, v string) { h[k] = f.line(v) }
 
 // roomFor counts the room of this middleware's fields on one response, and
 // on a refusal the default handler answers (Retry-After and the problem
-// body with its two fields), generously: a member of either RateLimit field
-// takes its name and at most three parameters of up to 20 digits each, but
-// rarely more than a few.
+// body with its two fields), from its policies: a member of either
+// RateLimit field takes its name and at most three parameters, each of at
+// most as many digits as the largest limit or window (20 when the policies
+// are not known).
 func (m *Middleware) roomFor(refusal bool) room {
-	name := len(m.route) + len(m.unit)
-	for _, p := range m.policies {
-		name = max(name, len(p.Name)+len(m.unit))
+	name := len(m.route)
+	digits := 20
+	if len(m.policies) > 0 {
+		most := int64(0)
+		for _, p := range m.policies {
+			name = max(name, len(p.Name))
+			most = max(most, int64(p.Limit), int64(p.Window/time.Second)+1)
+			if !p.Calendar.IsZero() {
+				most = max(most, 31*24*3600+1) // its period's seconds: a month's at most
+			}
+		}
+		digits = len(strconv.FormatInt(most, 10))
 	}
 	members := max(len(m.policies), 1)
 	if m.tokens {
 		members++ // the tokens budget's policies, not known here: one at least
+		digits = 20
 	}
-	member := name + 40
+	member := name + 4 + 3*(3+digits) // quotes, the separator, the parameters
 	var r room
 	if m.headers&DraftHeaders != 0 {
 		r.vals += 2
 		r.bytes += members * member // RateLimit
 		if m.policy == "" || m.calendar || m.tokens {
-			r.bytes += members * member // RateLimit-Policy, written for each decision
+			r.bytes += members * (member + len(m.unit) + 6) // RateLimit-Policy, written for each decision
 		}
 	}
 	if m.headers&LegacyHeaders != 0 {
 		r.vals += 3
-		r.bytes += 3 * 8
+		r.bytes += 3 * digits
 	}
 	if m.headers&XHeaders != 0 {
 		r.vals += 3
-		r.bytes += 3 * 12
+		r.bytes += 2*digits + 20 // X-RateLimit-Reset is a Unix time
 	}
 	if m.headers&TokenHeaders != 0 {
 		r.vals += 6
-		r.bytes += 6 * 8
+		r.bytes += 6 * 20
 	}
 	if refusal {
 		r.vals += 3 // Retry-After, Content-Type, X-Content-Type-Options
-		r.bytes += 8 + len(quotaExceededStart) + 8 + len(quotaExceededWait) + members*(name+3) + len(quotaExceededEnd)
+		r.bytes += 2*digits + len(quotaExceededStart) + len(quotaExceededWait) + members*(name+3) + len(quotaExceededEnd)
 	}
 	return r
 }

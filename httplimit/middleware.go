@@ -276,7 +276,7 @@ func (m *Middleware) identify(r *http.Request, ev *middleware.Event) (string, er
 	if m.ip != nil {
 		// The default identity, the client's address (at most 43 bytes),
 		// is written straight after the route: one allocation for both.
-		var buf [128]byte // routes up to 80 bytes; longer ones grow it on the heap
+		var buf [maxRoute + 1 + 64]byte // any route, the separator, an address
 		b, err := m.ip.appendKey(append(buf[:0], m.prefix...), r)
 		if err != nil {
 			return "", fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
