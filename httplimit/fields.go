@@ -25,9 +25,13 @@ type fields struct {
 // slice on the heap.
 type room struct{ vals, bytes int }
 
-// The blocks newFields allocates, in the runtime's size classes (80, 128,
-// 384, 512 and 1024 bytes), so that none is rounded up.
+// The blocks newFields allocates, in the runtime's size classes (64, 80,
+// 128, 384, 512 and 1024 bytes), so that none is rounded up.
 type (
+	block2xs struct {
+		vals [2]string
+		buf  [32]byte
+	}
 	block2s struct {
 		vals [2]string
 		buf  [48]byte
@@ -54,6 +58,9 @@ type (
 // (the values, the bytes) when r is larger than every block.
 func newFields(r room) fields {
 	switch {
+	case r.vals <= 2 && r.bytes <= 32:
+		b := new(block2xs)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
 	case r.vals <= 2 && r.bytes <= 48:
 		b := new(block2s)
 		return fields{vals: b.vals[:0], buf: b.buf[:0]}
