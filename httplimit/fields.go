@@ -10,8 +10,7 @@ import (
 // fields holds what the fields one middleware writes on one response are
 // made of, in one allocation (see newFields): the header-map slices, one
 // array cut into slices of capacity 1, and the bytes of their values, which
-// the values' strings point into. A refusal's problem body, which the
-// default handler writes, goes in the same bytes.
+// the values' strings point into.
 //
 // The bytes are only ever appended to: a string once made from them (value)
 // is never written again, which is what makes sharing them safe.
@@ -26,7 +25,7 @@ type fields struct {
 type room struct{ vals, bytes int }
 
 // The blocks newFields allocates, in the runtime's size classes (64, 80,
-// 128, 384, 512 and 1024 bytes), so that none is rounded up.
+// 128, 160, 256, 384, 512 and 1024 bytes), so that none is rounded up.
 type (
 	block2xs struct {
 		vals [2]string
@@ -40,9 +39,13 @@ type (
 		vals [2]string
 		buf  [96]byte
 	}
+	block6s struct {
+		vals [6]string
+		buf  [64]byte
+	}
 	block6 struct {
 		vals [6]string
-		buf  [288]byte
+		buf  [160]byte
 	}
 	block8 struct {
 		vals [8]string
@@ -67,7 +70,10 @@ func newFields(r room) fields {
 	case r.vals <= 2 && r.bytes <= 96:
 		b := new(block2)
 		return fields{vals: b.vals[:0], buf: b.buf[:0]}
-	case r.vals <= 6 && r.bytes <= 288:
+	case r.vals <= 6 && r.bytes <= 64:
+		b := new(block6s)
+		return fields{vals: b.vals[:0], buf: b.buf[:0]}
+	case r.vals <= 6 && r.bytes <= 160:
 		b := new(block6)
 		return fields{vals: b.vals[:0], buf: b.buf[:0]}
 	case r.vals <= 8 && r.bytes <= 384:
@@ -118,7 +124,7 @@ func (f *fields) set(h http.Header, k, v string) { h[k] = f.line(v) }
 
 // roomFor counts the room of this middleware's fields on one response, and
 // on a refusal the default handler answers (Retry-After and the problem
-// body with its two fields), from its policies: a member of either
+// body's two fields), from its policies: a member of either
 // RateLimit field takes its name and at most three parameters, each of at
 // most as many digits as the largest limit or window (20 when the policies
 // are not known).
@@ -163,8 +169,8 @@ func (m *Middleware) roomFor(refusal bool) room {
 		r.bytes += 6 * 20
 	}
 	if refusal {
-		r.vals += 3 // Retry-After, Content-Type, X-Content-Type-Options
-		r.bytes += 2*digits + len(quotaExceededStart) + len(quotaExceededWait) + members*(name+3) + len(quotaExceededEnd)
+		r.vals += 3           // Retry-After, Content-Type, X-Content-Type-Options
+		r.bytes += digits + 1 // Retry-After: at most a window, a second more rounded up
 	}
 	return r
 }

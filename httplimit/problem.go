@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
@@ -37,12 +38,13 @@ const (
 //     would let it through. No Retry-After is sent; retrying the same request is
 //     pointless.
 func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.Event) {
-	f := newFields(room{vals: 2, bytes: 256})
+	f := fields{vals: make([]string, 0, 2)}
 	writeLimited(w, &e, &f)
 }
 
-// writeLimited is DefaultLimitedHandler with f's room, which the
-// middleware's own refusals share with their RateLimit fields.
+// writeLimited is DefaultLimitedHandler with f's room for the body's two
+// fields, which the middleware's own refusals share with their RateLimit
+// fields.
 func writeLimited(w http.ResponseWriter, e *middleware.Event, f *fields) {
 	d := &e.Decision
 	if d.RetryAfter <= 0 && !d.Overflow {
@@ -56,19 +58,33 @@ func writeLimited(w http.ResponseWriter, e *middleware.Event, f *fields) {
 		return
 	}
 	// The refusal a client over its budget gets again and again, so it is
-	// written in f's bytes: the constant start, the wait, the names.
-	start := len(f.buf)
-	f.buf = append(f.buf, quotaExceededStart...)
-	f.buf = strconv.AppendInt(f.buf, wait, 10)
-	f.buf = append(f.buf, quotaExceededWait...)
+	// written in a buffer of bodies: the constant start, the wait, the
+	// names.
+	p := bodies.Get().(*[]byte)
+	body := append((*p)[:0], quotaExceededStart...)
+	body = strconv.AppendInt(body, wait, 10)
+	body = append(body, quotaExceededWait...)
 	if e.Budgets != nil {
-		f.buf = appendViolatedBudgets(f.buf, e.Route, e.Budgets)
+		body = appendViolatedBudgets(body, e.Route, e.Budgets)
 	} else {
-		f.buf = appendViolated(f.buf, e.Route, d)
+		body = appendViolated(body, e.Route, d)
 	}
-	f.buf = append(f.buf, quotaExceededEnd...)
-	f.writeBody(w, http.StatusTooManyRequests, f.buf[start:])
+	body = append(body, quotaExceededEnd...)
+	f.writeBody(w, http.StatusTooManyRequests, body)
+	if cap(body) <= maxPooledBody {
+		*p = body
+		bodies.Put(p)
+	}
 }
+
+// bodies holds the buffers quota-exceeded bodies are written in. A Write
+// must not keep the bytes it is given (io.Writer), so a buffer is put back
+// once written, as encoding/json's Encoder puts back its own; one grown
+// past maxPooledBody (a refusal naming many long policies) is left to the
+// collector.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBody = 4 << 10
 
 // A quota-exceeded body: quotaExceededStart, the wait in its detail,
 // quotaExceededWait, the names of the violated policies, quotaExceededEnd.
