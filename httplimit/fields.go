@@ -25,7 +25,7 @@ type fields struct {
 type room struct{ vals, bytes int }
 
 // The blocks newFields allocates, in the runtime's size classes (64, 80,
-// 128, 160, 256, 384, 512 and 1024 bytes), so that none is rounded up.
+// 128, 160, 256, 512 and 1024 bytes), so that none is rounded up.
 type (
 	block2xs struct {
 		vals [2]string
