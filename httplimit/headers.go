@@ -24,23 +24,23 @@ var (
 )
 
 // setHeaders writes the selected fields for d, a decision about a request
-// of weight cost; under a token budget, ds are both budgets' Decisions and
-// d the one that stands for them. Retry-After is left to the refusal
-// itself: a shadowed refusal is served, and gets none.
-func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int, ds []keyrate.Decision) {
+// of weight cost, with f's room; under a token budget, ds are both budgets'
+// Decisions and d the one that stands for them. Retry-After is left to the
+// refusal itself: a shadowed refusal is served, and gets none.
+func (m *Middleware) setHeaders(f *fields, h http.Header, d *keyrate.Decision, cost int, ds []keyrate.Decision) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
-		d.Window = m.fallback // a Decision filled in by hand, without its window
+		// A Decision filled in by hand, without its window: the fields get
+		// the fallback, the caller's Decision stays as it was made.
+		filled := *d
+		filled.Window = m.fallback
+		d = &filled
 	}
-	f := m.newFields()
-	// Values are written here and copied into strings of their own; one
-	// policy's members fit, and more only cost the buffer's growth.
-	var scratch [128]byte
 	if ds != nil {
 		if m.headers&DraftHeaders != 0 {
-			m.setTokenFields(&f, h, ds, cost, d.Allowed)
+			m.setTokenFields(f, h, ds, cost, d.Allowed)
 		}
 		if m.headers&TokenHeaders != 0 {
-			m.setModelFields(&f, h, ds)
+			m.setModelFields(f, h, ds)
 		}
 	} else if m.headers&DraftHeaders != 0 {
 		// Both fields are Structured Field Lists: another middleware's
@@ -49,12 +49,16 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int, ds
 		// unless a calendar policy's w changes with its period.
 		policy := m.policy
 		if policy == "" || m.calendar || !samePolicies(d, m.policies) {
-			policy = string(ratelimitfield.AppendPolicy(scratch[:0], d, m.route, m.unit))
+			start := len(f.buf)
+			f.buf = ratelimitfield.AppendPolicy(f.buf, d, m.route, m.unit)
+			policy = f.value(start)
 		}
 		if policy != "" {
 			f.add(h, hPolicy, policy)
 		}
-		f.add(h, hRateLimit, string(m.revision.AppendRateLimit(scratch[:0], d, m.route, cost)))
+		start := len(f.buf)
+		f.buf = m.revision.AppendRateLimit(f.buf, d, m.route, cost)
+		f.add(h, hRateLimit, f.value(start))
 	}
 	if m.headers&(LegacyHeaders|XHeaders) == 0 {
 		return
@@ -64,14 +68,14 @@ func (m *Middleware) setHeaders(h http.Header, d *keyrate.Decision, cost int, ds
 	t, _ := ratelimitfield.T(d)
 	remaining := max(d.Remaining, 0)
 	if m.headers&LegacyHeaders != 0 && binds(h, hRemaining, remaining) {
-		f.set(h, hLimit, strconv.Itoa(d.Limit))
-		f.set(h, hRemaining, strconv.Itoa(remaining))
-		f.set(h, hReset, strconv.FormatInt(t, 10))
+		f.set(h, hLimit, f.int(int64(d.Limit)))
+		f.set(h, hRemaining, f.int(int64(remaining)))
+		f.set(h, hReset, f.int(t))
 	}
 	if m.headers&XHeaders != 0 && binds(h, hXRemaining, remaining) {
-		f.set(h, hXLimit, strconv.Itoa(d.Limit))
-		f.set(h, hXRemaining, strconv.Itoa(remaining))
-		f.set(h, hXReset, strconv.FormatInt(time.Now().Unix()+t, 10))
+		f.set(h, hXLimit, f.int(int64(d.Limit)))
+		f.set(h, hXRemaining, f.int(int64(remaining)))
+		f.set(h, hXReset, f.int(time.Now().Unix()+t))
 	}
 }
 
@@ -98,12 +102,27 @@ func binds(h http.Header, k string, remaining int) bool {
 // setRetryAfter writes Retry-After, unless another middleware already asked
 // for a longer wait.
 func setRetryAfter(h http.Header, seconds int64) {
+	if waits(h, seconds) {
+		h[hRetryAfter] = []string{strconv.FormatInt(seconds, 10)}
+	}
+}
+
+// setRetryAfter is setRetryAfter with f's room.
+func (f *fields) setRetryAfter(h http.Header, seconds int64) {
+	if waits(h, seconds) {
+		f.set(h, hRetryAfter, f.int(seconds))
+	}
+}
+
+// waits reports whether a wait of seconds should be Retry-After: no other
+// middleware already asked for one as long.
+func waits(h http.Header, seconds int64) bool {
 	if old := h[hRetryAfter]; len(old) > 0 {
 		if n, err := strconv.ParseInt(old[0], 10, 64); err == nil && n >= seconds {
-			return
+			return false
 		}
 	}
-	h[hRetryAfter] = []string{strconv.FormatInt(seconds, 10)}
+	return true
 }
 
 // setPolicy adds RateLimit-Policy alone, for a request served without a
@@ -120,7 +139,7 @@ func (m *Middleware) setPolicy(h http.Header) {
 // middleware, and the single-policy remaining fields where they are this
 // middleware's, say what the request left. The time parameters stay the
 // decision's.
-func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, given int) {
+func (m *Middleware) resetHeaders(f *fields, h http.Header, d *keyrate.Decision, cost, given int) {
 	if d.Window == 0 && len(d.Policies()) == 0 {
 		d.Window = m.fallback
 	}
@@ -130,12 +149,17 @@ func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, give
 		p := &after.Policies()[i]
 		p.Remaining = min(p.Remaining+given, p.Limit)
 	}
-	var scratch [2][128]byte
+	var scratch [128]byte // the values written before, to find them by
 	if m.headers&DraftHeaders != 0 {
-		old := string(m.revision.AppendRateLimit(scratch[0][:0], d, m.route, cost))
-		replace(h, hRateLimit, old, string(m.revision.AppendRateLimit(scratch[1][:0], &after, m.route, cost-given)))
+		old := m.revision.AppendRateLimit(scratch[:0], d, m.route, cost)
+		start := len(f.buf)
+		f.buf = m.revision.AppendRateLimit(f.buf, &after, m.route, cost-given)
+		replace(h, hRateLimit, old, f.value(start))
 	}
-	old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(after.Remaining, 0))
+	if m.headers&(LegacyHeaders|XHeaders) == 0 {
+		return
+	}
+	old, now := strconv.AppendInt(scratch[:0], int64(max(d.Remaining, 0)), 10), f.int(int64(max(after.Remaining, 0)))
 	if m.headers&LegacyHeaders != 0 {
 		replace(h, hRemaining, old, now)
 	}
@@ -145,9 +169,12 @@ func (m *Middleware) resetHeaders(h http.Header, d *keyrate.Decision, cost, give
 }
 
 // replace puts new in the place of the first value old of field k.
-func replace(h http.Header, k, old, new string) {
+func replace(h http.Header, k string, old []byte, new string) {
 	vs := h[k]
-	if i := slices.Index(vs, old); i >= 0 {
-		vs[i] = new
+	for i, v := range vs {
+		if v == string(old) {
+			vs[i] = new
+			return
+		}
 	}
 }

@@ -38,7 +38,7 @@ const maxRoute = 256
 // outer one.
 type Middleware struct {
 	backend *middleware.Caller
-	timed   bool      // a hook or an Observer is set: measure Event.Duration
+	timed   bool      // a hook or an Observer is set: measure Event.Duration, and tell them
 	reserve bool      // WithCost, and a backend that gives weight back: requests may ReportCost
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
@@ -53,6 +53,9 @@ type Middleware struct {
 	fallback time.Duration    // the window of a decision that gives none
 
 	slots *middleware.SlotGate // WithInFlight's; nil without
+
+	ownRefusal bool    // no WithLimitedHandler: DefaultLimitedHandler's refusal shares the fields' room
+	room       [2]room // what a response's fields take: admitted or served, and refused by ownRefusal
 }
 
 // New returns a Middleware that asks b about every request. How b is
@@ -106,7 +109,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		ip = defaultIP()
 		c.key = ip.key
 	}
-	if c.limited == nil {
+	ownRefusal := c.limited == nil
+	if ownRefusal {
 		c.limited = DefaultLimitedHandler
 	}
 	caller, err := middleware.NewCaller(b, c.budget)
@@ -137,6 +141,8 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
 	}
 	m.timed = c.hooks.Timed()
+	m.ownRefusal = ownRefusal
+	m.room = [2]room{m.roomFor(false), m.roomFor(true)}
 	m.reserve = c.cost != nil && caller.CanRefund()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
@@ -194,30 +200,36 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.timed {
 		began = time.Now()
 	}
-	var (
-		d    keyrate.Decision
-		hits *[2]keyrate.Hit // WithTokenBudget's
-	)
+	// The Decision goes straight into the Event: it is over 500 bytes,
+	// and every copy of it shows in the cost of a request.
+	var hits *[2]keyrate.Hit // WithTokenBudget's
 	if m.tokens {
-		d, hits, err = m.takeTokens(r, &ev)
+		ev.Decision, hits, err = m.takeTokens(r, &ev)
 	} else {
-		d, err = m.backend.Take(r.Context(), ev.Key, sent, ev.Cost)
+		err = m.backend.TakeInto(r.Context(), ev.Key, sent, ev.Cost, &ev.Decision)
 	}
 	if m.timed {
 		ev.Duration = time.Since(began)
 	}
 	if err != nil {
+		ev.Decision = keyrate.Decision{}
 		m.fail(w, r, next, ev, err)
 		return
 	}
-	ev.Decision = d
+	d := &ev.Decision
 	ev.Shadow = m.shadow && !d.Allowed
 	h := w.Header()
-	m.setHeaders(h, &d, ev.Cost, ev.Budgets)
-	m.hooks.Decided(ev)
+	// The fields, and a refusal the default handler writes, take one
+	// allocation for their values, sized in New.
+	refuse := !d.Allowed && !m.shadow
+	f := newFields(m.room[btoi(refuse && m.ownRefusal)])
+	m.setHeaders(&f, h, d, ev.Cost, ev.Budgets)
+	if m.timed {
+		m.hooks.Decided(ev)
+	}
 	if d.Allowed {
 		if (m.refund != nil || m.reserve) && holds(&ev) {
-			m.serveSettled(w, r, next, ev, hits)
+			m.serveSettled(w, r, next, &ev, hits)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -228,9 +240,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if d.RetryAfter > 0 {
-		setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
+		f.setRetryAfter(h, ratelimitfield.Seconds(d.RetryAfter))
+	}
+	if m.ownRefusal {
+		writeLimited(w, &ev, &f)
+		return
 	}
 	m.limited(w, r, ev)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // takeTokens decides a token budget's request (WithTokenBudget) in one
@@ -253,7 +276,7 @@ func (m *Middleware) identify(r *http.Request, ev *middleware.Event) (string, er
 	if m.ip != nil {
 		// The default identity, the client's address (at most 43 bytes),
 		// is written straight after the route: one allocation for both.
-		var buf [128]byte // routes up to 80 bytes; longer ones grow it on the heap
+		var buf [maxRoute + 1 + 64]byte // any route, the separator, an address
 		b, err := m.ip.appendKey(append(buf[:0], m.prefix...), r)
 		if err != nil {
 			return "", fmt.Errorf("%w: httplimit: the key function failed: %w", keyrate.ErrInvalidKey, err)
@@ -337,14 +360,18 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 // handler reports only after that is settled when it returns. A refund that
 // fails is reported to OnError and the Observer, with an Err wrapping
 // middleware.ErrRefundFailed: the request stays counted.
-func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev middleware.Event, hits *[2]keyrate.Hit) {
-	sw := &statusWriter{ResponseWriter: w, m: m, ev: &ev}
+func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev *middleware.Event, hits *[2]keyrate.Hit) {
+	// One allocation for the writer, its copy of the Event and the
+	// reservation. It is not reused for another request: a handler that
+	// keeps its writer or its context past its return, against net/http's
+	// rules, must not reach another client's response.
+	sw := &statusWriter{ResponseWriter: w, m: m, ev: *ev}
 	if ev.Budgets != nil {
 		sw.keys = [2]string{hits[0].Key, hits[1].Key}
 	}
 	if m.reserve {
-		ctx, res := middleware.Reserve(r.Context(), ev.Cost)
-		r, sw.res = r.WithContext(ctx), res
+		sw.res = &sw.reservation
+		r = r.WithContext(middleware.ReserveIn(r.Context(), sw.res, ev.Cost))
 	}
 	next.ServeHTTP(sw, r)
 	// A handler that wrote nothing has its header sent after it returns:
@@ -359,13 +386,25 @@ type statusWriter struct {
 	code int // 0 until a final status is written
 
 	m       *Middleware
-	ev      *middleware.Event
-	res     *middleware.Reservation // nil: no cost to report
+	ev      middleware.Event
+	res     *middleware.Reservation // &reservation, or nil: no cost to report
 	given   int                     // the weight given back so far (of the tokens, under a token budget)
 	settled bool                    // the status was known: WithRefund has been asked
 
 	keys          [2]string // under a token budget: the requests key, the tokens key
 	givenRequests int       // under a token budget: the request given back, 0 or 1
+
+	reservation middleware.Reservation
+	f           fields    // the rewritten fields' values, in buf first
+	buf         [128]byte // (see fields)
+}
+
+// fields returns the room for the values of the fields a settle rewrites.
+func (s *statusWriter) fields() *fields {
+	if s.f.buf == nil {
+		s.f.buf = s.buf[:0]
+	}
+	return &s.f
 }
 
 // holds reports whether an admitted request's decision recorded anything
@@ -383,7 +422,7 @@ func holds(ev *middleware.Event) bool {
 // status is sent (fresh), the RateLimit fields are rewritten to say what
 // the request left.
 func (s *statusWriter) settle(status int, fresh bool) {
-	m, ev := s.m, s.ev
+	m, ev := s.m, &s.ev
 	if ev.Budgets != nil {
 		s.settleTokens(status, fresh)
 		return
@@ -413,14 +452,14 @@ func (s *statusWriter) settle(status int, fresh bool) {
 	}
 	s.given += give
 	if fresh {
-		m.resetHeaders(s.Header(), &ev.Decision, ev.Cost, s.given)
+		m.resetHeaders(s.fields(), s.Header(), &ev.Decision, ev.Cost, s.given)
 	}
 }
 
 // settleTokens is settle for a token budget's request: WithRefund gives
 // back both budgets' events, a reported cost the tokens it did not use.
 func (s *statusWriter) settleTokens(status int, fresh bool) {
-	m, ev := s.m, s.ev
+	m, ev := s.m, &s.ev
 	req, tok := &ev.Budgets[0], &ev.Budgets[1]
 	all := !s.settled && m.refund != nil && m.refund(status)
 	s.settled = true
@@ -452,7 +491,7 @@ func (s *statusWriter) settleTokens(status int, fresh bool) {
 		}
 	}
 	if fresh && changed {
-		m.resetTokenFields(s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
+		m.resetTokenFields(s.fields(), s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
 	}
 }
 

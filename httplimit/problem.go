@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
@@ -37,7 +38,15 @@ const (
 //     would let it through. No Retry-After is sent; retrying the same request is
 //     pointless.
 func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.Event) {
-	d := e.Decision
+	f := fields{vals: make([]string, 0, 2)}
+	writeLimited(w, &e, &f)
+}
+
+// writeLimited is DefaultLimitedHandler with f's room for the body's two
+// fields, which the middleware's own refusals share with their RateLimit
+// fields.
+func writeLimited(w http.ResponseWriter, e *middleware.Event, f *fields) {
+	d := &e.Decision
 	if d.RetryAfter <= 0 && !d.Overflow {
 		writeProblem(w, http.StatusRequestEntityTooLarge,
 			"This request costs more than the limit of "+strconv.Itoa(d.Limit)+" allows; it can never be admitted.")
@@ -49,23 +58,42 @@ func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.
 		return
 	}
 	// The refusal a client over its budget gets again and again, so it is
-	// written in one buffer: the constant start, the wait, the names.
-	body := make([]byte, 0, 192)
-	body = append(body, quotaExceededStart...)
+	// written in a buffer of bodies: the constant start, the wait, the
+	// names.
+	p := bodies.Get().(*[]byte)
+	body := append((*p)[:0], quotaExceededStart...)
 	body = strconv.AppendInt(body, wait, 10)
-	body = append(body, ` seconds.","violated-policies":[`...)
+	body = append(body, quotaExceededWait...)
 	if e.Budgets != nil {
 		body = appendViolatedBudgets(body, e.Route, e.Budgets)
 	} else {
-		body = appendViolated(body, e.Route, &d)
+		body = appendViolated(body, e.Route, d)
 	}
-	body = append(body, "]}\n"...)
-	writeBody(w, http.StatusTooManyRequests, body)
+	body = append(body, quotaExceededEnd...)
+	f.writeBody(w, http.StatusTooManyRequests, body)
+	if cap(body) <= maxPooledBody {
+		*p = body
+		bodies.Put(p)
+	}
 }
 
-// quotaExceededStart is a quota-exceeded body up to the wait in its detail.
-const quotaExceededStart = `{"type":"` + quotaExceeded + `","title":"` + quotaExceededTitle +
-	`","status":429,"detail":"Rate limit exceeded; retry in `
+// bodies holds the buffers quota-exceeded bodies are written in. A Write
+// must not keep the bytes it is given (io.Writer), so a buffer is put back
+// once written, as encoding/json's Encoder puts back its own; one grown
+// past maxPooledBody (a refusal naming many long policies) is left to the
+// collector.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBody = 4 << 10
+
+// A quota-exceeded body: quotaExceededStart, the wait in its detail,
+// quotaExceededWait, the names of the violated policies, quotaExceededEnd.
+const (
+	quotaExceededStart = `{"type":"` + quotaExceeded + `","title":"` + quotaExceededTitle +
+		`","status":429,"detail":"Rate limit exceeded; retry in `
+	quotaExceededWait = ` seconds.","violated-policies":[`
+	quotaExceededEnd  = "]}\n"
+)
 
 // appendViolated appends the names of the policies that refused d, quoted
 // and separated by commas: every refusing part, or the binding policy for
@@ -134,10 +162,15 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // allocation; net/http adds Content-Length, the body being written whole
 // in one call.
 func writeBody(w http.ResponseWriter, status int, body []byte) {
-	vals := make([]string, 2)
-	vals[0], vals[1] = "application/problem+json", "nosniff"
+	f := fields{vals: make([]string, 0, 2)}
+	f.writeBody(w, status, body)
+}
+
+// writeBody is writeBody with f's room for the two fields.
+func (f *fields) writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h[hContentType], h[hNoSniff] = vals[0:1:1], vals[1:2:2]
+	f.set(h, hContentType, "application/problem+json")
+	f.set(h, hNoSniff, "nosniff")
 	w.WriteHeader(status)
 	w.Write(body)
 }

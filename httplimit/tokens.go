@@ -45,19 +45,20 @@ var tokenFields = [2][3]string{
 // RateLimit-Policy value and one RateLimit value, each with the requests
 // budget's members, then the tokens budget's.
 func (m *Middleware) setTokenFields(f *fields, h http.Header, ds []keyrate.Decision, cost int, admitted bool) {
-	var scratch [256]byte
-	b := scratch[:0]
+	start := len(f.buf)
 	if m.policy != "" && m.unit == "" && samePolicies(&ds[0], m.policies) { // m.policy carries the unit, which is the tokens'
-		b = append(b, m.policy...)
+		f.buf = append(f.buf, m.policy...)
 	} else {
-		b = ratelimitfield.AppendPolicy(b, &ds[0], m.route, "")
+		f.buf = ratelimitfield.AppendPolicy(f.buf, &ds[0], m.route, "")
 	}
-	if len(b) > 0 {
-		b = append(b, ", "...)
+	if len(f.buf) > start {
+		f.buf = append(f.buf, ", "...)
 	}
-	b = ratelimitfield.AppendPolicy(b, &ds[1], m.route, m.unit)
-	f.add(h, hPolicy, string(b))
-	f.add(h, hRateLimit, string(m.appendTokenRateLimit(scratch[:0], ds, cost, admitted, 0, 0)))
+	f.buf = ratelimitfield.AppendPolicy(f.buf, &ds[1], m.route, m.unit)
+	f.add(h, hPolicy, f.value(start))
+	start = len(f.buf)
+	f.buf = m.appendTokenRateLimit(f.buf, ds, cost, admitted, 0, 0)
+	f.add(h, hRateLimit, f.value(start))
 }
 
 // appendTokenRateLimit appends the RateLimit value of a token budget's
@@ -97,26 +98,15 @@ func raised(d *keyrate.Decision, given int) keyrate.Decision {
 }
 
 // setModelFields writes TokenHeaders' six fields from both budgets'
-// Decisions, each from its binding policy. The six values share one
-// string.
+// Decisions, each from its binding policy.
 func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decision) {
-	var scratch [128]byte
-	var ends [6]int
-	b := scratch[:0]
 	for i := range 2 {
 		d := &ds[i]
-		b = strconv.AppendInt(b, int64(d.Limit), 10)
-		ends[3*i] = len(b)
-		b = strconv.AppendInt(b, int64(max(d.Remaining, 0)), 10)
-		ends[3*i+1] = len(b)
-		b = middleware.AppendReset(b, d.ResetAfter)
-		ends[3*i+2] = len(b)
-	}
-	s := string(b)
-	start := 0
-	for i, end := range ends {
-		f.set(h, tokenFields[i/3][i%3], s[start:end])
-		start = end
+		f.set(h, tokenFields[i][0], f.int(int64(d.Limit)))
+		f.set(h, tokenFields[i][1], f.int(int64(max(d.Remaining, 0))))
+		start := len(f.buf)
+		f.buf = middleware.AppendReset(f.buf, d.ResetAfter)
+		f.set(h, tokenFields[i][2], f.value(start))
 	}
 }
 
@@ -124,11 +114,13 @@ func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decis
 // budget's admitted request of weight cost, once givenRequests of its
 // request (0 or 1) and givenTokens of its tokens have been given back
 // before its status went out.
-func (m *Middleware) resetTokenFields(h http.Header, ds []keyrate.Decision, cost, givenRequests, givenTokens int) {
-	var scratch [2][256]byte
+func (m *Middleware) resetTokenFields(f *fields, h http.Header, ds []keyrate.Decision, cost, givenRequests, givenTokens int) {
+	var scratch [256]byte // the values written before, to find them by
 	if m.headers&DraftHeaders != 0 {
-		old := string(m.appendTokenRateLimit(scratch[0][:0], ds, cost, true, 0, 0))
-		replace(h, hRateLimit, old, string(m.appendTokenRateLimit(scratch[1][:0], ds, cost, true, givenRequests, givenTokens)))
+		old := m.appendTokenRateLimit(scratch[:0], ds, cost, true, 0, 0)
+		start := len(f.buf)
+		f.buf = m.appendTokenRateLimit(f.buf, ds, cost, true, givenRequests, givenTokens)
+		replace(h, hRateLimit, old, f.value(start))
 	}
 	given := [2]int{givenRequests, givenTokens}
 	binding := middleware.TokenDecision(ds, true)
@@ -137,7 +129,7 @@ func (m *Middleware) resetTokenFields(h http.Header, ds []keyrate.Decision, cost
 			continue
 		}
 		d := &ds[i]
-		old, now := strconv.Itoa(max(d.Remaining, 0)), strconv.Itoa(max(min(d.Remaining+given[i], d.Limit), 0))
+		old, now := strconv.AppendInt(scratch[:0], int64(max(d.Remaining, 0)), 10), f.int(int64(max(min(d.Remaining+given[i], d.Limit), 0)))
 		if m.headers&TokenHeaders != 0 {
 			replace(h, tokenFields[i][1], old, now)
 		}

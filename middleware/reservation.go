@@ -25,8 +25,17 @@ type reservationKey struct{}
 // Reserve returns a copy of ctx that carries a Reservation of n, for the
 // handler of a request admitted at weight n, and the Reservation.
 func Reserve(ctx context.Context, n int) (context.Context, *Reservation) {
-	r := &Reservation{reserved: n}
-	return context.WithValue(ctx, reservationKey{}, r), r
+	r := new(Reservation)
+	return ReserveIn(ctx, r, n), r
+}
+
+// ReserveIn is Reserve into *r, a zero Reservation that the caller
+// allocates with something of its own (httplimit's settling writer), so
+// that the reservation costs no allocation apart. r must not be copied or
+// reused once ctx carries it: a handler may keep the context.
+func ReserveIn(ctx context.Context, r *Reservation, n int) context.Context {
+	r.reserved = n
+	return context.WithValue(ctx, reservationKey{}, r)
 }
 
 // ReportCost tells the middleware that decided the request of ctx what the
