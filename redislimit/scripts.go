@@ -96,7 +96,7 @@ if not now0 then
   now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = tonumber(ARGV[2])
-local leasable
+local leasable, pre
 `
 
 const driverTiers = `
