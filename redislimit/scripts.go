@@ -96,7 +96,7 @@ if not now0 then
   now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = tonumber(ARGV[2])
-local leasable, pre
+local leasable, pre, fast
 `
 
 const driverTiers = `
@@ -138,7 +138,9 @@ end
 //
 // admit and describe run under pcall, so that a write Redis refuses fails
 // its request alone. A request of one key, the most common, takes a path
-// of its own, with no table of keys.
+// of its own, with no table of keys, and first the algorithm's fast(...)
+// when it sets one (the sliding log's, slidinglogone.go), which decides
+// the common admission or returns nil.
 const driverTail = `
 local reply, ki = {}, 1
 while a <= #ARGV do
@@ -171,9 +173,14 @@ while a <= #ARGV do
       end
     end
   elseif K == 1 then
-    local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
+    local n, tr = tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])]
+    local s = fast and not tr.cals and fast(KEYS[ki], n, tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick)
+    local r, err
+    if not s then r, err = load(KEYS[ki], n, tr) end
     ki, a = ki + 1, a + 2
-    if not r then
+    if s then
+      reply[#reply + 1] = s
+    elseif not r then
       reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
     else
       assess(r)
@@ -238,6 +245,12 @@ return table.concat(reply)
 // defines prepare, load, assess, admit and describe.
 func decisionScript(algorithm string) *redis.Script {
 	return redis.NewScript(driverNow + algorithm + driverTiers + driverTail)
+}
+
+// slidingLogBatch is the sliding log's batch script, with its fast path
+// (slidinglogone.go).
+func slidingLogBatch() *redis.Script {
+	return redis.NewScript(driverNow + slidingLogFast + slidingLogSource + driverTiers + driverTail)
 }
 
 // keyReply is one key's part of a request's record: the instant it was

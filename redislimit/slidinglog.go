@@ -479,7 +479,7 @@ local function describe(r, n)
 end
 `
 
-var slidingLogScript = decisionScript(slidingLogSource)
+var slidingLogScript = slidingLogBatch()
 
 // calendarLua defines what the sliding log needs of calendar policies
 // (calendar.go): a log of version 2 keeps, between its buffer and its

@@ -16,18 +16,25 @@ import (
 
 var onePrefixes atomic.Int64
 
+// generalScript is the sliding log's batch script without its fast path:
+// what the fast path must answer and write alike.
+var generalScript = decisionScript(slidingLogSource)
+
 // TestOneScriptMatchesBatch runs the script for a run of one request
-// (slidingLogOneScript) and the batch script on copies of the same log, at
-// the same instant, with the same ARGV, over random sequences: takes of
+// (slidingLogOneScript) or the batch script, each with the fast path, and
+// the batch script's code without it on copies of the same log, at the
+// same instant, with the same ARGV, over random sequences: takes of
 // weights -1 to 12 under tiers of one to three policies (ticks of 1 and 2
 // µs, so that a log changes tick; one of a minute that often fills a ring), with and without a resolution, a clock
 // that moves on by up to 3 s or steps back, and refunds of earlier
-// admissions through the Limiter. After every take the two replies must be
+// admissions through the Limiter; runs of one request, and of a few on two
+// keys. After every run the two replies must be
 // the same bytes (but for the generation a log that held no entries draws
 // at random), and so must the two logs, with the same expiry to the
 // millisecond's rounding. The log each step starts from is the batch
 // script's, so the script for one reads every state the batch script
-// writes, and writes what it would; refunds run on that log too, and the
+// writes, and writes what it would (so a log written by either path
+// reads alike by the other); refunds run on that log too, and the
 // receipts they use are parsed from the replies.
 func TestOneScriptMatchesBatch(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
@@ -51,9 +58,8 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		kb := l.StoreKey("k")
-		ka := kb + ":one"
-		var receipts []keyrate.Decision
+		clientKeys := []string{"k", "k2"}
+		var receipts []receipt
 		var plan string // mostly kept from step to step, as a key's plan is
 		for step := range rapid.IntRange(1, 150).Draw(rt, "steps") {
 			switch rapid.IntRange(0, 9).Draw(rt, "move") {
@@ -65,63 +71,101 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 				clock.Advance(time.Duration(rapid.IntRange(0, 30_000).Draw(rt, "on µs")) * time.Microsecond)
 			}
 			if len(receipts) > 0 && rapid.IntRange(0, 5).Draw(rt, "refund?") == 0 {
-				d := receipts[rapid.IntRange(0, len(receipts)-1).Draw(rt, "which")]
+				r := receipts[rapid.IntRange(0, len(receipts)-1).Draw(rt, "which")]
 				n := rapid.IntRange(1, 3).Draw(rt, "refund n")
-				_ = l.RefundN(ctx, "k", &d, n) // nothing to refund is an outcome too
+				_ = l.RefundN(ctx, r.key, &r.d, n) // nothing to refund is an outcome too
 				continue
 			}
 			if step == 0 || rapid.IntRange(0, 9).Draw(rt, "new tier?") == 0 {
 				plan = names[rapid.IntRange(0, len(names)-1).Draw(rt, "tier")]
 			}
 			tr := l.tiers.Load().named[plan]
-			n := rapid.IntRange(-1, 12).Draw(rt, "n")
-			r := &request{keys: []string{kb}, weights: []int{n}, tiers: []*tier{tr}, instant: l.localNow() / 1000}
-			_, args := l.runArgs([]*request{r})
-			// The log the step starts from, copied.
-			if err := copyKey(ctx, client, kb, ka); err != nil {
-				rt.Fatal(err)
+			// A run of one request, mostly; else of a few, on one key or
+			// both, so that a request the fast path declines follows one
+			// it decided.
+			var reqs []*request
+			var of []int // each request's key, as an index of clientKeys
+			runLen := 1
+			if rapid.IntRange(0, 3).Draw(rt, "several?") == 0 {
+				runLen = rapid.IntRange(2, 4).Draw(rt, "run")
 			}
-			// A log left with no entries draws a new generation, at random,
-			// in each script: the two may differ in it alone.
-			gen := client.GetRange(ctx, kb, 2, 3).Val()
-			one, err := slidingLogOneScript.Run(ctx, client, []string{ka}, args...).Text()
+			for range runLen {
+				k := rapid.IntRange(0, 1).Draw(rt, "key")
+				reqs = append(reqs, &request{keys: []string{l.StoreKey(clientKeys[k])}, weights: []int{rapid.IntRange(-1, 12).Draw(rt, "n")},
+					tiers: []*tier{tr}, instant: l.localNow() / 1000})
+				of = append(of, k)
+			}
+			keys, args := l.runArgs(reqs)
+			// The logs the step starts from, copied, and their generations:
+			// a log left with no entries draws a new one at random in each
+			// script, so the two may differ in it alone.
+			copies := make([]string, len(keys))
+			gens := map[string]string{}
+			for i, k := range keys {
+				copies[i] = k + ":one"
+				if err := copyKey(ctx, client, k, copies[i]); err != nil {
+					rt.Fatal(err)
+				}
+				gens[k] = client.GetRange(ctx, k, 2, 3).Val()
+			}
+			script := slidingLogScript
+			if len(reqs) == 1 && rapid.Bool().Draw(rt, "script for one") {
+				script = slidingLogOneScript
+			}
+			one, err := script.Run(ctx, client, copies, args...).Text()
 			if err != nil {
-				rt.Fatalf("step %d: one: %v", step, err)
+				rt.Fatalf("step %d: with the fast path: %v", step, err)
 			}
-			batch, err := slidingLogScript.Run(ctx, client, []string{kb}, args...).Text()
+			general, err := generalScript.Run(ctx, client, keys, args...).Text()
 			if err != nil {
-				rt.Fatalf("step %d: batch: %v", step, err)
+				rt.Fatalf("step %d: general: %v", step, err)
 			}
-			va, vb := client.Get(ctx, ka).Val(), client.Get(ctx, kb).Val()
-			drawn := len(vb) > 4 && vb[2:4] != gen
-			if drawn && len(one) == len(batch) && len(one) == 1+8*(3+4*len(tr.policies)) {
-				at := 1 + 8*(1+4*len(tr.policies))
-				one = one[:at] + batch[at:at+8] + one[at+8:]
+			drawn := map[string]bool{}
+			for i, k := range keys {
+				va, vb := client.Get(ctx, copies[i]).Val(), client.Get(ctx, k).Val()
+				if len(vb) > 4 && vb[2:4] != gens[k] && len(va) == len(vb) {
+					drawn[k] = true
+					va = va[:2] + vb[2:4] + va[4:]
+				}
+				if va != vb {
+					rt.Fatalf("step %d: logs of %s differ:\nfast    %x\ngeneral %x", step, clientKeys[of[i]], va, vb)
+				}
+				pa, pb := client.PTTL(ctx, copies[i]).Val(), client.PTTL(ctx, k).Val()
+				if (pa < 0) != (pb < 0) || (pa-pb).Abs() > 50*time.Millisecond {
+					rt.Fatalf("step %d: expiries differ: fast %v, general %v", step, pa, pb)
+				}
 			}
-			if one != batch {
-				rt.Fatalf("step %d: replies differ:\none   %x\nbatch %x", step, one, batch)
+			size := 1 + 8*(3+4*len(tr.policies))
+			if len(one) == len(general) && len(one) == size*len(reqs) {
+				for i, k := range keys {
+					if drawn[k] {
+						at := size*i + 1 + 8*(1+4*len(tr.policies))
+						one = one[:at] + general[at:at+8] + one[at+8:]
+					}
+				}
 			}
-			if drawn && len(va) == len(vb) {
-				va = va[:2] + vb[2:4] + va[4:]
+			if one != general {
+				rt.Fatalf("step %d: replies differ:\nfast    %x\ngeneral %x", step, one, general)
 			}
-			if va != vb {
-				rt.Fatalf("step %d: logs differ:\none   %x\nbatch %x", step, va, vb)
-			}
-			pa, pb := client.PTTL(ctx, ka).Val(), client.PTTL(ctx, kb).Val()
-			if (pa < 0) != (pb < 0) || (pa-pb).Abs() > 50*time.Millisecond {
-				rt.Fatalf("step %d: expiries differ: one %v, batch %v", step, pa, pb)
-			}
-			settle([]*request{r}, batch, nil)
-			if r.ans.err != nil {
-				rt.Fatalf("step %d: %v", step, r.ans.err)
-			}
-			if d, err := tr.decision(n, r.ans.admitted, r.ans.replies[0]); err != nil {
-				rt.Fatalf("step %d: %v", step, err)
-			} else if d.Allowed && n > 0 {
-				receipts = append(receipts, d)
+			settle(reqs, general, nil)
+			for i, r := range reqs {
+				if r.ans.err != nil {
+					rt.Fatalf("step %d: %v", step, r.ans.err)
+				}
+				if d, err := tr.decision(r.weights[0], r.ans.admitted, r.ans.replies[0]); err != nil {
+					rt.Fatalf("step %d: %v", step, err)
+				} else if d.Allowed && r.weights[0] > 0 {
+					receipts = append(receipts, receipt{clientKeys[of[i]], d})
+				}
 			}
 		}
 	})
+}
+
+// receipt is an admission of TestOneScriptMatchesBatch's, to refund.
+type receipt struct {
+	key string
+	d   keyrate.Decision
 }
 
 // copyKey makes dst a copy of src, its value and its expiry; of no key,
