@@ -2,10 +2,12 @@ package redislimit
 
 import "github.com/redis/go-redis/v9"
 
-// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick):
-// the record of a request of one key at weight n under P sliding policies
-// (limits lim, windows win, the longest wmax, the least limit lmin, ticks
-// of tick = 2^k µs) in the common case of an admission, decided from the
+// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick, hdr,
+// dry): the key's part of an admitted record (its numbers, packed) of
+// weight n under P sliding policies (limits lim, windows win, the longest
+// wmax, the least limit lmin, ticks of tick = 2^k µs), or false and the
+// text of the error of a write Redis refused, in the common case of an
+// admission, decided from the
 // header unpacked into locals, with no tables of the key's state: a
 // weight n > 0 that fits in a log of version 1 in the tier's tick whose
 // windows have lost nothing since the last decision, appended in place
@@ -14,13 +16,19 @@ import "github.com/redis/go-redis/v9"
 // and answers as the driver would (TestOneScriptMatchesBatch). In any
 // other case (a new or empty log, a refusal, a window to prune, a
 // rewrite) it writes nothing and returns nil, leaving the header it read
-// in pre for load. The batch script takes it for each request of one key.
+// in pre for load. hdr, when given, is the key's header as read; with dry
+// set it writes nothing and returns true where it would decide. The batch
+// script takes it for each request of one key, and for a request of
+// several keys when every key would take it (each read once, all checked,
+// then all written, as the driver does).
 const slidingLogFast = `
-fast = function(key, n, P, lim, win, wmax, lmin, k, tick)
+fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
   local H, HB, B, M = 56, 88, 4, 4294967296
   if n <= 0 or n > lmin then return nil end
-  local hdr = redis.pcall('GETRANGE', key, 0, HB + 63)
-  pre = hdr
+  if not hdr then
+    hdr = redis.pcall('GETRANGE', key, 0, HB + 63)
+    pre = hdr
+  end
   if type(hdr) ~= 'string' or #hdr < HB then return nil end
   local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
   if v ~= 1 or cnt == 0 or lk ~= k then return nil end
@@ -40,6 +48,7 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick)
   if R < Rn then R = math.ceil(Rn / tick) * tick end
   local merge = R == Rn
   if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
+  if dry then return true end
   pre = nil -- decided here: nothing for load
   local fixed, ttl = false, nil
   if expires < R + wmax then
@@ -78,15 +87,12 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick)
     end
   end
   if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
-  if type(ok) == 'table' then
-    local s = tostring(ok.err)
-    return struct.pack('<BHH', 2, 1, #s) .. s
-  end
+  if type(ok) == 'table' then return false, tostring(ok.err) end
   if P == 1 then
     local w = win[1]
     local refill = R + w - now
     if held > 0 then refill = R0 + w - now end
-    return '\1' .. struct.pack('<i8i8i8i8i8i8i8', now, lim[1] - held - n, 0, R + w - now, refill, gen, R - now)
+    return struct.pack('<i8i8i8i8i8i8i8', now, lim[1] - held - n, 0, R + w - now, refill, gen, R - now)
   end
   local out = {now}
   for i = 1, P do
@@ -96,7 +102,7 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = lim[i] - held - n, 0, R + w - now, refill
   end
   out[2 + 4 * P], out[3 + 4 * P] = gen, R - now
-  return '\1' .. struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+  return struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
 end
 `
 
@@ -130,8 +136,9 @@ for i = 1, P do
 end
 local k, tick = 0, 1
 while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
-local s = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick)
-if s then return s end
+local s, err = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick)
+if s then return '\1' .. s end
+if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
 fast = nil -- the driver's request is this one, which fast declined
 return general()
 `

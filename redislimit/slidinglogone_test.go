@@ -27,8 +27,8 @@ var generalScript = decisionScript(slidingLogSource)
 // weights -1 to 12 under tiers of one to three policies (ticks of 1 and 2
 // µs, so that a log changes tick; one of a minute that often fills a ring), with and without a resolution, a clock
 // that moves on by up to 3 s or steps back, and refunds of earlier
-// admissions through the Limiter; runs of one request, and of a few on two
-// keys. After every run the two replies must be
+// admissions through the Limiter; runs of one request, and of a few, each
+// of one key or of two or three (TakeAll's), on three keys. After every run the two replies must be
 // the same bytes (but for the generation a log that held no entries draws
 // at random), and so must the two logs, with the same expiry to the
 // millisecond's rounding. The log each step starts from is the batch
@@ -58,7 +58,7 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		clientKeys := []string{"k", "k2"}
+		clientKeys := []string{"k", "k2", "k3"}
 		var receipts []receipt
 		var plan string // mostly kept from step to step, as a key's plan is
 		for step := range rapid.IntRange(1, 150).Draw(rt, "steps") {
@@ -90,10 +90,20 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 				runLen = rapid.IntRange(2, 4).Draw(rt, "run")
 			}
 			for range runLen {
-				k := rapid.IntRange(0, 1).Draw(rt, "key")
-				reqs = append(reqs, &request{keys: []string{l.StoreKey(clientKeys[k])}, weights: []int{rapid.IntRange(-1, 12).Draw(rt, "n")},
-					tiers: []*tier{tr}, instant: l.localNow() / 1000})
-				of = append(of, k)
+				r := &request{instant: l.localNow() / 1000}
+				// Mostly one key; else several, distinct (TakeAll merges
+				// a key given twice), as TakeAll's.
+				ks := []int{rapid.IntRange(0, 2).Draw(rt, "key")}
+				if rapid.IntRange(0, 2).Draw(rt, "several keys?") == 0 {
+					ks = rapid.Permutation([]int{0, 1, 2}).Draw(rt, "keys")[:rapid.IntRange(2, 3).Draw(rt, "K")]
+				}
+				for _, k := range ks {
+					r.keys = append(r.keys, l.StoreKey(clientKeys[k]))
+					r.weights = append(r.weights, rapid.IntRange(-1, 12).Draw(rt, "n"))
+					r.tiers = append(r.tiers, tr)
+					of = append(of, k)
+				}
+				reqs = append(reqs, r)
 			}
 			keys, args := l.runArgs(reqs)
 			// The logs the step starts from, copied, and their generations:
@@ -135,12 +145,19 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 					rt.Fatalf("step %d: expiries differ: fast %v, general %v", step, pa, pb)
 				}
 			}
-			size := 1 + 8*(3+4*len(tr.policies))
-			if len(one) == len(general) && len(one) == size*len(reqs) {
-				for i, k := range keys {
-					if drawn[k] {
-						at := size*i + 1 + 8*(1+4*len(tr.policies))
-						one = one[:at] + general[at:at+8] + one[at+8:]
+			// Each record of a run that no error ended: a status, then
+			// each key's numbers.
+			size := 8 * (3 + 4*len(tr.policies))
+			if len(one) == len(general) && len(one) == len(reqs)+size*len(keys) {
+				at := 0
+				for _, r := range reqs {
+					at++
+					for _, k := range r.keys {
+						if drawn[k] {
+							g := at + 8*(1+4*len(tr.policies))
+							one = one[:g] + general[g:g+8] + one[g+8:]
+						}
+						at += size
 					}
 				}
 			}
@@ -148,14 +165,20 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 				rt.Fatalf("step %d: replies differ:\nfast    %x\ngeneral %x", step, one, general)
 			}
 			settle(reqs, general, nil)
-			for i, r := range reqs {
+			i := 0
+			for _, r := range reqs {
 				if r.ans.err != nil {
 					rt.Fatalf("step %d: %v", step, r.ans.err)
 				}
-				if d, err := tr.decision(r.weights[0], r.ans.admitted, r.ans.replies[0]); err != nil {
-					rt.Fatalf("step %d: %v", step, err)
-				} else if d.Allowed && r.weights[0] > 0 {
-					receipts = append(receipts, receipt{clientKeys[of[i]], d})
+				for j := range r.keys {
+					if r.ans.admitted && r.weights[j] > 0 {
+						d, err := tr.decision(r.weights[j], true, r.ans.replies[j])
+						if err != nil {
+							rt.Fatalf("step %d: %v", step, err)
+						}
+						receipts = append(receipts, receipt{clientKeys[of[i]], d})
+					}
+					i++
 				}
 			}
 		}
