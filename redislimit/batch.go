@@ -203,7 +203,7 @@ func (l *Limiter) send(ctx context.Context, reqs []*request) {
 	}
 	if len(runs) == 1 {
 		keys, args := l.runArgs(runs[0])
-		v, err := l.script.Run(ctx, l.client, keys, args...).Text()
+		v, err := l.scriptFor(runs[0]).Run(ctx, l.client, keys, args...).Text()
 		settle(runs[0], v, err)
 		return
 	}
@@ -234,13 +234,23 @@ func (l *Limiter) pipelined(ctx context.Context, runs [][]*request, full bool) [
 	for i, run := range runs {
 		keys, args := l.runArgs(run)
 		if full {
-			cmds[i] = l.script.Eval(ctx, pipe, keys, args...)
+			cmds[i] = l.scriptFor(run).Eval(ctx, pipe, keys, args...)
 		} else {
-			cmds[i] = l.script.EvalSha(ctx, pipe, keys, args...)
+			cmds[i] = l.scriptFor(run).EvalSha(ctx, pipe, keys, args...)
 		}
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	return cmds
+}
+
+// scriptFor returns the script of a run deciding reqs: under the sliding
+// log, a run of one request takes the script for one (slidinglogone.go),
+// which decides the common case with less work and answers alike.
+func (l *Limiter) scriptFor(reqs []*request) *redis.Script {
+	if l.lone != nil && len(reqs) == 1 {
+		return l.lone
+	}
+	return l.script
 }
 
 // runArgs returns the KEYS and ARGV of one script run deciding reqs.

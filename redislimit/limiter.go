@@ -148,6 +148,7 @@ var ErrOutOfMemory = keyrate.ErrOutOfMemory
 type Limiter struct {
 	client  redis.UniversalClient
 	script  *redis.Script // the algorithm's decision script (scripts.go)
+	lone    *redis.Script // the script of a run of one request; nil: script
 	prefix  string
 	suffix  string
 	res     int64 // WithResolution, in microseconds; 0: none
@@ -282,7 +283,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 	case GCRA:
 		l.script, l.suffix = gcraScript, ":gcra"
 	default:
-		l.script, l.suffix = slidingLogScript, ":log"
+		l.script, l.lone, l.suffix = slidingLogScript, slidingLogOneScript, ":log"
 	}
 	return l, nil
 }

@@ -96,7 +96,7 @@ if not now0 then
   now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = tonumber(ARGV[2])
-local leasable
+local leasable, pre, fast
 `
 
 const driverTiers = `
@@ -138,7 +138,9 @@ end
 //
 // admit and describe run under pcall, so that a write Redis refuses fails
 // its request alone. A request of one key, the most common, takes a path
-// of its own, with no table of keys.
+// of its own, with no table of keys, and first the algorithm's fast(...)
+// when it sets one (the sliding log's, slidinglogone.go), which decides
+// the common admission or returns nil.
 const driverTail = `
 local reply, ki = {}, 1
 while a <= #ARGV do
@@ -171,9 +173,16 @@ while a <= #ARGV do
       end
     end
   elseif K == 1 then
-    local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
+    local n, tr = tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])]
+    local s, r, err
+    if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick) end
+    if s == nil then r, err = load(KEYS[ki], n, tr) end
     ki, a = ki + 1, a + 2
-    if not r then
+    if s then
+      reply[#reply + 1] = '\1' .. s
+    elseif s == false then
+      reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
+    elseif not r then
       reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
     else
       assess(r)
@@ -195,39 +204,66 @@ while a <= #ARGV do
       end
     end
   else
-    local rs, admitted, fail, at = {}, true, nil, 0
+    -- fast, when every key takes it: each read and checked, then each
+    -- written; else the keys' tables.
+    local hs = fast and {}
     for j = 1, K do
-      if not fail then
-        local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
-        if not r then
-          fail, at = err, j
-        else
-          assess(r)
-          admitted = admitted and r.room
-          rs[j] = r
-        end
-      end
-      ki, a = ki + 1, a + 2
+      if not hs then break end
+      local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
+      local h = not tr.cals and redis.pcall('GETRANGE', key, 0, 151)
+      if not (h and fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, h, true)) then hs = nil end
+      if hs then hs[j] = h end
     end
-    local rec = {''}
-    for j = 1, K do
-      if fail then break end
-      local r = rs[j]
-      local ok, s
-      if admitted and r.n > 0 then
-        ok, s = pcall(admit, r)
-      elseif admitted or r.room then
-        ok, s = pcall(describe, r, 0)
+    if hs then
+      local fail, at
+      local rec = {'\1'}
+      for j = 1, K do
+        local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
+        local s, err = fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, hs[j])
+        if not s then fail, at = err, j break end
+        rec[j + 1] = s
+      end
+      ki, a = ki + K, a + 2 * K
+      if fail then
+        reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
       else
-        ok, s = pcall(describe, r, r.n)
+        reply[#reply + 1] = table.concat(rec)
       end
-      if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
-    end
-    if fail then
-      reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
     else
-      if admitted then rec[1] = '\1' else rec[1] = '\0' end
-      reply[#reply + 1] = table.concat(rec)
+      local rs, admitted, fail, at = {}, true, nil, 0
+      for j = 1, K do
+        if not fail then
+          local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
+          if not r then
+            fail, at = err, j
+          else
+            assess(r)
+            admitted = admitted and r.room
+            rs[j] = r
+          end
+        end
+        ki, a = ki + 1, a + 2
+      end
+      local rec = {''}
+      for j = 1, K do
+        if fail then break end
+        local r = rs[j]
+        local ok, s
+        if admitted and r.n > 0 then
+          ok, s = pcall(admit, r)
+        elseif admitted or r.room then
+          ok, s = pcall(describe, r, 0)
+        else
+          ok, s = pcall(describe, r, r.n)
+        end
+        if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
+      end
+      if fail then
+        reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
+      else
+        if admitted then rec[1] = '\1' else rec[1] = '\0' end
+        reply[#reply + 1] = table.concat(rec)
+      end
     end
   end
 end
@@ -238,6 +274,12 @@ return table.concat(reply)
 // defines prepare, load, assess, admit and describe.
 func decisionScript(algorithm string) *redis.Script {
 	return redis.NewScript(driverNow + algorithm + driverTiers + driverTail)
+}
+
+// slidingLogBatch is the sliding log's batch script, with its fast path
+// (slidinglogone.go).
+func slidingLogBatch() *redis.Script {
+	return redis.NewScript(driverNow + slidingLogFast + slidingLogSource + driverTiers + driverTail)
 }
 
 // keyReply is one key's part of a request's record: the instant it was

@@ -107,12 +107,14 @@ local function prepare(tr)
   return tr
 end
 
--- load reads the header and buffer. In the state: ltick, the log's tick;
+-- load reads the header and buffer (or takes what the lone script's fast
+-- path read of the run's first key, pre). In the state: ltick, the log's tick;
 -- TN, the newest entry's tick, whole; R0 and Rn, the oldest and newest
 -- entries' instants: an entry's instant is its tick's distance back from
 -- TN, in ticks.
 local function load(key, n, tr)
-  local hdr = redis.pcall('GETRANGE', key, 0, HB + CS - 1)
+  local hdr = pre
+  if hdr then pre = nil else hdr = redis.pcall('GETRANGE', key, 0, HB + CS - 1) end
   if type(hdr) ~= 'string' then return nil, tostring(hdr.err) end
   if #hdr >= HB then
     local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
@@ -477,7 +479,7 @@ local function describe(r, n)
 end
 `
 
-var slidingLogScript = decisionScript(slidingLogSource)
+var slidingLogScript = slidingLogBatch()
 
 // calendarLua defines what the sliding log needs of calendar policies
 // (calendar.go): a log of version 2 keeps, between its buffer and its

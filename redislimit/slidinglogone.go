@@ -1,0 +1,148 @@
+package redislimit
+
+import "github.com/redis/go-redis/v9"
+
+// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick, hdr,
+// dry): the key's part of an admitted record (its numbers, packed) of
+// weight n under P sliding policies (limits lim, windows win, the longest
+// wmax, the least limit lmin, ticks of tick = 2^k µs), or false and the
+// text of the error of a write Redis refused, in the common case of an
+// admission, decided from the
+// header unpacked into locals, with no tables of the key's state: a
+// weight n > 0 that fits in a log of version 1 in the tier's tick whose
+// windows have lost nothing since the last decision, appended in place
+// (to the buffer, flushed into the ring when full, or merged into the
+// newest entry). It writes what admit writes in that case, byte for byte,
+// and answers as the driver would (TestOneScriptMatchesBatch). In any
+// other case (a new or empty log, a refusal, a window to prune, a
+// rewrite) it writes nothing and returns nil, leaving the header it read
+// in pre for load. hdr, when given, is the key's header as read; with dry
+// set it writes nothing and returns true where it would decide. The batch
+// script takes it for each request of one key, and for a request of
+// several keys when every key would take it (each read once, all checked,
+// then all written, as the driver does).
+const slidingLogFast = `
+fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
+  local H, HB, B, M = 56, 88, 4, 4294967296
+  if n <= 0 or n > lmin then return nil end
+  if not hdr then
+    hdr = redis.pcall('GETRANGE', key, 0, HB + 63)
+    pre = hdr
+  end
+  if type(hdr) ~= 'string' or #hdr < HB then return nil end
+  local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
+  if v ~= 1 or cnt == 0 or lk ~= k then return nil end
+  local lt = math.ceil(last / tick)
+  local TN = lt + (tn - lt + 2147483648) % M - 2147483648
+  local R0, Rn = (TN - (tn - t0) % M) * tick, TN * tick
+  local now = now0
+  if now < last then now = last end
+  local held = (total - base) % M
+  for i = 1, P do
+    if R0 <= now - win[i] or held + n > lim[i] then return nil end
+  end
+  local nb = cnt - rc
+  local R = now
+  if res > 0 then R = math.ceil(R / res) * res end
+  R = math.ceil(R / tick) * tick
+  if R < Rn then R = math.ceil(Rn / tick) * tick end
+  local merge = R == Rn
+  if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
+  if dry then return true end
+  pre = nil -- decided here: nothing for load
+  local fixed, ttl = false, nil
+  if expires < R + wmax then
+    ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+    expires, fixed = now + ttl, true
+  end
+  local m = cnt
+  if not merge then m = cnt + 1 end
+  local c, tr = (total + n) % M, (R / tick) % M
+  local e = struct.pack('<II', tr, c)
+  local buf = hdr:sub(H + 1, H + 8 * nb)
+  local tail, ok = buf .. e, 0
+  if merge and nb == 0 then
+    local p = head + rc - 1
+    if p >= cap then p = p - cap end
+    ok, tail = redis.pcall('SETRANGE', key, HB + 8 * p, e), ''
+  elseif merge then
+    tail = buf:sub(1, -9) .. e
+  elseif nb == B then
+    local p = head + rc
+    if p >= cap then p = p - cap end
+    if p + B <= cap then
+      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+    else
+      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
+      if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+    end
+    rc, tail, fixed = rc + B, e, true
+  end
+  if m == 1 then c0, t0, fixed = c, tr, true end
+  if type(ok) ~= 'table' then
+    if fixed then
+      ok = redis.pcall('SETRANGE', key, 0, struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now) .. tail)
+    else
+      ok = redis.pcall('SETRANGE', key, 36, struct.pack('<IIId', m, c, tr, now) .. tail)
+    end
+  end
+  if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
+  if type(ok) == 'table' then return false, tostring(ok.err) end
+  if P == 1 then
+    local w = win[1]
+    local refill = R + w - now
+    if held > 0 then refill = R0 + w - now end
+    return struct.pack('<i8i8i8i8i8i8i8', now, lim[1] - held - n, 0, R + w - now, refill, gen, R - now)
+  end
+  local out = {now}
+  for i = 1, P do
+    local w = win[i]
+    local refill = R + w - now
+    if held > 0 then refill = R0 + w - now end
+    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = lim[i] - held - n, 0, R + w - now, refill
+  end
+  out[2 + 4 * P], out[3 + 4 * P] = gen, R - now
+  return struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+end
+`
+
+// slidingLogOneSource is the sliding log's script for a run of one
+// request (a lone caller's): the batch script's protocol, reply and log
+// layout (scripts.go, slidinglog.go), with a fast path in front for the
+// common case, a request of one key at a weight n > 0 under sliding
+// policies alone, that fits in a log of version 1 in the tier's tick whose
+// windows have lost nothing since the last decision, appended in place
+// (the buffer, flushed into the ring when full, or merged into the newest
+// entry). It reads the header into locals, with no tables of tiers and no
+// key's table, and writes what admit writes in that case, byte for byte
+// (TestOneScriptMatchesBatch). Any other case (a new or empty log, a
+// refusal, a window to prune, a rewrite, a calendar, a lease, several keys)
+// runs the batch script's code, held in a function that only then makes
+// its closures, on the header the fast path read.
+const slidingLogOneSource = driverNow + slidingLogFast + `
+local function general()
+` + slidingLogSource + driverTiers + driverTail + `
+end
+local P = tonumber(ARGV[4])
+if tonumber(ARGV[3]) ~= 1 or tonumber(ARGV[5 + 2 * P]) ~= 1 then return general() end
+local n = tonumber(ARGV[6 + 2 * P])
+local lim, win, wmax, lmin = {}, {}, 0, math.huge
+for i = 1, P do
+  local l, w = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  if w == 0 then return general() end
+  lim[i], win[i] = l, w
+  if w > wmax then wmax = w end
+  if l < lmin then lmin = l end
+end
+local k, tick = 0, 1
+while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
+local s, err = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick)
+if s then return '\1' .. s end
+if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
+fast = nil -- the driver's request is this one, which fast declined
+return general()
+`
+
+// slidingLogOneScript decides a run of one request under the sliding log
+// (batch.go picks it).
+var slidingLogOneScript = redis.NewScript(slidingLogOneSource)
