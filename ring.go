@@ -178,6 +178,9 @@ func (g *eventLog) firstIn(lim uint32, r int64, span uint32) uint32 {
 	if span < g.n {
 		if g.age(g.n-span-1, r) >= lim {
 			lo = g.n - span
+			if g.age(lo, r) < lim {
+				return lo // a full window, as under a refusal: no search
+			}
 		} else {
 			hi = g.n - span - 1 // the window holds more than span (SetTier lowered a limit)
 		}

@@ -46,7 +46,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 		if held+n <= p.Limit {
 			continue
 		}
-		lim := windowAge(now, int64(p.Window), r, s)
+		lim := t.lim(i, now, int64(p.Window), r)
 		if !g.wide {
 			if g.age(g.n+uint32(n-p.Limit)-1, r) < lim {
 				return false
@@ -102,7 +102,7 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		w := int64(p.Window)
 		first := uint32(0) // settling left the longest window's events alone
 		if w < t.longest && g.n > 0 {
-			first = g.first(t, i, windowAge(now, w, r, s), r)
+			first = g.first(t, i, t.lim(i, now, w, r), r)
 		}
 		held := g.count(first)
 		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
