@@ -185,6 +185,16 @@ func (g *eventLog) firstIn(lim uint32, r int64, span uint32) uint32 {
 			hi = g.n - span - 1 // the window holds more than span (SetTier lowered a limit)
 		}
 	}
+	// Gallop back from the newest entry, so that a window holding k entries
+	// is found in about 2 log k looks: most hold far fewer than their limit.
+	for step := uint32(1); lo+step <= hi; step *= 2 {
+		j := hi - step
+		if g.age(j, r) >= lim {
+			lo = j + 1
+			break
+		}
+		hi = j
+	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		if g.age(mid, r) >= lim {
