@@ -482,17 +482,32 @@ func (g *eventLog) unpushCounted(i, k uint32) {
 // Dropping costs O(1) when the whole window has passed since the key was
 // last decided, and a binary search otherwise: never a walk over the events.
 func (g *eventLog) settle(now, window int64, s *scale) int64 {
+	now, _ = g.settleTicks(now, window, 0, s)
+	return now
+}
+
+// settleFor is settle at the longest window of t, the tier deciding, and
+// also returns the reference tick of the instant decided at, s.ceil(now),
+// which settling works out anyway: a decision needs no division of its own
+// for it, nor for the window's start when the window is whole ticks.
+func (g *eventLog) settleFor(now int64, t *tier) (int64, int64) {
+	return g.settleTicks(now, t.longest, t.longTicks, &t.scale)
+}
+
+// settleTicks is settle for a window of k whole ticks (ageBound), and
+// returns the reference tick too.
+func (g *eventLog) settleTicks(now, window int64, k uint32, s *scale) (int64, int64) {
 	now = max(now, g.last)
 	if g.n > 0 && now-g.last >= window+s.unit {
 		g.drop(g.n) // even the newest entry, rounded up, is out
 	}
 	g.last = now
+	r := s.ceil(now)
 	if g.n > 0 {
-		r := s.ceil(now)
-		lim := windowAge(now, window, r, s)
+		lim := ageBound(now, window, r, k, s)
 		if g.age(0, r) >= lim {
 			g.drop(g.leaving(lim, r))
 		}
 	}
-	return now
+	return now, r
 }

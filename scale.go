@@ -125,8 +125,12 @@ func windowAge(now, w, r int64, s *scale) uint32 {
 // starts k ticks before the tick that ends at or before now, and that tick
 // is r or the one before it, so no division is needed.
 func (t *tier) lim(i int, now, w, r int64) uint32 {
-	s := &t.scale
-	k := t.ticks[i]
+	return ageBound(now, w, r, t.ticks[i], &t.scale)
+}
+
+// ageBound is windowAge(now, w, r, s) for a window of k whole ticks, or of
+// any length when k is 0.
+func ageBound(now, w, r int64, k uint32, s *scale) uint32 {
 	if k == 0 {
 		return windowAge(now, w, r, s)
 	}

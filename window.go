@@ -10,15 +10,14 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 		g.decide(&d, now, n, t, true)
 		return d.Allowed
 	}
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
 	if g.count(0)+n > t.minLimit {
 		return false
 	}
-	g.push(s.ceil(now), uint32(n), t.entries, s.res)
+	g.push(r, uint32(n), t.entries, t.scale.res)
 	return true
 }
 
@@ -34,13 +33,11 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
 		return g.allow(now, n, t)
 	}
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
 	held := g.count(0)
-	r := s.ceil(now)
 	for i := range t.policies {
 		p := &t.policies[i]
 		if held+n <= p.Limit {
@@ -55,7 +52,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 			return false
 		}
 	}
-	g.push(r, uint32(n), t.entries, s.res)
+	g.push(r, uint32(n), t.entries, t.scale.res)
 	return true
 }
 
@@ -83,11 +80,10 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		return
 	}
 	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
-	r := s.ceil(now)
 	d.nparts = len(t.policies)
 	allowed := true
 	b := binder{wait: -1, never: -1}
