@@ -36,6 +36,10 @@ import (
 // held as a pointer to its first slot and a capacity rather than a slice,
 // whose header would take 16 bytes more and push the struct into the next
 // size class (measured: 110.9 B per key as it is, 126.9 B with a slice).
+// The same bound keeps refusals under mu: a refusal read without the lock
+// needs a word that only atomics write (the oldest tick, the count, the
+// tier) and last written atomically, 8 bytes the struct does not have, and
+// every plain field it read instead would race with the holder's writes.
 //
 // Every field is guarded by mu. state holds three flags. dead marks a log
 // that has left the map (evicted or Reset): a caller that finds it so
