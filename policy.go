@@ -90,6 +90,12 @@ type tier struct {
 	scale   scale
 	entries int
 	spans   [MaxPolicies]uint32
+	// ticks[i] is policy i's window in ticks when it is a whole number of
+	// them (as every whole millisecond is), else 0: its windowAge is then
+	// read off the decision's own tick, with no division (see lims).
+	ticks [MaxPolicies]uint32
+	// longTicks is the longest window in ticks, when whole, else 0.
+	longTicks uint32
 	// cursors[i] is the inline slot of a log that keeps policy i's cursor
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
@@ -219,7 +225,15 @@ func (t *tier) setup(s scale, algorithm Algorithm, wall int64) error {
 		}
 	}
 	t.entries = t.capacity
+	t.longTicks = 0
+	if t.longest%s.unit == 0 && s.holds(t.longest) {
+		t.longTicks = uint32(t.longest / s.unit)
+	}
 	for i, p := range t.policies {
+		t.ticks[i] = 0
+		if w := int64(p.Window); w > 0 && w%s.unit == 0 && s.holds(w) {
+			t.ticks[i] = uint32(w / s.unit)
+		}
 		t.spans[i] = uint32(p.Limit)
 		if t.isCalendar(i) {
 			t.spans[i] = 0

@@ -36,6 +36,10 @@ import (
 // held as a pointer to its first slot and a capacity rather than a slice,
 // whose header would take 16 bytes more and push the struct into the next
 // size class (measured: 110.9 B per key as it is, 126.9 B with a slice).
+// The same bound keeps refusals under mu: a refusal read without the lock
+// needs a word that only atomics write (the oldest tick, the count, the
+// tier) and last written atomically, 8 bytes the struct does not have, and
+// every plain field it read instead would race with the holder's writes.
 //
 // Every field is guarded by mu. state holds three flags. dead marks a log
 // that has left the map (evicted or Reset): a caller that finds it so
@@ -178,9 +182,22 @@ func (g *eventLog) firstIn(lim uint32, r int64, span uint32) uint32 {
 	if span < g.n {
 		if g.age(g.n-span-1, r) >= lim {
 			lo = g.n - span
+			if g.age(lo, r) < lim {
+				return lo // a full window, as under a refusal: no search
+			}
 		} else {
 			hi = g.n - span - 1 // the window holds more than span (SetTier lowered a limit)
 		}
+	}
+	// Gallop back from the newest entry, so that a window holding k entries
+	// is found in about 2 log k looks: most hold far fewer than their limit.
+	for step := uint32(1); lo+step <= hi; step *= 2 {
+		j := hi - step
+		if g.age(j, r) >= lim {
+			lo = j + 1
+			break
+		}
+		hi = j
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
@@ -469,17 +486,32 @@ func (g *eventLog) unpushCounted(i, k uint32) {
 // Dropping costs O(1) when the whole window has passed since the key was
 // last decided, and a binary search otherwise: never a walk over the events.
 func (g *eventLog) settle(now, window int64, s *scale) int64 {
+	now, _ = g.settleTicks(now, window, 0, s)
+	return now
+}
+
+// settleFor is settle at the longest window of t, the tier deciding, and
+// also returns the reference tick of the instant decided at, s.ceil(now),
+// which settling works out anyway: a decision needs no division of its own
+// for it, nor for the window's start when the window is whole ticks.
+func (g *eventLog) settleFor(now int64, t *tier) (int64, int64) {
+	return g.settleTicks(now, t.longest, t.longTicks, &t.scale)
+}
+
+// settleTicks is settle for a window of k whole ticks (ageBound), and
+// returns the reference tick too.
+func (g *eventLog) settleTicks(now, window int64, k uint32, s *scale) (int64, int64) {
 	now = max(now, g.last)
 	if g.n > 0 && now-g.last >= window+s.unit {
 		g.drop(g.n) // even the newest entry, rounded up, is out
 	}
 	g.last = now
+	r := s.ceil(now)
 	if g.n > 0 {
-		r := s.ceil(now)
-		lim := windowAge(now, window, r, s)
+		lim := ageBound(now, window, r, k, s)
 		if g.age(0, r) >= lim {
 			g.drop(g.leaving(lim, r))
 		}
 	}
-	return now
+	return now, r
 }

@@ -260,3 +260,22 @@ func BenchmarkExpiry(b *testing.B) {
 		}
 	}
 }
+
+// TestAgeBoundMatchesWindowAge checks the window start a decision reads off
+// its own tick, for a window of whole ticks, against windowAge's division:
+// for every tick of the series, instants on and between tick ends, and
+// windows up to the longest the scale holds.
+func TestAgeBoundMatchesWindowAge(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := scaleOf(unitOf(uint8(rapid.IntRange(0, 20).Draw(t, "step"))))
+		k := rapid.Uint32Range(1, maxTicks).Draw(t, "ticks")
+		w := int64(k) * s.unit
+		now := rapid.Int64Range(0, 1<<62-s.unit).Draw(t, "now")
+		if rapid.Bool().Draw(t, "on a tick's end") {
+			now -= now % s.unit
+		}
+		r := s.ceil(now)
+		require.Equal(t, windowAge(now, w, r, &s), ageBound(now, w, r, k, &s), "now %d, window %d ticks of %dns", now, k, s.unit)
+		require.Equal(t, windowAge(now, w, r, &s), ageBound(now, w, r, 0, &s), "k = 0 divides")
+	})
+}

@@ -120,6 +120,26 @@ func windowAge(now, w, r int64, s *scale) uint32 {
 	return uint32(r - s.floor(now-w)) // in [1, 2^31]: see scale
 }
 
+// lim returns windowAge(now, w, r, s) for policy i of t, whose window is
+// w: for a window of a whole number of ticks k, the window (now-w, now]
+// starts k ticks before the tick that ends at or before now, and that tick
+// is r or the one before it, so no division is needed.
+func (t *tier) lim(i int, now, w, r int64) uint32 {
+	return ageBound(now, w, r, t.ticks[i], &t.scale)
+}
+
+// ageBound is windowAge(now, w, r, s) for a window of k whole ticks, or of
+// any length when k is 0.
+func ageBound(now, w, r int64, k uint32, s *scale) uint32 {
+	if k == 0 {
+		return windowAge(now, w, r, s)
+	}
+	if s.instant(r) != now {
+		k++ // now is inside tick r: floor(now) is r-1
+	}
+	return k
+}
+
 // ceilDiv is a/b rounded up, for a >= 0 and b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 

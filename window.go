@@ -10,15 +10,14 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 		g.decide(&d, now, n, t, true)
 		return d.Allowed
 	}
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
 	if g.count(0)+n > t.minLimit {
 		return false
 	}
-	g.push(s.ceil(now), uint32(n), t.entries, s.res)
+	g.push(r, uint32(n), t.entries, t.scale.res)
 	return true
 }
 
@@ -34,19 +33,17 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
 		return g.allow(now, n, t)
 	}
-	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
 	held := g.count(0)
-	r := s.ceil(now)
 	for i := range t.policies {
 		p := &t.policies[i]
 		if held+n <= p.Limit {
 			continue
 		}
-		lim := windowAge(now, int64(p.Window), r, s)
+		lim := t.lim(i, now, int64(p.Window), r)
 		if !g.wide {
 			if g.age(g.n+uint32(n-p.Limit)-1, r) < lim {
 				return false
@@ -55,7 +52,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 			return false
 		}
 	}
-	g.push(r, uint32(n), t.entries, s.res)
+	g.push(r, uint32(n), t.entries, t.scale.res)
 	return true
 }
 
@@ -83,13 +80,13 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		return
 	}
 	s := &t.scale
-	now = g.settle(now, t.longest, s)
+	now, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
-	r := s.ceil(now)
 	d.nparts = len(t.policies)
 	allowed := true
+	b := binder{wait: -1, never: -1}
 	for i := range t.policies {
 		p := &t.policies[i]
 		part := &d.parts[i]
@@ -97,12 +94,13 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		if t.isCalendar(i) {
 			g.calendarPart(part, i, now, n, t)
 			allowed = allowed && part.Allowed
+			b.see(d.parts[:], i)
 			continue
 		}
 		w := int64(p.Window)
 		first := uint32(0) // settling left the longest window's events alone
 		if w < t.longest && g.n > 0 {
-			first = g.first(t, i, windowAge(now, w, r, s), r)
+			first = g.first(t, i, t.lim(i, now, w, r), r)
 		}
 		held := g.count(first)
 		part.Remaining = max(p.Limit-held, 0) // SetTier may have lowered the limit below held
@@ -124,6 +122,7 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 			part.RetryAfter = time.Duration(blocking + w - now)
 		}
 		allowed = allowed && part.Allowed
+		b.see(d.parts[:], i)
 	}
 	if allowed && n > 0 {
 		// Admitted: each window also holds the request's own events, the
@@ -139,30 +138,62 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 			if part.RefillAfter == 0 {
 				part.RefillAfter = part.ResetAfter
 			}
+			part.RefillAfter = min(part.RefillAfter, part.Window)
 		}
 		if record && t.capacity > 0 { // a tier of calendar policies alone logs nothing
 			g.push(r, uint32(n), t.entries, s.res)
 		}
 	} else if g.n > 0 {
-		// Every window that holds events ends with the newest of them.
+		// Every window that holds events ends with the newest of them. A
+		// window without events has neither wait: both stay 0.
 		newest := time.Duration(g.instant(g.n-1, r, s) - now)
 		for i := range d.nparts {
 			if part := &d.parts[i]; part.RefillAfter > 0 && !t.isCalendar(i) {
-				part.ResetAfter = newest + part.Window
+				part.ResetAfter = min(newest+part.Window, part.Window)
+				part.RefillAfter = min(part.RefillAfter, part.Window)
 			}
 		}
 	}
-	for i := range d.nparts {
-		if part := &d.parts[i]; !t.isCalendar(i) {
-			part.RefillAfter = min(part.RefillAfter, part.Window)
-			part.ResetAfter = min(part.ResetAfter, part.Window)
+	d.fill(&d.parts[b.index(allowed)], allowed)
+}
+
+// binder works out Combine's binding part (binding) as the parts are made,
+// one look at each, rather than in a pass of its own once they are done.
+// An admitted request takes every part's Remaining down by the same n, so
+// the least Remaining is the same part before and after.
+type binder struct {
+	least int // the part with the least Remaining, first of equals
+	wait  int // of the refusing parts that can fit, the longest RetryAfter, first of equals; -1: none
+	never int // the first refusing part that can never fit; -1: none
+}
+
+// see looks at parts[i], whose Allowed, Remaining and RetryAfter are final
+// but for the admitted request's n.
+func (b *binder) see(parts []PolicyDecision, i int) {
+	p := &parts[i]
+	if p.Remaining < parts[b.least].Remaining {
+		b.least = i
+	}
+	switch {
+	case p.Allowed:
+	case p.RetryAfter == 0:
+		if b.never < 0 {
+			b.never = i
 		}
+	case b.wait < 0 || p.RetryAfter > parts[b.wait].RetryAfter:
+		b.wait = i
 	}
-	if d.nparts == 1 {
-		d.fill(&d.parts[0], allowed)
-		return
+}
+
+// index returns the binding part: binding(parts, allowed) of the parts seen.
+func (b *binder) index(allowed bool) int {
+	switch {
+	case allowed:
+		return b.least
+	case b.never >= 0:
+		return b.never
 	}
-	d.fill(&d.parts[binding(d.parts[:d.nparts], allowed)], allowed)
+	return b.wait
 }
 
 // idle reports whether the log holds no event inside the window at now, so

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"pgregory.net/rapid"
 )
 
 // t0 is the instant every trace starts at: 00:00:00.
@@ -700,4 +701,26 @@ func TestDecisionFormat(t *testing.T) {
 		" Overflow:false Fallback:false Receipt:{At:2026-01-01 00:00:00 +0000 UTC N:1}"+
 		" Policies:[{Policy:{Name: Limit:3 Window:1m0s} Allowed:true Remaining:2 RetryAfter:0s ResetAfter:1m0s RefillAfter:1m0s}]}", got)
 	assert.Equal(t, "{true  3 1m0s 2 0s 1m0s 1m0s false false {0001-01-01 00:00:00 +0000 UTC 0} [{{ 3 1m0s} true 2 0s 1m0s 1m0s}]}", fmt.Sprint(l.Peek("other")), "Peek: as a Take would leave it, with no receipt")
+}
+
+// TestBinderMatchesBinding checks the binding part decide finds as it makes
+// the parts against Combine's rule (binding), over parts admitted, refused
+// with a wait and refused for good, with equal numbers among them.
+func TestBinderMatchesBinding(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		parts := make([]PolicyDecision, rapid.IntRange(1, MaxPolicies).Draw(t, "parts"))
+		b := binder{wait: -1, never: -1}
+		allowed := true
+		for i := range parts {
+			p := &parts[i]
+			p.Allowed = rapid.Bool().Draw(t, "allowed")
+			p.Remaining = rapid.IntRange(0, 3).Draw(t, "remaining")
+			if !p.Allowed {
+				p.RetryAfter = time.Duration(rapid.IntRange(0, 3).Draw(t, "retry"))
+			}
+			allowed = allowed && p.Allowed
+			b.see(parts, i)
+		}
+		require.Equal(t, binding(parts, allowed), b.index(allowed))
+	})
 }
