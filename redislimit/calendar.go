@@ -77,16 +77,6 @@ func appendBoundaries(args []any, c keyrate.Calendar, wall time.Time) []any {
 	return append(args, prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro())
 }
 
-// hasCalendar reports whether any tier of tab has a calendar policy.
-func (tab *tierTable) hasCalendar() bool {
-	for _, t := range tab.named {
-		if t.calendar {
-			return true
-		}
-	}
-	return false
-}
-
 // checkAlgorithm refuses a tier with calendar policies under an algorithm
 // other than the sliding log, whose state alone keeps their counters.
 func (t *tier) checkAlgorithm(a Algorithm) error {

@@ -168,6 +168,3 @@ func WithLeaseClock(c keyrate.Clock) Option {
 // SweepLeases runs l's lease sweep at its lease clock's instant: with a
 // test's clock no sweeper runs by itself.
 func SweepLeases(l *Limiter) { l.sweep(l.leaseNow()) }
-
-// LeaseKeys returns how many keys l holds lease state for.
-func LeaseKeys(l *Limiter) int { return int(l.leases.count.Load()) }
