@@ -140,7 +140,17 @@ func (m *model) settle(k *modelKey, now int64, policies []Policy) int64 {
 	k.last = now
 	switch m.algorithm {
 	case SlidingLog:
-		k.events = slices.DeleteFunc(k.events, func(e modelEvent) bool { return e.at <= now-longestOf(policies) })
+		// Events leave at the window's start; with no window (calendar
+		// policies alone) those of now's own tick stay.
+		cut := now - longestOf(policies)
+		if longestOf(policies) == 0 {
+			tick := now / m.unit * m.unit // now's own tick ends at or after now
+			if tick < now {
+				tick += m.unit
+			}
+			cut = tick - m.unit
+		}
+		k.events = slices.DeleteFunc(k.events, func(e modelEvent) bool { return e.at <= cut })
 	case FixedWindow:
 		for i, p := range policies {
 			if p.Calendar.IsZero() && m.windowOf(now, p.Window) != m.windowOf(prev, p.Window) {
@@ -879,6 +889,10 @@ func TestMatchesReferenceModel(t *testing.T) {
 				}
 			}
 			require.Equal(t, len(m.keys), l.Len(), "step %d: tracked keys", i)
+			for _, key := range keys {
+				_, kept := m.keys[key]
+				require.Equal(t, kept, l.keys.load(key) != nil, "%s: is %q tracked", at, key)
+			}
 			checkLogs(t, l)
 		}
 		switch {

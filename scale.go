@@ -115,9 +115,12 @@ func (s *scale) floor(t int64) int64 {
 func (s *scale) instant(k int64) int64 { return k * s.unit }
 
 // windowAge returns, for the window (now-w, now] at reference tick r =
-// s.ceil(now), the bound below which an entry's age puts it inside.
+// s.ceil(now), the bound below which an entry's age puts it inside. It is
+// at least 1, so entries of now's own tick never leave, even under a tier
+// of calendar policies alone (w = 0): a refund finds its entry by tick, and
+// had the entry gone, a later one of that tick would take the refund.
 func windowAge(now, w, r int64, s *scale) uint32 {
-	return uint32(r - s.floor(now-w)) // in [1, 2^31]: see scale
+	return uint32(max(r-s.floor(now-w), 1)) // at most 2^31: see scale
 }
 
 // lim returns windowAge(now, w, r, s) for policy i of t, whose window is
