@@ -187,7 +187,7 @@ func TestOutageRefused(t *testing.T) {
 					if d.Allowed {
 						admitted++
 					}
-				case err == nil || d.Allowed || !errors.Is(err, redislimit.ErrUnavailable):
+				case err == nil || d.Allowed || !errors.Is(err, keyrate.ErrUnavailable):
 					t.Fatalf("call %d: %+v, %v; want an error wrapping ErrUnavailable", i, d, err)
 				case i == 0 && !connRefused(err):
 					t.Fatalf("the first call: %v, want the refused connection in the error", err)
@@ -446,7 +446,7 @@ func TestFallbackNotForScriptErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if d, err := l.TakeContext(context.Background(), "k", 1); err == nil || d.Fallback || errors.Is(err, redislimit.ErrUnavailable) {
+		if d, err := l.TakeContext(context.Background(), "k", 1); err == nil || d.Fallback || errors.Is(err, keyrate.ErrUnavailable) {
 			t.Fatalf("call %d on a key of another kind: %+v, %v; want Redis's error", i, d, err)
 		}
 	}
@@ -582,7 +582,7 @@ func TestFallbackBehindMiddleware(t *testing.T) {
 				if len(failed) != 0 || len(decided) != 4 || !decided[0].Decision.Fallback {
 					t.Errorf("%d errors and %d decisions reported (the first %+v), want 4 decisions from the fallback", len(failed), len(decided), decided)
 				}
-			} else if len(failed) != 4 || !errors.Is(failed[3].Err, redislimit.ErrUnavailable) || failed[3].Duration >= budget {
+			} else if len(failed) != 4 || !errors.Is(failed[3].Err, keyrate.ErrUnavailable) || failed[3].Duration >= budget {
 				t.Errorf("errors reported: %+v, want 4 wrapping ErrUnavailable, the last at once", failed)
 			}
 		})
@@ -605,7 +605,7 @@ func TestRefundFallbackDecision(t *testing.T) {
 	if err := l.Refund(ctx, "alice", &d); err != nil {
 		t.Fatalf("refund of a fallback decision: %v", err)
 	}
-	if err := l.Refund(ctx, "alice", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := l.Refund(ctx, "alice", &d); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("second refund: %v, want ErrNothingToRefund", err)
 	}
 	if d, _ := l.TakeContext(ctx, "alice", 2); !d.Allowed {

@@ -128,7 +128,7 @@ func TestModelRefund(t *testing.T) {
 				ok := mine && k.held[at] >= r.N() && at > now(k)-longest.Microseconds()
 				err := l.Refund(ctx, key, &tk.d)
 				if !ok {
-					if !errors.Is(err, redislimit.ErrNothingToRefund) {
+					if !errors.Is(err, keyrate.ErrNothingToRefund) {
 						t.Fatalf("step %d: refund on %q of %+v (life %d, the key's %d): %v, want ErrNothingToRefund", step, key, tk, tk.life, k.life, err)
 					}
 					continue

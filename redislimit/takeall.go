@@ -10,45 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TakeAll decides a request that counts against several keys, each hit at
-// its own weight and each key under its own tier (the tier function sees
-// each key as given, not the context's identity): it is admitted only when
-// every key has room for its weight, and then recorded against every key,
-// in one script run, one round trip, at one instant of the Redis server's
-// clock; the run and the round trip are shared with the concurrent calls
-// of the Limiter (see TakeContext). A refusal by one key records nothing
-// against the others. It
-// returns each hit's Decision, in the order of hits, and whether the
-// request was admitted. The semantics are the in-process
-// keyrate.Limiter.TakeAll's.
-//
-// When the request is refused, a key that had room is described as it
-// stands, the request not recorded, as TakeContext(ctx, key, 0) would
-// describe it. A key given twice counts the sum of its weights, and both
-// places get its one Decision. No hits at all admit the request. The rules
-// for each weight are TakeContext's; a negative one refuses the request. An admitted call's Decisions
-// carry Receipts, so each key's events can be refunded (Refund): a key
-// given twice, once.
-//
-// Keys of any length and bytes are limited, each under its own Redis key,
-// the same as TakeContext's for that key: the two share its budget. On a
-// single server any keys can be decided together. A Redis Cluster runs a
-// script on one slot only, so there the keys of one call must share a
-// hash tag: give WithHashTagFunc a function that puts the keys decided
-// together in one group (keyrate-rls groups a request's keys by its
-// domain); TakeAll returns an error wrapping keyrate.ErrConfig, and asks
-// nothing, for keys of several tags on any client but a *redis.Client.
-//
-// With the deny cache (WithDenyCache), a refusal it holds for any key, at
-// the weight the call gives that key, refuses the call without a round
-// trip: that key's Decision is the cached one, and the keys it did not ask
-// Redis about have a Decision with Allowed set (nothing refused them),
-// their tier's first Limit and no policies. The circuit breaker and the
-// local fallback apply as for TakeContext: while Redis cannot answer, the
-// fallback's TakeAll decides, every Decision with Fallback set.
-//
-// The errors are TakeContext's, for the first key at fault; with an
-// error, every Decision has only its Limit set.
+// TakeAll decides a request that counts against several keys, each at its
+// hit's weight and under its own tier (the tier function sees the key, not
+// the context's identity), as keyrate.Limiter.TakeAll does: admitted only
+// when every key has room, then recorded against all of them in one script
+// run at one instant of the server's clock; refused, it records nothing,
+// and a key with room is described as it stands. A key given twice counts
+// the sum of its weights under one Decision. Each key shares TakeContext's
+// budget for it. On a Redis Cluster the keys must share a hash tag
+// (WithHashTagFunc), or it returns an error wrapping keyrate.ErrConfig.
+// The deny cache, breaker and fallback apply as for TakeContext, whose
+// errors it returns, for the first key at fault ("Several keys", README).
 func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	ds := make([]keyrate.Decision, len(hits))
 	if len(hits) == 0 {
@@ -88,7 +60,7 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		}
 		if key == "" {
 			l.failAll(ds, keys)
-			return ds, false, fmt.Errorf("redislimit: take all: %w: key %d is empty", ErrInvalidKey, i)
+			return ds, false, fmt.Errorf("redislimit: take all: %w: key %d is empty", keyrate.ErrInvalidKey, i)
 		}
 		id := clientkey.Bound(key)
 		seen[key], at[i] = len(places), len(places)
