@@ -1,7 +1,6 @@
 package redislimit
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -78,9 +77,9 @@ func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 				tiers[name] = f.scale(t.policies)
 			}
 		}
-		// The Limiter works out a key's tier as it does for Redis and
-		// puts its name in front of the key (see fallbackKey), so that the
-		// tier function runs once, on what it sees for Redis.
+		// The Limiter chooses a key's tier once, for Redis and the
+		// fallback alike, and puts its name in front of the fallback's key
+		// (fallbackKey), which fallbackTier reads back.
 		opts = append(opts, keyrate.WithTiers(fallbackTier, tiers))
 	}
 	lim, err := keyrate.NewPolicies(f.scale(tab.def.policies), opts...)
@@ -123,30 +122,28 @@ func (f *fallback) setTier(name string, policies []keyrate.Policy) error {
 	return nil
 }
 
-// fallbackTake decides a request of weight n for key, bounded as id, in
-// the fallback, under the tier the Limiter's tier function names for it
-// under ctx, which is the caller's and not done.
-func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) keyrate.Decision {
-	d := l.fallback.lim.Take(l.fallbackKey(ctx, key, id), n)
+// fallbackTake decides a request of weight n for the bounded key id in the
+// fallback, under tr, the tier the Limiter chose for it: the tier function
+// runs once per decision, whoever decides.
+func (l *Limiter) fallbackTake(tr *tier, id string, n int) keyrate.Decision {
+	d := l.fallback.lim.Take(l.fallbackKey(tr, id), n)
 	d.Fallback = true
 	return d
 }
 
-// fallbackKey returns the fallback's key for the bounded key id, whose
-// tier the tier function names for the request of key under ctx: the
-// length of the tier's name (a uvarint), the name and id, so that a name
-// of any bytes reads back whole; id alone without tiers.
-func (l *Limiter) fallbackKey(ctx context.Context, key, id string) string {
+// fallbackKey returns the fallback's key for the bounded key id under tr:
+// the length of the tier's name (a uvarint), the name and id, so that a
+// name of any bytes reads back whole (fallbackTier) and each tier keeps
+// its own keys, as documented; id alone without tiers. The name travels
+// in the key because the fallback's TakeAll, like keyrate.Limiter's, names
+// a key's tier from the key alone.
+func (l *Limiter) fallbackKey(tr *tier, id string) string {
 	if l.tierOf == nil {
 		return id
 	}
-	name := keyrate.TierOf(ctx, l.tierOf, key)
-	if _, ok := l.tiers.Load().named[name]; !ok {
-		name = "" // the default tier, as tierFor finds it
-	}
-	b := make([]byte, 0, binary.MaxVarintLen64+len(name)+len(id))
-	b = binary.AppendUvarint(b, uint64(len(name)))
-	return string(append(append(b, name...), id...))
+	b := make([]byte, 0, binary.MaxVarintLen64+len(tr.name)+len(id))
+	b = binary.AppendUvarint(b, uint64(len(tr.name)))
+	return string(append(append(b, tr.name...), id...))
 }
 
 // fallbackTier is the fallback's tier function: the name fallbackKey put

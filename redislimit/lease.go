@@ -278,7 +278,7 @@ func (l *Limiter) askLease(ctx context.Context, key, id string, tr *tier, n, wan
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:
-		return l.fallbackTake(ctx, key, id, n), 0, sent, nil
+		return l.fallbackTake(tr, id, n), 0, sent, nil
 	case err != nil:
 		return tr.failed(), 0, sent, err
 	}

@@ -335,7 +335,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:
-		return l.fallbackTake(ctx, key, id, n), nil
+		return l.fallbackTake(tr, id, n), nil
 	case err != nil:
 		return tr.failed(), err
 	}

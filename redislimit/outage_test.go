@@ -507,6 +507,43 @@ func TestFallbackTiers(t *testing.T) {
 	}
 }
 
+// A decision the fallback makes runs the tier function once, as one Redis
+// makes: the Limiter chooses the tier and hands it to the fallback.
+func TestFallbackChoosesTierOnce(t *testing.T) {
+	var calls atomic.Int64
+	tier := func(key string) string {
+		calls.Add(1)
+		if strings.HasPrefix(key, "pro-") {
+			return "pro"
+		}
+		return ""
+	}
+	l, err := redislimit.New(deadClient(t), 4, time.Hour, redislimit.WithTimeout(budget), redislimit.WithLocalFallback(0.5),
+		redislimit.WithTiers(tier, map[string][]keyrate.Policy{"pro": {{Limit: 10, Window: time.Hour}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 { // the first call finds Redis down, the others the open breaker
+		calls.Store(0)
+		d, err := l.TakeContext(ctx, "pro-a", 1)
+		if err != nil || !d.Fallback || d.Limit != 5 {
+			t.Fatalf("call %d: %+v, %v; want the fallback's decision under the pro tier's 5", i, d, err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("TakeContext %d in the fallback ran the tier function %d times, want 1", i, n)
+		}
+	}
+	calls.Store(0)
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "pro-b", N: 1}, {Key: "free", N: 1}})
+	if err != nil || !ok || !ds[0].Fallback || ds[0].Limit != 5 || ds[1].Limit != 2 {
+		t.Fatalf("TakeAll: %+v, %v, %v; want the fallback's admission under pro's 5 and the default's 2", ds, ok, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("TakeAll of 2 keys in the fallback ran the tier function %d times, want 2", n)
+	}
+}
+
 // WithLocalFallback's share and key bound are checked.
 func TestLocalFallbackConfig(t *testing.T) {
 	client := redistest.Shared(t).Client(t)

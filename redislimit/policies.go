@@ -31,6 +31,7 @@ func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts .
 // and a deny cache entry made under it is recognised by its address.
 type tier struct {
 	field    string // where the policies came from, for errors (see newTier)
+	name     string // the tier's name, "" for the default tier
 	policies []keyrate.Policy
 	// args are the scripts' ARGV after the weight and the instant: limit
 	// and window (in microseconds, 0 for a calendar policy) of each

@@ -544,7 +544,7 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if l.fallback == nil {
 		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", keyrate.ErrNothingToRefund)
 	}
-	if err := l.fallback.lim.RefundN(l.fallbackKey(ctx, key, id), d, n); err != nil {
+	if err := l.fallback.lim.RefundN(l.fallbackKey(l.tierFor(ctx, key), id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

@@ -54,6 +54,7 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 		if err := t.checkResolution(res); err != nil {
 			return nil, err
 		}
+		t.name = name
 		tab.named[name] = t
 	}
 	return tab, nil
@@ -99,6 +100,7 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	}
 	old := l.tiers.Load()
 	next := &tierTable{def: old.def, named: maps.Clone(old.named)}
+	t.name = name
 	next.named[name] = t
 	if name == "" {
 		next.def = t
