@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/stretchr/testify/require"
 )
@@ -22,13 +23,13 @@ var isolatePrefixes atomic.Int64
 func TestRunIsolatesErrors(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
-	for _, alg := range []Algorithm{SlidingLog, FixedWindow, GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		l, err := New(client, 5, time.Hour, WithAlgorithm(alg), WithPrefix(fmt.Sprintf("isolate%d:%v:", isolatePrefixes.Add(1), alg)))
 		require.NoError(t, err)
 		tr := l.tiers.Load().def
 		key := func(k string) string { return l.storeKey(k, l.tagOf(k, k)) }
 		require.NoError(t, client.Set(ctx, key("bad"), "x", 0).Err())
-		if alg == SlidingLog {
+		if alg == keyrate.SlidingLog {
 			require.NoError(t, client.Del(ctx, key("bad")).Err())
 			require.NoError(t, client.HSet(ctx, key("bad"), "x", "y").Err())
 		}

@@ -24,7 +24,7 @@ import (
 // caller at a time would.
 func TestBatchedCallersExact(t *testing.T) {
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			client := srv.Client(t)
 			var rt redistest.RoundTrips
@@ -127,7 +127,7 @@ func TestBatchedErrorFailsItsCallerAlone(t *testing.T) {
 				}
 				d, err := l.TakeContext(context.Background(), key, 1)
 				switch {
-				case key == "bad" && err != nil && !errors.Is(err, redislimit.ErrUnavailable):
+				case key == "bad" && err != nil && !errors.Is(err, keyrate.ErrUnavailable):
 					bad.Add(1)
 				case key != "bad" && err == nil && d.Allowed:
 					good.Add(1)

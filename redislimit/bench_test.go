@@ -38,14 +38,14 @@ var benchKeys = func() []string {
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Shared(b)
 	type bench struct {
-		alg            redislimit.Algorithm
+		alg            keyrate.Algorithm
 		parallel, hot  bool
 		ctxTimeoutsOff bool
 		deny           bool
 		twoPolicies    bool // 100 per minute and 1,000 per day
 	}
 	var cases []bench
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		for _, parallel := range []bool{false, true} {
 			for _, hot := range []bool{false, true} {
 				cases = append(cases, bench{alg: alg, parallel: parallel, hot: hot})
@@ -53,13 +53,13 @@ func BenchmarkTake(b *testing.B) {
 		}
 	}
 	cases = append(cases,
-		bench{alg: redislimit.SlidingLog, hot: true, deny: true},
-		bench{alg: redislimit.SlidingLog, parallel: true, hot: true, deny: true},
-		bench{alg: redislimit.SlidingLog, twoPolicies: true},
-		bench{alg: redislimit.SlidingLog, parallel: true, twoPolicies: true},
-		bench{alg: redislimit.SlidingLog, parallel: true, hot: true, twoPolicies: true},
-		bench{alg: redislimit.SlidingLog, ctxTimeoutsOff: true},
-		bench{alg: redislimit.SlidingLog, parallel: true, ctxTimeoutsOff: true})
+		bench{alg: keyrate.SlidingLog, hot: true, deny: true},
+		bench{alg: keyrate.SlidingLog, parallel: true, hot: true, deny: true},
+		bench{alg: keyrate.SlidingLog, twoPolicies: true},
+		bench{alg: keyrate.SlidingLog, parallel: true, twoPolicies: true},
+		bench{alg: keyrate.SlidingLog, parallel: true, hot: true, twoPolicies: true},
+		bench{alg: keyrate.SlidingLog, ctxTimeoutsOff: true},
+		bench{alg: keyrate.SlidingLog, parallel: true, ctxTimeoutsOff: true})
 	for _, c := range cases {
 		name := c.alg.String() + "/" + map[bool]string{false: "Serial", true: "Parallel"}[c.parallel] +
 			"/" + map[bool]string{false: "ManyKeys", true: "HotKey"}[c.hot]

@@ -6,18 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keyrate/keyrate"
 	"github.com/redis/go-redis/v9"
 )
-
-// ErrUnavailable is wrapped by the error TakeContext returns when Redis
-// could not answer: unreachable, refusing connections, past the time
-// budget, or replying that it cannot serve now (LOADING, BUSY, MASTERDOWN,
-// CLUSTERDOWN, READONLY, TRYAGAIN, too many clients); and, at once, by
-// every call made while the circuit breaker is open (see TakeContext). It
-// is keyrate.ErrUnavailable. With WithLocalFallback such calls get the
-// fallback's decision instead of an error.
-var ErrUnavailable = keyrate.ErrUnavailable
 
 // The breaker's probe delays: the first probe waits probeFirst after the
 // failure that opened it, and each failed probe doubles the wait, up to

@@ -24,8 +24,8 @@ func TestOneBudget(t *testing.T) {
 	if got := l.TimeBudget(); got != budget {
 		t.Fatalf("TimeBudget() = %v, want the WithTimeout value %v", got, budget)
 	}
-	if got := newLimiter(t, srv.Client(t), 2, time.Hour).TimeBudget(); got != redislimit.DefaultTimeout {
-		t.Fatalf("TimeBudget() without WithTimeout = %v, want %v", got, redislimit.DefaultTimeout)
+	if got := newLimiter(t, srv.Client(t), 2, time.Hour).TimeBudget(); got != 250*time.Millisecond {
+		t.Fatalf("TimeBudget() without WithTimeout = %v, want the default 250ms", got)
 	}
 	c, err := middleware.NewCaller(l, time.Nanosecond)
 	if err != nil {

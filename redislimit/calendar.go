@@ -79,8 +79,8 @@ func appendBoundaries(args []any, c keyrate.Calendar, wall time.Time) []any {
 
 // checkAlgorithm refuses a tier with calendar policies under an algorithm
 // other than the sliding log, whose state alone keeps their counters.
-func (t *tier) checkAlgorithm(a Algorithm) error {
-	if t.calendar && a != SlidingLog {
+func (t *tier) checkAlgorithm(a keyrate.Algorithm) error {
+	if t.calendar && a != keyrate.SlidingLog {
 		return fmt.Errorf("%w: %s has a calendar policy, which needs the sliding log, not %v: only its state keeps the per-period counters", keyrate.ErrConfig, tierName(t.field), a)
 	}
 	return nil

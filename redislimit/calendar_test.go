@@ -140,7 +140,7 @@ func TestCalendarRefundLaterPeriod(t *testing.T) {
 		}
 		clock.Set(start.Add(2 * time.Hour)) // the next day
 		mustTake(t, l, "k", 5)
-		if err := l.Refund(ctx, "k", &a); !errors.Is(err, redislimit.ErrNothingToRefund) {
+		if err := l.Refund(ctx, "k", &a); !errors.Is(err, keyrate.ErrNothingToRefund) {
 			t.Fatalf("refund in a later period: %v, want ErrNothingToRefund", err)
 		}
 		if d := mustTake(t, l, "k", 0); d.Remaining != 5 {
@@ -402,10 +402,10 @@ func TestCalendarConfig(t *testing.T) {
 		{"nil location", []keyrate.Policy{{Limit: 1, Calendar: keyrate.Daily(nil)}}, nil, "nil location"},
 		{"a window and a calendar", []keyrate.Policy{{Limit: 1, Window: time.Hour, Calendar: keyrate.Daily(time.UTC)}}, nil, "want one of them"},
 		{"a limit of 0", []keyrate.Policy{{Limit: 0, Calendar: keyrate.Daily(time.UTC)}}, nil, "Limit is 0"},
-		{"FixedWindow", []keyrate.Policy{month}, []redislimit.Option{redislimit.WithAlgorithm(redislimit.FixedWindow)}, "needs the sliding log, not fixed window"},
-		{"GCRA", []keyrate.Policy{month}, []redislimit.Option{redislimit.WithAlgorithm(redislimit.GCRA)}, "needs the sliding log, not GCRA"},
+		{"FixedWindow", []keyrate.Policy{month}, []redislimit.Option{redislimit.WithAlgorithm(keyrate.FixedWindow)}, "needs the sliding log, not fixed window"},
+		{"GCRA", []keyrate.Policy{month}, []redislimit.Option{redislimit.WithAlgorithm(keyrate.GCRA)}, "needs the sliding log, not GCRA"},
 		{"leases", []keyrate.Policy{month}, []redislimit.Option{redislimit.WithLeases(10 * time.Millisecond)}, "leases cannot decide exactly"},
-		{"a tier under GCRA", []keyrate.Policy{{Limit: 1, Window: time.Second}}, []redislimit.Option{redislimit.WithAlgorithm(redislimit.GCRA),
+		{"a tier under GCRA", []keyrate.Policy{{Limit: 1, Window: time.Second}}, []redislimit.Option{redislimit.WithAlgorithm(keyrate.GCRA),
 			redislimit.WithTiers(func(string) string { return "" }, map[string][]keyrate.Policy{"pro": {month}})}, `tiers["pro"] has a calendar policy`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -424,7 +424,7 @@ func TestCalendarConfig(t *testing.T) {
 	if err := l.SetTier("", []keyrate.Policy{month}); !errors.Is(err, keyrate.ErrConfig) {
 		t.Fatalf("SetTier of a calendar under leases: %v, want ErrConfig", err)
 	}
-	g, err := redislimit.NewPolicies(client, []keyrate.Policy{{Limit: 1, Window: time.Second}}, redislimit.WithAlgorithm(redislimit.GCRA))
+	g, err := redislimit.NewPolicies(client, []keyrate.Policy{{Limit: 1, Window: time.Second}}, redislimit.WithAlgorithm(keyrate.GCRA))
 	if err != nil {
 		t.Fatal(err)
 	}

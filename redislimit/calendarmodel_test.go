@@ -7,7 +7,7 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// reference is what TestMatchesCore compares a redislimit.Limiter with:
+// reference is what TestModelCore compares a redislimit.Limiter with:
 // the in-process *keyrate.Limiter, or, for tiers with calendar policies
 // while the core does not count them itself, a calendarRef.
 type reference interface {
@@ -20,7 +20,7 @@ type reference interface {
 }
 
 // coreCountsCalendars reports whether the in-process limiter takes
-// calendar policies itself: then TestMatchesCore compares with it alone.
+// calendar policies itself: then TestModelCore compares with it alone.
 func coreCountsCalendars() bool {
 	l, err := keyrate.NewPolicies([]keyrate.Policy{{Limit: 1, Calendar: keyrate.Daily(time.UTC)}}, keyrate.WithJanitorInterval(0))
 	if err != nil {

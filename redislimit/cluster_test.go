@@ -52,7 +52,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("ServerTime", func(t *testing.T) {
-		for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+		for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 			l := newLimiter(t, client, 3, time.Hour, redislimit.WithAlgorithm(alg))
 			for i := range 5 {
 				if d := mustTake(t, l, "user", 1); d.Allowed != (i < 3) {

@@ -67,19 +67,13 @@ type Concurrency struct {
 }
 
 // NewConcurrency returns a Concurrency that lets each key hold at most
-// limit slots at once, in the Redis that client reaches, each a lease
-// lasting ttl unless renewed. limit must be 1 to math.MaxInt32; ttl at
-// least twice the time budget (WithTimeout, 250ms by default), so that a
-// renewal, sent every ttl/3, lands before its lease lapses even when it
-// takes the whole budget.
-//
-// It takes the options that concern it: WithPrefix (replicas that share
-// slots share a prefix, which may be a rate Limiter's: the keys do not
-// collide), WithTimeout (the budget of every call), WithHashTagSecret, and
-// WithTiers, whose tiers are each one policy with a Limit alone, as for
-// keyrate.NewConcurrency. Any other option configures rate decisions and
-// is an error. Every error wraps keyrate.ErrConfig. NewConcurrency does
-// not contact Redis.
+// limit slots at once in the Redis client reaches, each a lease lasting ttl
+// unless renewed (every ttl/3). limit is 1 to math.MaxInt32; ttl at least
+// twice the time budget, so that a renewal lands in time. It takes
+// WithPrefix, WithTimeout, WithHashTagSecret and WithTiers (each tier one
+// policy with a Limit alone, as for keyrate.NewConcurrency); any other
+// option is an error. Every error wraps keyrate.ErrConfig. It does not
+// contact Redis.
 func NewConcurrency(client redis.UniversalClient, limit int, ttl time.Duration, opts ...Option) (*Concurrency, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis client is nil", keyrate.ErrConfig)
@@ -121,20 +115,13 @@ func NewConcurrency(client redis.UniversalClient, limit int, ttl time.Duration, 
 }
 
 // TryAcquire takes one of key's slots if one is free now, in one round
-// trip, and returns the function that gives it back: call it when the
-// request ends, once or more (only the first call counts), from any
-// goroutine. It returns ok false when key holds its limit of live leases.
-//
-// The tier function (WithTiers) sees the identity ctx carries
-// (keyrate.ContextWithIdentity), else key. It returns an error wrapping
-// ErrInvalidKey for an empty key; ctx's error if ctx is done, before the
-// call (no slot is taken for a caller that has gone) or before Redis
-// answers; one wrapping keyrate.ErrUnavailable when Redis does not answer
-// within the time budget or cannot answer; keyrate.ErrClosed after Close,
-// when leases would no longer be renewed; and Redis's error otherwise. A
-// call that timed out may have taken a slot all the same: its lease lapses
-// unrenewed within the time to live. An error never names the key (see
-// "Keys" in the package doc).
+// trip, and returns the function that gives it back (only its first call
+// counts, from any goroutine); ok is false when key holds its limit. The
+// tier function sees the context's identity, else key. Errors:
+// keyrate.ErrInvalidKey for "", ctx's, keyrate.ErrUnavailable when Redis
+// does not answer within the budget, keyrate.ErrClosed after Close, and
+// Redis's own; a call that timed out may hold a slot, which lapses within
+// the time to live. Errors never name the key.
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (release func(), ok bool, err error) {
 	release, err = c.acquire(ctx, key, c.limitFor(ctx, key))
 	return release, release != nil, err
@@ -183,7 +170,7 @@ func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (r
 // the slot's release, or nil when the key is full.
 func (c *Concurrency) acquire(ctx context.Context, key string, limit int) (func(), error) {
 	if key == "" {
-		return nil, fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
+		return nil, fmt.Errorf("redislimit: %w: empty key", keyrate.ErrInvalidKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -276,11 +263,11 @@ func (c *Concurrency) run(ctx context.Context, script *redis.Script, sk string, 
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case budget.Err() != nil:
-		return nil, fmt.Errorf("%w: no answer from redis within the %v budget: %w", ErrUnavailable, c.timeout, budget.Err())
+		return nil, fmt.Errorf("%w: no answer from redis within the %v budget: %w", keyrate.ErrUnavailable, c.timeout, budget.Err())
 	case redis.IsOOMError(err):
-		return nil, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+		return nil, fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
 	case unanswered(err):
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", keyrate.ErrUnavailable, err)
 	}
 	return nil, err
 }

@@ -325,7 +325,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 		"ttl 0":                   {client, 1, 0, nil},
 		"ttl under twice budget":  {client, 1, 400 * time.Millisecond, nil},
 		"ttl in nanoseconds":      {client, 1, time.Minute + 1, nil},
-		"WithAlgorithm":           {client, 1, time.Minute, []redislimit.Option{redislimit.WithAlgorithm(redislimit.SlidingLog)}},
+		"WithAlgorithm":           {client, 1, time.Minute, []redislimit.Option{redislimit.WithAlgorithm(keyrate.SlidingLog)}},
 		"WithResolution":          {client, 1, time.Minute, []redislimit.Option{redislimit.WithResolution(time.Second)}},
 		"WithDenyCache":           {client, 1, time.Minute, []redislimit.Option{redislimit.WithDenyCache(10)}},
 		"WithLocalFallback":       {client, 1, time.Minute, []redislimit.Option{redislimit.WithLocalFallback(0.5)}},

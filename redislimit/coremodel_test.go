@@ -16,7 +16,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestMatchesCore drives a redislimit.Limiter and the in-process
+// TestModelCore drives a redislimit.Limiter and the in-process
 // keyrate.Limiter with the same calls and compares them decision by
 // decision: every number of every Decision (receipts aside, each the
 // backend's own), and every refund's outcome. The calls are Take and
@@ -61,7 +61,7 @@ import (
 // alone.
 //
 // The normal run is rapid's 100 cases; a long one takes -rapid.checks=N.
-func TestMatchesCore(t *testing.T) {
+func TestModelCore(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	// What the run compared, to say how much of it the differences above

@@ -329,7 +329,7 @@ func TestDenyCacheLostState(t *testing.T) {
 			start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 			clock := keyrate.NewManualClock(start)
 			opts := []redislimit.Option{redislimit.WithDenyCache(10), redislimit.WithClock(clock)}
-			maxHold := redislimit.DefaultDenyCacheMaxHold
+			maxHold := time.Second // the default hold
 			if c.hold > 0 {
 				maxHold = c.hold
 				opts = append(opts, redislimit.WithDenyCacheMaxHold(c.hold))

@@ -43,7 +43,7 @@ func Example() {
 	}
 	d, err := limiter.TakeContext(context.Background(), "api-key-123", 1)
 	switch {
-	case errors.Is(err, redislimit.ErrInvalidKey):
+	case errors.Is(err, keyrate.ErrInvalidKey):
 		fmt.Println("no client key: reject the request")
 	case err != nil:
 		fmt.Println("redis unavailable: fail open or closed, by policy:", err)
@@ -59,7 +59,7 @@ func ExampleWithAlgorithm() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 	limiter, err := redislimit.New(client, 1_000_000, time.Hour,
-		redislimit.WithAlgorithm(redislimit.FixedWindow), redislimit.WithTimeout(50*time.Millisecond))
+		redislimit.WithAlgorithm(keyrate.FixedWindow), redislimit.WithTimeout(50*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func ExampleWithAlgorithm_gcra() {
 	client := redis.NewClient(&redis.Options{Addr: exampleRedis(), ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	limiter, err := redislimit.New(client, 10, 10*time.Minute, redislimit.WithAlgorithm(redislimit.GCRA))
+	limiter, err := redislimit.New(client, 10, 10*time.Minute, redislimit.WithAlgorithm(keyrate.GCRA))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package redislimit
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -10,64 +9,28 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// WithLocalFallback makes the Limiter decide in this process when Redis
-// cannot answer, instead of returning an error: when it is unreachable,
-// refuses connections, outlives the time budget, replies that it cannot
-// serve now (LOADING, BUSY, ...), is out of memory and cannot record an
-// admission, or while the circuit breaker is open after any of these (see
-// TakeContext). The decision then comes from an in-process
+// WithLocalFallback decides in this process while Redis cannot answer (see
+// TakeContext), instead of returning an error: an in-process
 // keyrate.Limiter with the same policies and tiers, each limit scaled by
-// share and rounded down, but at least 1. Give each of N replicas a share
-// of 1/N and together they admit about the limit while Redis is down; a
-// share of 1 lets each replica admit the whole limit on its own.
-//
-// Such a Decision has Fallback set, and its Limit, Remaining and every
-// policy's numbers are the fallback's, so that the RateLimit fields a
-// middleware writes stay true; TakeContext returns it with a nil error,
-// so middleware answers it like any other decision, and its failure mode
-// (FailOpen, FailClosed) applies only when no decision at all can be had.
-// promlimit counts such decisions as source="fallback".
-//
-// What the fallback admits is not written to Redis when it answers again,
-// and the fallback does not know what Redis admitted before the outage. So
-// within a window that spans an outage, a client can get up to its limit
-// through Redis and limit × share more through each replica's fallback:
-// with one replica and a share of 0.5, one and a half times its limit. The
-// fallback keeps its counts after Redis recovers, so a Redis that goes
-// down again within the window does not give a client a second share.
-// Decisions return to Redis within a second of it answering again (the
-// breaker's probes).
-//
-// The fallback counts with the exact sliding log whatever the Algorithm
-// (FixedWindow would admit more), without WithResolution, on the local
-// clock, keyed by the same bounded keys as Redis (see "Keys" in the
-// package doc) and the name of their tier, and SetTier changes its tiers
-// along with the Limiter's. A key that moves to another tier during an
-// outage (a plan change, not SetTier) starts over in the fallback. It
-// holds at most WithLocalFallbackMaxKeys keys (100,000 by default), 4 bytes
-// per event held plus about 110 per key, and makes room by forgetting the
-// keys it decided least recently (see keyrate.WithMaxKeys); it runs no
-// janitor, so the Limiter still needs no Close.
-//
-// share must be greater than 0 and at most 1; otherwise New returns an
-// error wrapping keyrate.ErrConfig. Default: no fallback, and calls return
-// an error wrapping ErrUnavailable (or ErrOutOfMemory) while Redis cannot
-// answer.
+// share (rounded down, at least 1), counting on the exact sliding log. Its
+// Decisions have Fallback set and a nil error. What it admits is not
+// written to Redis: give each of N replicas 1/N. Default: none; share is
+// more than 0 and at most 1. Cost: up to 100,000 keys (see
+// WithLocalFallbackMaxKeys) and no goroutine ("When Redis is down", README).
 func WithLocalFallback(share float64) Option {
 	return func(cfg *config) { cfg.fallbackShare, cfg.fallbackSet = share, true }
 }
 
-// DefaultLocalFallbackMaxKeys is how many keys the local fallback tracks
-// at most, unless WithLocalFallbackMaxKeys sets another bound.
-const DefaultLocalFallbackMaxKeys = 100_000
+// defaultFallbackKeys is how many keys the local fallback tracks at most,
+// unless WithLocalFallbackMaxKeys sets another bound.
+const defaultFallbackKeys = 100_000
 
 // WithLocalFallbackMaxKeys bounds the keys the local fallback
-// (WithLocalFallback) tracks at once. Past n, a new key makes room by
-// evicting the keys decided least recently, which forget their local
-// events: a key idle longer than every other tracked key may then get its
-// share again within a window. Size it a sixteenth above the clients
-// active within the longest window. Default: DefaultLocalFallbackMaxKeys.
-// n must be positive, and the option needs WithLocalFallback.
+// (WithLocalFallback) tracks, about 110 bytes each plus 4 per event held.
+// Default: 100,000. Past n, a new key evicts those decided least recently,
+// which forget their events and may get their share again within a window:
+// size it a sixteenth above the clients active in the longest window. n
+// must be positive, and the option needs WithLocalFallback.
 func WithLocalFallbackMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.fallbackKeys, cfg.fallbackKeysSet = n, true }
 }
@@ -95,7 +58,7 @@ type fallback struct {
 // tiers are tab, with a tier function when tiered.
 func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 	f := &fallback{share: cfg.fallbackShare}
-	keys := DefaultLocalFallbackMaxKeys
+	keys := defaultFallbackKeys
 	if cfg.fallbackKeysSet {
 		keys = cfg.fallbackKeys
 	}
@@ -114,9 +77,9 @@ func newFallback(cfg *config, tab *tierTable, tiered bool) (*fallback, error) {
 				tiers[name] = f.scale(t.policies)
 			}
 		}
-		// The Limiter works out a key's tier as it does for Redis and
-		// puts its name in front of the key (see fallbackKey), so that the
-		// tier function runs once, on what it sees for Redis.
+		// The Limiter chooses a key's tier once, for Redis and the
+		// fallback alike, and puts its name in front of the fallback's key
+		// (fallbackKey), which fallbackTier reads back.
 		opts = append(opts, keyrate.WithTiers(fallbackTier, tiers))
 	}
 	lim, err := keyrate.NewPolicies(f.scale(tab.def.policies), opts...)
@@ -159,30 +122,28 @@ func (f *fallback) setTier(name string, policies []keyrate.Policy) error {
 	return nil
 }
 
-// fallbackTake decides a request of weight n for key, bounded as id, in
-// the fallback, under the tier the Limiter's tier function names for it
-// under ctx, which is the caller's and not done.
-func (l *Limiter) fallbackTake(ctx context.Context, key, id string, n int) keyrate.Decision {
-	d := l.fallback.lim.Take(l.fallbackKey(ctx, key, id), n)
+// fallbackTake decides a request of weight n for the bounded key id in the
+// fallback, under tr, the tier the Limiter chose for it: the tier function
+// runs once per decision, whoever decides.
+func (l *Limiter) fallbackTake(tr *tier, id string, n int) keyrate.Decision {
+	d := l.fallback.lim.Take(l.fallbackKey(tr, id), n)
 	d.Fallback = true
 	return d
 }
 
-// fallbackKey returns the fallback's key for the bounded key id, whose
-// tier the tier function names for the request of key under ctx: the
-// length of the tier's name (a uvarint), the name and id, so that a name
-// of any bytes reads back whole; id alone without tiers.
-func (l *Limiter) fallbackKey(ctx context.Context, key, id string) string {
+// fallbackKey returns the fallback's key for the bounded key id under tr:
+// the length of the tier's name (a uvarint), the name and id, so that a
+// name of any bytes reads back whole (fallbackTier) and each tier keeps
+// its own keys, as documented; id alone without tiers. The name travels
+// in the key because the fallback's TakeAll, like keyrate.Limiter's, names
+// a key's tier from the key alone.
+func (l *Limiter) fallbackKey(tr *tier, id string) string {
 	if l.tierOf == nil {
 		return id
 	}
-	name := keyrate.TierOf(ctx, l.tierOf, key)
-	if _, ok := l.tiers.Load().named[name]; !ok {
-		name = "" // the default tier, as tierFor finds it
-	}
-	b := make([]byte, 0, binary.MaxVarintLen64+len(name)+len(id))
-	b = binary.AppendUvarint(b, uint64(len(name)))
-	return string(append(append(b, name...), id...))
+	b := make([]byte, 0, binary.MaxVarintLen64+len(tr.name)+len(id))
+	b = binary.AppendUvarint(b, uint64(len(tr.name)))
+	return string(append(append(b, tr.name...), id...))
 }
 
 // fallbackTier is the fallback's tier function: the name fallbackKey put

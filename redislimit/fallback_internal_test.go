@@ -34,15 +34,18 @@ func TestScaleLimit(t *testing.T) {
 // key, whatever its bytes.
 func TestFallbackKey(t *testing.T) {
 	l := &Limiter{tierOf: func(key string) string { return key[:len(key)/2] }}
-	tab := &tierTable{named: map[string]*tier{"": nil, "ab": nil, "\x00\x01": nil, strings.Repeat("x", 300): nil}}
+	tab := &tierTable{def: &tier{}, named: map[string]*tier{}}
+	for _, name := range []string{"", "ab", "\x00\x01", strings.Repeat("x", 300)} {
+		tab.named[name] = &tier{name: name}
+	}
 	l.tiers.Store(tab)
 	for name := range tab.named {
 		key := name + name // the tier function names the first half
-		if got := fallbackTier(l.fallbackKey(context.Background(), key, "id")); got != name {
+		if got := fallbackTier(l.fallbackKey(l.tierFor(context.Background(), key), "id")); got != name {
 			t.Errorf("tier %q read back as %q", name, got)
 		}
 	}
-	if got := fallbackTier(l.fallbackKey(context.Background(), "zzzz", "id")); got != "" {
+	if got := fallbackTier(l.fallbackKey(l.tierFor(context.Background(), "zzzz"), "id")); got != "" {
 		t.Errorf("an unknown tier read back as %q, want the default", got)
 	}
 	for _, bad := range []string{"", "\x05ab", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"} {

@@ -16,7 +16,7 @@ import "github.com/keyrate/keyrate"
 //	refillAfter the time until the bucket holds one more token
 //
 // which are the core's keyrate.GCRA numbers, and redis_rate's (with burst
-// = limit and rate = limit per window): see GCRA for where they differ.
+// = limit and rate = limit per window): see "Algorithms" in the README for where they differ.
 // Field l holds the newest instant the key was decided at: every decision
 // of the key writes it (a refusal, that field alone), and a server clock
 // that steps back is clamped to it, as the in-process bucket decides at

@@ -18,7 +18,7 @@ import (
 func TestGCRABurstThenRate(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	s := time.Second
 	for i := range 10 {
 		want := single(10, 10*s, keyrate.Decision{Allowed: true, Remaining: 9 - i, ResetAfter: time.Duration(i+1) * s, RefillAfter: s})
@@ -73,7 +73,7 @@ func TestGCRAMatchesCore(t *testing.T) {
 		}
 		clock := keyrate.NewManualClock(start)
 		l, err := redislimit.NewPolicies(client, policies, redislimit.WithPrefix(uniquePrefix()),
-			redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+			redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestGCRAMatchesCore(t *testing.T) {
 				}
 				got := l.RefundN(ctx, "k", &p.d, n)
 				want := left > 0 && model.refund(now, p.tk, n)
-				if (got == nil) != want || got != nil && !errors.Is(got, redislimit.ErrNothingToRefund) {
+				if (got == nil) != want || got != nil && !errors.Is(got, keyrate.ErrNothingToRefund) {
 					t.Fatalf("sequence %d step %d, policies %v: RefundN(%d of %d) at +%v = %v, want success %v",
 						seq, step, policies, n, left, clock.Now().Sub(start), got, want)
 				}
@@ -165,7 +165,7 @@ func TestGCRAPolicies(t *testing.T) {
 	clock := keyrate.NewManualClock(start)
 	l := newPolicies(t, client, []keyrate.Policy{{Name: "second", Limit: 2, Window: time.Second},
 		{Name: "ten", Limit: 5, Window: 10 * time.Second}, {Name: "minute", Limit: 50, Window: time.Minute}},
-		redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+		redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	admitted := 0
 	for range 40 {
 		if mustTake(t, l, "k", 1).Allowed {
@@ -191,7 +191,7 @@ func TestGCRAPolicies(t *testing.T) {
 func TestGCRADenyCache(t *testing.T) {
 	srv := redistest.Shared(t)
 	clock := keyrate.NewManualClock(start)
-	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA),
+	l, rt := countedLimiter(t, srv, uniquePrefix(), 2, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA),
 		redislimit.WithDenyCache(10), redislimit.WithDenyCacheMaxHold(time.Hour), redislimit.WithClock(clock))
 	mustTake(t, l, "hot", 2)
 	clock.Advance(time.Second)
@@ -221,7 +221,7 @@ func TestGCRAExpiry(t *testing.T) {
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
 	const window = 10 * time.Second
-	l := newLimiter(t, client, 10, window, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, window, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	mustTake(t, l, "k", 4) // full in 4s: expires 4s + 5s later
 	ttl := client.PTTL(ctx, l.StoreKey("k")).Val()
 	if ttl <= 8*time.Second || ttl > 9*time.Second {
@@ -236,7 +236,7 @@ func TestGCRAExpiry(t *testing.T) {
 	if got := client.PTTL(ctx, l.StoreKey("k")).Val(); got <= 13*time.Second || got > 14*time.Second {
 		t.Fatalf("TTL after an admission past it: %v, want about 14s", got)
 	}
-	if _, err := redislimit.New(client, 1, window, redislimit.WithAlgorithm(redislimit.GCRA+1)); !errors.Is(err, keyrate.ErrConfig) {
+	if _, err := redislimit.New(client, 1, window, redislimit.WithAlgorithm(keyrate.GCRA+1)); !errors.Is(err, keyrate.ErrConfig) {
 		t.Fatalf("an unknown algorithm: %v, want an error wrapping keyrate.ErrConfig", err)
 	}
 }
@@ -248,7 +248,7 @@ func TestGCRAExpiry(t *testing.T) {
 func TestGCRATiers(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	if d := mustTake(t, l, "k", 10); !d.Allowed {
 		t.Fatalf("a burst of 10: %+v", d)
 	}

@@ -36,7 +36,7 @@ func TestGCRARefundBeyondTheWindow(t *testing.T) {
 	} {
 		name := fmt.Sprintf("%d of %d per %v, %d held", tc.take, tc.limit, tc.window, tc.held)
 		clock := keyrate.NewManualClock(start)
-		l := newLimiter(t, client, tc.limit, tc.window, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.GCRA))
+		l := newLimiter(t, client, tc.limit, tc.window, redislimit.WithClock(clock), redislimit.WithAlgorithm(keyrate.GCRA))
 		if tc.held > 0 {
 			mustTake(t, l, "k", tc.held)
 		}
@@ -65,7 +65,7 @@ func TestGCRARefundLedgerPast48Bits(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 1000, time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.GCRA))
+	l := newLimiter(t, client, 1000, time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(keyrate.GCRA))
 	z := mustTakeReceipt(t, l, "k", 500)
 	a := mustTakeReceipt(t, l, "k", 500)
 	if err := l.Refund(ctx, "k", &z); err != nil { // a's span is now the bucket's first 500ms
@@ -79,7 +79,7 @@ func TestGCRARefundLedgerPast48Bits(t *testing.T) {
 	if d := mustTake(t, l, "k", 500); !d.Allowed {
 		t.Fatalf("the live request: %+v, want admitted", d)
 	}
-	if err := l.Refund(ctx, "k", &a); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := l.Refund(ctx, "k", &a); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("refund of a, whose tokens refilled: %v, want ErrNothingToRefund", err)
 	}
 	if got := remaining(t, l, "k"); got != 500 {
@@ -96,7 +96,7 @@ func TestGCRARefundLedgerFull(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 100, time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.GCRA))
+	l := newLimiter(t, client, 100, time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(keyrate.GCRA))
 	key := l.StoreKey("k")
 	mustTake(t, l, "k", 1)
 	if err := client.HSet(ctx, key, "r", ledgerTop-11).Err(); err != nil {
@@ -107,7 +107,7 @@ func TestGCRARefundLedgerFull(t *testing.T) {
 		t.Fatalf("a refund that fits the ledger: %v", err)
 	}
 	e := mustTakeReceipt(t, l, "k", 10)
-	if err := l.Refund(ctx, "k", &e); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := l.Refund(ctx, "k", &e); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("a refund past the ledger's top: %v, want ErrNothingToRefund", err)
 	}
 	if got, err := client.HGet(ctx, key, "r").Int64(); err != nil || got != ledgerTop-6 {
@@ -128,7 +128,7 @@ func TestGCRARefundLedgerFull(t *testing.T) {
 	if err := l.Refund(ctx, "k", &f); err != nil {
 		t.Fatalf("a refund in the new generation: %v", err)
 	}
-	if err := l.Refund(ctx, "k", &e); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := l.Refund(ctx, "k", &e); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("a receipt of the old generation: %v, want ErrNothingToRefund", err)
 	}
 	if got := remaining(t, l, "k"); got != 100 {

@@ -33,7 +33,7 @@ func checkLeases(cfg *config, tab *tierTable) error {
 	switch {
 	case d < time.Millisecond || d%time.Microsecond != 0:
 		return fmt.Errorf("%w: lease is %v, want at least 1ms in whole microseconds", keyrate.ErrConfig, d)
-	case cfg.algorithm != SlidingLog:
+	case cfg.algorithm != keyrate.SlidingLog:
 		// A fixed window ends for every replica at once, and a bucket
 		// refills while a lease is spent: neither bounds what a lease
 		// spent after its instant adds to a window.
@@ -278,7 +278,7 @@ func (l *Limiter) askLease(ctx context.Context, key, id string, tr *tier, n, wan
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:
-		return l.fallbackTake(ctx, key, id, n), 0, sent, nil
+		return l.fallbackTake(tr, id, n), 0, sent, nil
 	case err != nil:
 		return tr.failed(), 0, sent, err
 	}

@@ -185,7 +185,7 @@ func TestLeaseOutage(t *testing.T) {
 	require.Equal(t, 100, takeN(t, l, "k", 100), "spent from the lease")
 	clock.Advance(100 * time.Millisecond)
 	_, err := l.TakeContext(context.Background(), "k", 1)
-	require.ErrorIs(t, err, redislimit.ErrUnavailable)
+	require.ErrorIs(t, err, keyrate.ErrUnavailable)
 }
 
 // TestLeaseConfig: leases need the sliding log and a d from 1ms to the
@@ -200,8 +200,8 @@ func TestLeaseConfig(t *testing.T) {
 		{0, nil, "at least 1ms"},
 		{time.Millisecond + 1, nil, "whole microseconds"},
 		{2 * time.Second, nil, "shorter than the lease"},
-		{time.Millisecond, []redislimit.Option{redislimit.WithAlgorithm(redislimit.FixedWindow)}, "sliding log"},
-		{time.Millisecond, []redislimit.Option{redislimit.WithAlgorithm(redislimit.GCRA)}, "sliding log"},
+		{time.Millisecond, []redislimit.Option{redislimit.WithAlgorithm(keyrate.FixedWindow)}, "sliding log"},
+		{time.Millisecond, []redislimit.Option{redislimit.WithAlgorithm(keyrate.GCRA)}, "sliding log"},
 	} {
 		_, err := redislimit.New(client, 10, time.Second, append(c.opts, redislimit.WithLeases(c.d))...)
 		require.ErrorIs(t, err, keyrate.ErrConfig, "lease %v", c.d)

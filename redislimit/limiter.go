@@ -12,9 +12,9 @@
 //
 // The default algorithm is the exact sliding log of the core package (at
 // most limit events per key in any window-length span), at O(log N) per
-// decision whatever the weight; FixedWindow trades exactness at window
-// boundaries for O(1) memory per key, and GCRA is the token bucket of the
-// core's keyrate.GCRA, which answers as github.com/go-redis/redis_rate
+// decision whatever the weight; keyrate.FixedWindow trades exactness at
+// window boundaries for O(1) memory per key, and keyrate.GCRA is the
+// core's token bucket, which answers as github.com/go-redis/redis_rate
 // does, also in O(1). Whichever the algorithm, the decision reads the
 // Redis server's clock, never the callers', so replicas whose clocks
 // disagree still share one exact window.
@@ -84,7 +84,7 @@
 // Only the calls that meet an outage first wait out the budget: a circuit
 // breaker, always on, then keeps calls off Redis until a probe gets an
 // answer again, so that every call during an outage returns in
-// microseconds, with an error wrapping ErrUnavailable, or with a decision
+// microseconds, with an error wrapping keyrate.ErrUnavailable, or with a decision
 // of the local fallback (WithLocalFallback), which admits a share of each
 // limit in this process and is never unlimited. See TakeContext, and "When
 // Redis is down" in the README.
@@ -122,18 +122,6 @@ import (
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
-
-// ErrInvalidKey is wrapped by the error TakeContext and Allow return for an
-// empty key. An empty key usually means the caller failed to identify the
-// client; sharing one budget among all such requests would hide that bug.
-// Keys of any other length are limited (see "Keys" in the package doc).
-var ErrInvalidKey = keyrate.ErrInvalidKey
-
-// ErrOutOfMemory is wrapped by the error TakeContext and Allow return when
-// Redis refuses to record an admission because it is at its maxmemory with
-// the noeviction policy ("OOM command not allowed"). It is
-// keyrate.ErrOutOfMemory.
-var ErrOutOfMemory = keyrate.ErrOutOfMemory
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no state of its own beyond its configuration,
@@ -278,9 +266,9 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 		}
 	}
 	switch cfg.algorithm {
-	case FixedWindow:
+	case keyrate.FixedWindow:
 		l.script, l.suffix = fixedWindowScript, ":fw"
-	case GCRA:
+	case keyrate.GCRA:
 		l.script, l.suffix = gcraScript, ":gcra"
 	default:
 		l.script, l.lone, l.suffix = slidingLogScript, slidingLogOneScript, ":log"
@@ -311,59 +299,19 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 }
 
 // TakeContext decides a request of weight n for key and records it if
-// admitted, atomically across every client of the same Redis: one script
-// run, one round trip (none for a refusal the deny cache answers), however
-// many policies the key is under; while a round trip of this Limiter is in
-// flight to the key's node, the call waits for the next, which it shares
-// with every call that arrived meanwhile, each within its own budget. A refused request records nothing,
-// against any policy. The rules for n are the core's: 0 is always allowed
-// and records nothing, a negative n or one above a policy's limit is
-// refused with RetryAfter 0 (it can never fit).
-//
-// When Redis cannot answer (it is unreachable, refuses connections,
-// outlives the time budget, or replies LOADING, BUSY, MASTERDOWN,
-// CLUSTERDOWN, READONLY, TRYAGAIN or that it has too many clients), the
-// call opens the Limiter's circuit breaker; so does a failed attempt to
-// connect, seen by the hook the Limiter adds to the client. While it is
-// open, calls do not ask Redis and return at once: from the local
-// fallback, when there is one (WithLocalFallback), as a Decision with
-// Fallback set and a nil error; else with an error wrapping ErrUnavailable
-// that does not wrap context.DeadlineExceeded (nothing waited). Calls
-// themselves probe Redis, on a goroutine of their own, with the same
-// script and a weight of 0, which records nothing: one probe at a time,
-// the first 100ms after the breaker opened, each after a failed one twice
-// as late, up to 1s. Any answer closes the breaker, and from then on calls
-// ask Redis again. A Redis at its maxmemory that refuses to record (see
-// ErrOutOfMemory) is answering: it opens no breaker, and each call it
-// cannot record goes to the fallback, or returns the error, after its
-// round trip. The deny cache answers before any of this: its refusals
-// are Redis's, and hold during an outage as they would otherwise.
-//
-// Keys of any length are limited; an error never quotes the key (it names
-// it by its hash tag, see the package doc). It returns an error wrapping
-// ErrInvalidKey for an empty key; ctx's error, wrapped, if ctx is done
-// before Redis answers (never a fallback decision: a request whose caller
-// has gone is not decided); an error wrapping ErrUnavailable and
-// context.DeadlineExceeded when Redis has not answered within the time
-// budget, which also wraps the error of connecting to Redis when that
-// failed meanwhile (go-redis retries a refused connection until the budget
-// runs out), so that a Redis that is down can be told from a slow one; an
-// error wrapping ErrUnavailable and the network's or Redis's error when it
-// could not answer otherwise; an error wrapping ErrOutOfMemory when Redis
-// is at its maxmemory and refuses to record (see "Redis memory" in the
-// README for the settings that evict instead); and Redis's error
-// otherwise (a script that failed, a key of another type), which no
-// fallback answers: those need fixing, not riding out. ctx's deadline ends
-// the call at once. Its cancellation does too, except with a client
-// TakeContext calls directly (see the package doc), which watches only
-// deadlines: there a cancelled call ends at the budget at the latest. With
-// an error the Decision is not an answer: only its Limit is set, to the
-// first policy's of the key's tier. A call that timed out may still have
-// been recorded, once Redis gets to it; that can only make later decisions
-// stricter.
+// admitted, atomically across every client of the Redis, in one script run
+// and one round trip shared with the Limiter's concurrent calls (none for a
+// refusal the deny cache holds), under every policy of the key's tier. The
+// rules for n are the core's. While Redis cannot answer, the circuit
+// breaker opens and calls return at once, from the local fallback if any.
+// Errors: keyrate.ErrInvalidKey for "", ctx's when it ends first (never a
+// fallback decision), keyrate.ErrUnavailable (with
+// context.DeadlineExceeded past the budget), keyrate.ErrOutOfMemory, and
+// Redis's own; with one, only the Decision's Limit is set. A call that
+// timed out may still be recorded. See "Errors" in the README.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 	if key == "" {
-		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", ErrInvalidKey)
+		return l.tiers.Load().def.failed(), fmt.Errorf("redislimit: %w: empty key", keyrate.ErrInvalidKey)
 	}
 	if l.closed.Load() {
 		return l.tiers.Load().def.failed(), errClosed("take")
@@ -387,7 +335,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:
-		return l.fallbackTake(ctx, key, id, n), nil
+		return l.fallbackTake(tr, id, n), nil
 	case err != nil:
 		return tr.failed(), err
 	}
@@ -426,9 +374,9 @@ func (l *Limiter) ask(ctx context.Context, r *request, what func(i int) string) 
 	down, err := l.callError(budget, a.err)
 	if down {
 		l.breaker.trip(l.mono(), err)
-		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		err = fmt.Errorf("%w: %w", keyrate.ErrUnavailable, err)
 	}
-	if (down || errors.Is(err, ErrOutOfMemory)) && l.fallback != nil {
+	if (down || errors.Is(err, keyrate.ErrOutOfMemory)) && l.fallback != nil {
 		return a, true, nil
 	}
 	return a, false, fmt.Errorf("redislimit: %s: %w", what(a.failedAt), err)
@@ -452,7 +400,7 @@ func (l *Limiter) remember(id string, tr *tier, n int, sent int64, d keyrate.Dec
 // budget, the call's budget context, that failed with err while the
 // caller's own context was not done (see unanswered), and returns why,
 // without naming the key. A refusal to record for want of memory wraps
-// ErrOutOfMemory.
+// keyrate.ErrOutOfMemory.
 func (l *Limiter) callError(budget context.Context, err error) (down bool, cause error) {
 	if budget.Err() != nil {
 		// The budget began about l.timeout ago.
@@ -461,13 +409,13 @@ func (l *Limiter) callError(budget context.Context, err error) (down bool, cause
 		}
 		return true, fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err())
 	}
-	if errors.Is(err, ErrOutOfMemory) {
+	if errors.Is(err, keyrate.ErrOutOfMemory) {
 		return false, err
 	}
 	if redis.IsOOMError(err) {
 		// Redis runs a script until its first write, so a key at its
 		// limit is still refused; only what must be recorded fails.
-		return false, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+		return false, fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
 	}
 	return unanswered(err), err
 }
@@ -479,10 +427,10 @@ func (l *Limiter) callError(budget context.Context, err error) (down bool, cause
 func (l *Limiter) notAsked(t string) error {
 	since, cause := l.breaker.state()
 	if cause == nil { // closed meanwhile
-		return fmt.Errorf("redislimit: take %s: %w: not asked, the circuit breaker was open", keyRef(t), ErrUnavailable)
+		return fmt.Errorf("redislimit: take %s: %w: not asked, the circuit breaker was open", keyRef(t), keyrate.ErrUnavailable)
 	}
 	return fmt.Errorf("redislimit: take %s: %w: not asked, the circuit breaker has been open for %v; the latest failure: %v",
-		keyRef(t), ErrUnavailable, time.Duration(l.mono()-since).Round(time.Millisecond), cause)
+		keyRef(t), keyrate.ErrUnavailable, time.Duration(l.mono()-since).Round(time.Millisecond), cause)
 }
 
 // probe starts a probe of Redis when the breaker has one due: the

@@ -289,12 +289,12 @@ type decider interface {
 	decide(now, n int64, ps []policy) verdict
 }
 
-// TestScriptsMatchModels plays random sequences of weights and clock moves
+// TestModelScripts plays random sequences of weights and clock moves
 // (forwards, standing still, backwards) on random sets of one to three
 // policies, which change now and then as a SetTier or a key moving tier
 // would change them, against both scripts and their models, comparing
 // every number of every answer.
-func TestScriptsMatchModels(t *testing.T) {
+func TestModelScripts(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 	windows := []int64{5e6, 7_654_321, 10e6, 60e6}
@@ -407,7 +407,7 @@ func TestRunningTotalsWrap(t *testing.T) {
 	}
 }
 
-// TestLogMatchesModel plays long random sequences on the sliding log
+// TestModelLog plays long random sequences on the sliding log
 // against the model: windows from a second to a week (ticks of 1 to 512
 // µs), resolutions, limits up to 400, dense stretches that fill the ring
 // (it grows, wraps around and flushes its buffer into it) and sparse ones
@@ -415,7 +415,7 @@ func TestRunningTotalsWrap(t *testing.T) {
 // and a clock that stands still and steps back. Every number of every
 // answer must match, and after each admission the log must hold the
 // model's entries.
-func TestLogMatchesModel(t *testing.T) {
+func TestModelLog(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + 123457
 	windows := []int64{1e6, 10e6, 60e6, 3600e6, 86400e6, 7 * 86400e6}

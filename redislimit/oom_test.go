@@ -54,7 +54,7 @@ func TestOutOfMemory(t *testing.T) {
 	client := srv.Client(t)
 	const secret = "sk_live_4f2a9c"
 	var limiters []*redislimit.Limiter
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		l := newLimiter(t, client, 2, time.Hour, redislimit.WithAlgorithm(alg))
 		for range 2 {
 			if d := mustTake(t, l, "full-"+secret, 1); !d.Allowed {
@@ -64,10 +64,10 @@ func TestOutOfMemory(t *testing.T) {
 		limiters = append(limiters, l)
 	}
 	fillRedis(t, client)
-	for i, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for i, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		l := limiters[i]
 		d, err := l.TakeContext(context.Background(), "fresh-"+secret, 1)
-		if !errors.Is(err, redislimit.ErrOutOfMemory) || !errors.Is(err, keyrate.ErrOutOfMemory) || d.Allowed {
+		if !errors.Is(err, keyrate.ErrOutOfMemory) || !errors.Is(err, keyrate.ErrOutOfMemory) || d.Allowed {
 			t.Errorf("%v, a new key on a full Redis: %+v, %v; want an error wrapping ErrOutOfMemory", alg, d, err)
 		} else if strings.Contains(err.Error(), "sk_live") {
 			t.Errorf("%v: error %q reveals the key", alg, err)

@@ -187,7 +187,7 @@ func TestOutageRefused(t *testing.T) {
 					if d.Allowed {
 						admitted++
 					}
-				case err == nil || d.Allowed || !errors.Is(err, redislimit.ErrUnavailable):
+				case err == nil || d.Allowed || !errors.Is(err, keyrate.ErrUnavailable):
 					t.Fatalf("call %d: %+v, %v; want an error wrapping ErrUnavailable", i, d, err)
 				case i == 0 && !connRefused(err):
 					t.Fatalf("the first call: %v, want the refused connection in the error", err)
@@ -446,7 +446,7 @@ func TestFallbackNotForScriptErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if d, err := l.TakeContext(context.Background(), "k", 1); err == nil || d.Fallback || errors.Is(err, redislimit.ErrUnavailable) {
+		if d, err := l.TakeContext(context.Background(), "k", 1); err == nil || d.Fallback || errors.Is(err, keyrate.ErrUnavailable) {
 			t.Fatalf("call %d on a key of another kind: %+v, %v; want Redis's error", i, d, err)
 		}
 	}
@@ -504,6 +504,43 @@ func TestFallbackTiers(t *testing.T) {
 	}
 	if d, _ := l.TakeContext(context.Background(), "pro-c", 1); d.Limit != 10 {
 		t.Errorf("a pro key after SetTier: limit %d, want 10", d.Limit)
+	}
+}
+
+// A decision the fallback makes runs the tier function once, as one Redis
+// makes: the Limiter chooses the tier and hands it to the fallback.
+func TestFallbackChoosesTierOnce(t *testing.T) {
+	var calls atomic.Int64
+	tier := func(key string) string {
+		calls.Add(1)
+		if strings.HasPrefix(key, "pro-") {
+			return "pro"
+		}
+		return ""
+	}
+	l, err := redislimit.New(deadClient(t), 4, time.Hour, redislimit.WithTimeout(budget), redislimit.WithLocalFallback(0.5),
+		redislimit.WithTiers(tier, map[string][]keyrate.Policy{"pro": {{Limit: 10, Window: time.Hour}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 { // the first call finds Redis down, the others the open breaker
+		calls.Store(0)
+		d, err := l.TakeContext(ctx, "pro-a", 1)
+		if err != nil || !d.Fallback || d.Limit != 5 {
+			t.Fatalf("call %d: %+v, %v; want the fallback's decision under the pro tier's 5", i, d, err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("TakeContext %d in the fallback ran the tier function %d times, want 1", i, n)
+		}
+	}
+	calls.Store(0)
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "pro-b", N: 1}, {Key: "free", N: 1}})
+	if err != nil || !ok || !ds[0].Fallback || ds[0].Limit != 5 || ds[1].Limit != 2 {
+		t.Fatalf("TakeAll: %+v, %v, %v; want the fallback's admission under pro's 5 and the default's 2", ds, ok, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("TakeAll of 2 keys in the fallback ran the tier function %d times, want 2", n)
 	}
 }
 
@@ -582,7 +619,7 @@ func TestFallbackBehindMiddleware(t *testing.T) {
 				if len(failed) != 0 || len(decided) != 4 || !decided[0].Decision.Fallback {
 					t.Errorf("%d errors and %d decisions reported (the first %+v), want 4 decisions from the fallback", len(failed), len(decided), decided)
 				}
-			} else if len(failed) != 4 || !errors.Is(failed[3].Err, redislimit.ErrUnavailable) || failed[3].Duration >= budget {
+			} else if len(failed) != 4 || !errors.Is(failed[3].Err, keyrate.ErrUnavailable) || failed[3].Duration >= budget {
 				t.Errorf("errors reported: %+v, want 4 wrapping ErrUnavailable, the last at once", failed)
 			}
 		})
@@ -605,7 +642,7 @@ func TestRefundFallbackDecision(t *testing.T) {
 	if err := l.Refund(ctx, "alice", &d); err != nil {
 		t.Fatalf("refund of a fallback decision: %v", err)
 	}
-	if err := l.Refund(ctx, "alice", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := l.Refund(ctx, "alice", &d); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("second refund: %v, want ErrNothingToRefund", err)
 	}
 	if d, _ := l.TakeContext(ctx, "alice", 2); !d.Allowed {

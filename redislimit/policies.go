@@ -8,25 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// NewPolicies returns a Limiter that admits an event for a key only when
-// every policy admits it, and then records it against all of them,
-// atomically across every client of the same Redis: a request refused by
-// one policy counts against none. Decisions describe the binding policy and
-// list every policy's numbers (see keyrate.Decision), exactly as the
-// in-process keyrate.NewPolicies does.
-//
-// One Lua script run decides all of a key's policies, in one round trip,
-// on one Redis key (so one Cluster slot): a sliding log keeps the events of
-// the longest window, which serve every shorter one, so a key costs the
-// memory of its longest window's events, not the sum.
-//
-// It takes 1 to keyrate.MaxPolicies policies; each needs a Limit of 1 to
-// math.MaxInt32 and a Window of at least 1ms in whole microseconds (the
-// scripts count in the microseconds of Redis TIME) or, with Window 0, a
-// Calendar (see "Calendar quotas" in the README; the sliding log alone
-// counts them), and, when there are several, a Name of its own. Otherwise, or for an invalid option, it
-// returns an error wrapping keyrate.ErrConfig that names the field.
-// NewPolicies does not contact Redis.
+// NewPolicies returns a Limiter that admits a request for a key only when
+// every policy has room, and then records it against all of them, as
+// keyrate.NewPolicies does, atomically across every client of the Redis:
+// one script run, one round trip and one Redis key, holding the longest
+// window's events. It takes 1 to keyrate.MaxPolicies policies, each with a
+// Limit of 1 to math.MaxInt32 and a Window of at least 1ms in whole
+// microseconds, or a Calendar with Window 0, and a Name of its own when
+// there are several; else, or for an invalid option, an error wrapping
+// keyrate.ErrConfig names the field. It does not contact Redis.
 func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts ...Option) (*Limiter, error) {
 	def, err := newTier("policies", policies)
 	if err != nil {
@@ -41,6 +31,7 @@ func NewPolicies(client redis.UniversalClient, policies []keyrate.Policy, opts .
 // and a deny cache entry made under it is recognised by its address.
 type tier struct {
 	field    string // where the policies came from, for errors (see newTier)
+	name     string // the tier's name, "" for the default tier
 	policies []keyrate.Policy
 	// args are the scripts' ARGV after the weight and the instant: limit
 	// and window (in microseconds, 0 for a calendar policy) of each

@@ -176,7 +176,7 @@ func TestPoliciesConcurrent(t *testing.T) {
 
 func testPoliciesConcurrent(t *testing.T, newClient func(t *testing.T) redis.UniversalClient) {
 	policies := []keyrate.Policy{{Name: "second", Limit: 3, Window: time.Second}, {Name: "minute", Limit: 5, Window: time.Minute}}
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) // a whole minute
 			prefix := uniquePrefix()
@@ -407,7 +407,7 @@ func TestPoliciesRoundTrips(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	var rt redistest.RoundTrips
 	client.AddHook(&rt)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		l := newPolicies(t, client, []keyrate.Policy{
 			{Name: "a", Limit: 2, Window: time.Second}, {Name: "b", Limit: 5, Window: time.Minute},
 			{Name: "c", Limit: 50, Window: time.Hour}, {Name: "d", Limit: 500, Window: 24 * time.Hour},

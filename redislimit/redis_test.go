@@ -78,7 +78,7 @@ func mustTakeReceipt(t *testing.T, l *redislimit.Limiter, key string, n int) key
 // the test flaky.
 func TestServerTime(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, window = 5, 24 * time.Hour
 			l := newLimiter(t, client, limit, window, redislimit.WithAlgorithm(alg))
@@ -116,7 +116,7 @@ func TestServerTime(t *testing.T) {
 // admit exactly the limit.
 func TestClientsShareOneWindow(t *testing.T) {
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, clients, callsPerClient = 50, 4, 25
 			prefix := uniquePrefix()
@@ -326,7 +326,7 @@ func TestKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(prefix), redislimit.WithAlgorithm(redislimit.FixedWindow))
+	fw, err := redislimit.New(client, 1, time.Hour, redislimit.WithPrefix(prefix), redislimit.WithAlgorithm(keyrate.FixedWindow))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,10 +375,10 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	d, err := l.TakeContext(ctx, "", 1)
-	if !errors.Is(err, redislimit.ErrInvalidKey) || !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
+	if !errors.Is(err, keyrate.ErrInvalidKey) || !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
 		t.Errorf("Take(\"\") = %+v, %v; want ErrInvalidKey", d, err)
 	}
-	if ok, err := l.Allow(ctx, ""); ok || !errors.Is(err, redislimit.ErrInvalidKey) {
+	if ok, err := l.Allow(ctx, ""); ok || !errors.Is(err, keyrate.ErrInvalidKey) {
 		t.Errorf("Allow(\"\") = %v, %v; want false, ErrInvalidKey", ok, err)
 	}
 
@@ -446,7 +446,7 @@ func TestNewErrors(t *testing.T) {
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Shared(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			client := srv.Client(t)
 			var rt redistest.RoundTrips
@@ -489,7 +489,7 @@ func TestFixedWindow(t *testing.T) {
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // a multiple of 10s since the epoch
 	clock := keyrate.NewManualClock(start)
 	l := newLimiter(t, client, 10, 10*time.Second,
-		redislimit.WithAlgorithm(redislimit.FixedWindow), redislimit.WithClock(clock))
+		redislimit.WithAlgorithm(keyrate.FixedWindow), redislimit.WithClock(clock))
 	s := time.Second
 	steps := []struct {
 		at   time.Duration
@@ -650,7 +650,7 @@ func TestResetAfterWithinWindow(t *testing.T) {
 	}{
 		{"a day's ticks", 10, 24 * time.Hour, 1, nil},
 		{"a resolution", 10, time.Minute, 1, []redislimit.Option{redislimit.WithResolution(time.Minute)}},
-		{"GCRA", 3, 10 * time.Second, 3, []redislimit.Option{redislimit.WithAlgorithm(redislimit.GCRA)}},
+		{"GCRA", 3, 10 * time.Second, 3, []redislimit.Option{redislimit.WithAlgorithm(keyrate.GCRA)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clock := keyrate.NewManualClock(start.Add(30*time.Second + time.Millisecond))
@@ -664,7 +664,7 @@ func TestResetAfterWithinWindow(t *testing.T) {
 		})
 	}
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 3, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 3, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	mustTake(t, l, "k", 3)
 	d := mustTake(t, l, "k", 3)
 	require.Equal(t, 3*3333334*time.Microsecond, d.RetryAfter, "RetryAfter, exact")

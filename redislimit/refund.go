@@ -11,18 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNothingToRefund is wrapped by Refund's and RefundN's error when the
-// key holds nothing of the decision to give back: it recorded nothing (a
-// refusal, a weight of 0, an error), was refunded already, is another
-// key's, or its events are gone: they left the key's longest window (under
-// FixedWindow, their window ended; under GCRA, the buckets refilled them)
-// or Redis lost the key since (a DEL, an expiry, a FLUSHALL, a failover).
-// Another key's decision, and one of an earlier state of the key, are told
-// by a 16-bit generation drawn when the key's state is created, which the
-// Receipt names: short of a 1 in 65,536 chance. It is
-// keyrate.ErrNothingToRefund.
-var ErrNothingToRefund = keyrate.ErrNothingToRefund
-
 // Refund gives back all that the admitted decision *d recorded for key
 // and has not given back yet, as if its request had never been made, from
 // any replica: RefundN of d.Receipt.N(), with its guarantees, errors and
@@ -38,29 +26,23 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *keyrate.Decision) e
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
-// key, as keyrate.Limiter.RefundN does, so that a request that reserved an
-// estimate settles its real cost: from the decision's own entry, never the
-// newest events, and from every policy of the key (FixedWindow and GCRA
-// say how theirs give back). Each success lowers d.Receipt.N by n; refund
-// through one copy of a Decision, as another copy keeps the weight its
-// Receipt had. It costs one script run, one round trip, atomic with the
-// key's decisions, from any Limiter with the same prefix, algorithm and
-// hash tag secret (a fallback decision, in the fallback that made it).
-//
-// It changes nothing and returns an error wrapping ErrNothingToRefund when
-// the key holds nothing of d, keyrate.ErrExceedsLimit for n outside 1 to
-// d.Receipt.N(), or ErrInvalidKey for an empty key. When Redis does not
-// answer, or ctx ends while it waits, it returns that error and consumes
-// the Receipt: the refund may have been applied, and is never applied twice.
+// key, as keyrate.Limiter.RefundN does, from the decision's own entry and
+// from every policy, in one script run from any Limiter with the same
+// prefix, algorithm and hash tag secret (a fallback decision, in its
+// fallback), and lowers d.Receipt.N by n. It returns an error wrapping
+// keyrate.ErrNothingToRefund when the key holds nothing of d,
+// keyrate.ErrExceedsLimit for n outside 1 to d.Receipt.N(), or
+// keyrate.ErrInvalidKey for "". When Redis does not answer it returns that
+// error and consumes the Receipt: never applied twice ("Refunds", README).
 func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	if d == nil || d.Receipt.N() <= 0 {
-		return fmt.Errorf("redislimit: refund: %w: the decision has nothing left to give back (it recorded nothing, or was refunded already)", ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund: %w: the decision has nothing left to give back (it recorded nothing, or was refunded already)", keyrate.ErrNothingToRefund)
 	}
 	if left := d.Receipt.N(); n < 1 || n > left {
 		return fmt.Errorf("redislimit: refund: %w: n is %d, the decision has %d left to give back", keyrate.ErrExceedsLimit, n, left)
 	}
 	if key == "" {
-		return fmt.Errorf("redislimit: refund: %w: empty key", ErrInvalidKey)
+		return fmt.Errorf("redislimit: refund: %w: empty key", keyrate.ErrInvalidKey)
 	}
 	id := clientkey.Bound(key)
 	if d.Fallback {
@@ -97,9 +79,9 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 	switch v {
 	case 1:
 	case 0:
-		return fmt.Errorf("redislimit: refund %s: %w: the decision is another key's, or Redis lost the key since", keyRef(t), ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund %s: %w: the decision is another key's, or Redis lost the key since", keyRef(t), keyrate.ErrNothingToRefund)
 	default:
-		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's weight", keyRef(t), ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's weight", keyRef(t), keyrate.ErrNothingToRefund)
 	}
 	d.Receipt = keyrate.NewReceipt(r.At(), r.N()-n, r.ID())
 	if d.Receipt.N() == 0 {
@@ -560,9 +542,9 @@ func (l *Limiter) runBudgeted(ctx context.Context, s *redis.Script, keys []strin
 // not in Redis.
 func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate.Decision, n int) error {
 	if l.fallback == nil {
-		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", ErrNothingToRefund)
+		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", keyrate.ErrNothingToRefund)
 	}
-	if err := l.fallback.lim.RefundN(l.fallbackKey(ctx, key, id), d, n); err != nil {
+	if err := l.fallback.lim.RefundN(l.fallbackKey(l.tierFor(ctx, key), id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

@@ -63,7 +63,7 @@ func TestRefundRemovesItsOwnInstants(t *testing.T) {
 func TestRefundErrors(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(start.Add(time.Second))
 			l := newLimiter(t, client, 2, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(alg))
@@ -74,7 +74,7 @@ func TestRefundErrors(t *testing.T) {
 					receipt = d.Receipt
 				}
 				err := l.Refund(ctx, key, d)
-				if !errors.Is(err, redislimit.ErrNothingToRefund) || !errors.Is(err, keyrate.ErrNothingToRefund) {
+				if !errors.Is(err, keyrate.ErrNothingToRefund) || !errors.Is(err, keyrate.ErrNothingToRefund) {
 					t.Fatalf("%s: Refund = %v, want an error wrapping ErrNothingToRefund", why, err)
 				}
 				if d != nil && d.Receipt != receipt {
@@ -117,7 +117,7 @@ func TestRefundErrors(t *testing.T) {
 			if got := remaining(t, l, "a"); got != 1 {
 				t.Fatalf("a after a refund: %d remaining, want 1", got)
 			}
-			if err := l.Refund(ctx, "", &b); !errors.Is(err, redislimit.ErrInvalidKey) || b.Receipt == (keyrate.Receipt{}) {
+			if err := l.Refund(ctx, "", &b); !errors.Is(err, keyrate.ErrInvalidKey) || b.Receipt == (keyrate.Receipt{}) {
 				t.Fatalf("Refund of the empty key = %v (receipt %+v), want an error wrapping ErrInvalidKey that keeps the receipt", err, b.Receipt)
 			}
 
@@ -268,7 +268,7 @@ func TestRefundTwoClients(t *testing.T) {
 
 func testRefundTwoClients(t *testing.T, newClient func(t *testing.T) redis.UniversalClient) {
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := uniquePrefix()
 			mk := func() *redislimit.Limiter {
@@ -310,7 +310,7 @@ func testRefundTwoClients(t *testing.T, newClient func(t *testing.T) redis.Unive
 func TestRefundConcurrent(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit = 1000
 			prefix := uniquePrefix()
@@ -350,7 +350,7 @@ func TestRefundConcurrent(t *testing.T) {
 							// refunds of other decisions make less than
 							// all: the key holds at least what was kept.
 							err := replicas[(w+i/2)%2].Refund(ctx, key, &d)
-							if err != nil && !(alg == redislimit.GCRA && errors.Is(err, redislimit.ErrNothingToRefund)) {
+							if err != nil && !(alg == keyrate.GCRA && errors.Is(err, keyrate.ErrNothingToRefund)) {
 								t.Errorf("Refund(%q): %v", key, err)
 							}
 							continue
@@ -364,7 +364,7 @@ func TestRefundConcurrent(t *testing.T) {
 			wg.Wait()
 			for key, n := range kept {
 				got := remaining(t, replicas[0], key)
-				if got != limit-n && !(alg == redislimit.GCRA && got < limit-n) {
+				if got != limit-n && !(alg == keyrate.GCRA && got < limit-n) {
 					t.Errorf("%s: %d remaining, want %d (%d kept of what was admitted)", key, got, limit-n, n)
 				}
 			}
@@ -378,7 +378,7 @@ func TestRefundConcurrent(t *testing.T) {
 func TestRefundDenyCache(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(start)
 			l, rt := countedLimiter(t, srv, uniquePrefix(), 2, time.Minute, redislimit.WithAlgorithm(alg),
@@ -411,7 +411,7 @@ func TestRefundAlgorithms(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
-	fw := newLimiter(t, client, 2, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.FixedWindow))
+	fw := newLimiter(t, client, 2, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(keyrate.FixedWindow))
 	d := mustTakeReceipt(t, fw, "k", 2)
 	if err := fw.Refund(ctx, "k", &d); err != nil {
 		t.Fatal(err)
@@ -422,11 +422,11 @@ func TestRefundAlgorithms(t *testing.T) {
 	clock.Advance(10 * time.Second)
 	d = mustTakeReceipt(t, fw, "k", 1)
 	clock.Advance(10 * time.Second)
-	if err := fw.Refund(ctx, "k", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := fw.Refund(ctx, "k", &d); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("refund once its window has ended: %v, want ErrNothingToRefund", err)
 	}
 
-	gcra := newLimiter(t, client, 10, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(redislimit.GCRA))
+	gcra := newLimiter(t, client, 10, 10*time.Second, redislimit.WithClock(clock), redislimit.WithAlgorithm(keyrate.GCRA))
 	d = mustTakeReceipt(t, gcra, "k", 10)
 	if mustTake(t, gcra, "k", 1).Allowed {
 		t.Fatal("the bucket of 10 admitted an eleventh")
@@ -441,7 +441,7 @@ func TestRefundAlgorithms(t *testing.T) {
 	clock.Advance(time.Hour)
 	d = mustTakeReceipt(t, gcra, "k", 1)
 	clock.Advance(time.Hour)
-	if err := gcra.Refund(ctx, "k", &d); !errors.Is(err, redislimit.ErrNothingToRefund) {
+	if err := gcra.Refund(ctx, "k", &d); !errors.Is(err, keyrate.ErrNothingToRefund) {
 		t.Fatalf("refund once the bucket is full: %v, want ErrNothingToRefund", err)
 	}
 }
@@ -466,7 +466,7 @@ func TestRefundFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := l.Refund(context.Background(), key, &d)
-	if err == nil || errors.Is(err, redislimit.ErrNothingToRefund) || strings.Contains(err.Error(), key) {
+	if err == nil || errors.Is(err, keyrate.ErrNothingToRefund) || strings.Contains(err.Error(), key) {
 		t.Fatalf("Refund with Redis stopped = %v, want an error of the store that does not quote the key", err)
 	}
 	if d.Receipt != (keyrate.Receipt{}) {

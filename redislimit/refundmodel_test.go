@@ -13,7 +13,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestRefundModel drives the sliding log in Redis with random takes,
+// TestModelRefund drives the sliding log in Redis with random takes,
 // refunds (of admitted, refused, refunded and other keys' decisions, and
 // of decisions made before the key's state was lost) and losses of a
 // key's state (a DEL), on one to three policies, with a manual clock that
@@ -28,7 +28,7 @@ import (
 //   - without a resolution, every decision and every refund's outcome
 //     equals the in-process keyrate.Limiter's, given the same calls (its
 //     refunds are the reference implementation of the same semantics).
-func TestRefundModel(t *testing.T) {
+func TestModelRefund(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	rapid.Check(t, func(t *rapid.T) {
@@ -128,7 +128,7 @@ func TestRefundModel(t *testing.T) {
 				ok := mine && k.held[at] >= r.N() && at > now(k)-longest.Microseconds()
 				err := l.Refund(ctx, key, &tk.d)
 				if !ok {
-					if !errors.Is(err, redislimit.ErrNothingToRefund) {
+					if !errors.Is(err, keyrate.ErrNothingToRefund) {
 						t.Fatalf("step %d: refund on %q of %+v (life %d, the key's %d): %v, want ErrNothingToRefund", step, key, tk, tk.life, k.life, err)
 					}
 					continue

@@ -20,7 +20,7 @@ import (
 func TestGCRARefundOfAnOldDecision(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 1, time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 1, time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	first := mustTakeReceipt(t, l, "k", 1)
 	require.True(t, first.Allowed)
 	for i := 1; i <= 10; i++ {
@@ -28,7 +28,7 @@ func TestGCRARefundOfAnOldDecision(t *testing.T) {
 		require.True(t, mustTake(t, l, "k", 1).Allowed, "one a second, at %ds", i)
 	}
 	err := l.Refund(context.Background(), "k", &first)
-	require.ErrorIs(t, err, redislimit.ErrNothingToRefund, "the first decision's token came back at 1s")
+	require.ErrorIs(t, err, keyrate.ErrNothingToRefund, "the first decision's token came back at 1s")
 	require.False(t, mustTake(t, l, "k", 1).Allowed, "a second request at 10s")
 }
 
@@ -39,7 +39,7 @@ func TestGCRARefundOfAnOldDecision(t *testing.T) {
 func TestGCRARefundGivesBackWhatIsNotRefilled(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	d := mustTakeReceipt(t, l, "k", 5)
 	clock.Set(start.Add(3 * time.Second))
 	require.NoError(t, l.Refund(context.Background(), "k", &d))
@@ -60,14 +60,14 @@ func TestGCRARefundAfterAnEarlierRefund(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 	z := mustTakeReceipt(t, l, "k", 5)
 	a := mustTakeReceipt(t, l, "k", 5)
 	require.True(t, z.Allowed && a.Allowed)
 	require.NoError(t, l.Refund(ctx, "k", &z))
 	clock.Set(start.Add(7 * time.Second))
 	require.True(t, mustTake(t, l, "k", 10).Allowed, "a full bucket at 7s")
-	require.ErrorIs(t, l.Refund(ctx, "k", &a), redislimit.ErrNothingToRefund)
+	require.ErrorIs(t, l.Refund(ctx, "k", &a), keyrate.ErrNothingToRefund)
 	require.False(t, mustTake(t, l, "k", 1).Allowed, "an eleventh token at 7s")
 }
 
@@ -79,7 +79,7 @@ func TestGCRARefundNTwice(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
-	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(redislimit.GCRA), redislimit.WithClock(clock))
+	l := newLimiter(t, client, 10, 10*time.Second, redislimit.WithAlgorithm(keyrate.GCRA), redislimit.WithClock(clock))
 
 	// Both parts at once: the whole decision back.
 	d := mustTakeReceipt(t, l, "a", 10)
@@ -96,7 +96,7 @@ func TestGCRARefundNTwice(t *testing.T) {
 	require.NoError(t, l.RefundN(ctx, "b", &d, 9))
 	clock.Set(start.Add(5 * time.Second))
 	require.True(t, mustTake(t, l, "b", 10).Allowed)
-	require.ErrorIs(t, l.RefundN(ctx, "b", &d, 1), redislimit.ErrNothingToRefund)
+	require.ErrorIs(t, l.RefundN(ctx, "b", &d, 1), keyrate.ErrNothingToRefund)
 	require.False(t, mustTake(t, l, "b", 1).Allowed, "an eleventh token at 5s")
 }
 
@@ -155,7 +155,7 @@ func TestRefundOnlyEntryKeepsLast(t *testing.T) {
 func TestRefundN(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	ctx := context.Background()
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow, redislimit.GCRA} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := keyrate.NewManualClock(start)
 			l := newLimiter(t, client, 1000, time.Minute, redislimit.WithAlgorithm(alg), redislimit.WithClock(clock))
@@ -177,8 +177,8 @@ func TestRefundN(t *testing.T) {
 			require.NoError(t, l.Refund(ctx, "k", &d), "the rest")
 			require.Equal(t, keyrate.Receipt{}, d.Receipt)
 			require.Equal(t, 1000, remaining(t, l, "k"))
-			require.ErrorIs(t, l.RefundN(ctx, "k", &d, 1), redislimit.ErrNothingToRefund)
-			require.ErrorIs(t, l.Refund(ctx, "k", &d), redislimit.ErrNothingToRefund)
+			require.ErrorIs(t, l.RefundN(ctx, "k", &d, 1), keyrate.ErrNothingToRefund)
+			require.ErrorIs(t, l.Refund(ctx, "k", &d), keyrate.ErrNothingToRefund)
 
 			// A stale receipt: the key lost and made again.
 			old := mustTakeReceipt(t, l, "s", 10)
@@ -188,7 +188,7 @@ func TestRefundN(t *testing.T) {
 				client.Del(ctx, l.StoreKey("s"))
 				again = mustTakeReceipt(t, l, "s", 10)
 			}
-			require.ErrorIs(t, l.RefundN(ctx, "s", &old, 5), redislimit.ErrNothingToRefund)
+			require.ErrorIs(t, l.RefundN(ctx, "s", &old, 5), keyrate.ErrNothingToRefund)
 			require.Equal(t, 10, old.Receipt.N(), "a refused refund keeps the receipt")
 			require.Equal(t, 990, remaining(t, l, "s"))
 		})
@@ -252,5 +252,5 @@ func TestRefundNFallbackDecision(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7, after.Remaining, "8 taken, 5 given back")
 	require.NoError(t, l.Refund(ctx, "alice", &d))
-	require.ErrorIs(t, l.RefundN(ctx, "alice", &d, 1), redislimit.ErrNothingToRefund)
+	require.ErrorIs(t, l.RefundN(ctx, "alice", &d, 1), keyrate.ErrNothingToRefund)
 }

@@ -154,9 +154,9 @@ func TestResolutionErrors(t *testing.T) {
 		{"longer than a tier's window", []keyrate.Policy{day}, []redislimit.Option{redislimit.WithResolution(time.Minute),
 			redislimit.WithTiers(tier, map[string][]keyrate.Policy{"pro": {day, sec}})}, `tiers["pro"][1].Window`},
 		{"fixed window", []keyrate.Policy{day}, []redislimit.Option{redislimit.WithResolution(time.Second),
-			redislimit.WithAlgorithm(redislimit.FixedWindow)}, "fixed window"},
+			redislimit.WithAlgorithm(keyrate.FixedWindow)}, "fixed window"},
 		{"GCRA", []keyrate.Policy{day}, []redislimit.Option{redislimit.WithResolution(time.Second),
-			redislimit.WithAlgorithm(redislimit.GCRA)}, "GCRA"},
+			redislimit.WithAlgorithm(keyrate.GCRA)}, "GCRA"},
 	} {
 		l, err := redislimit.NewPolicies(client, c.policies, c.opts...)
 		if !errors.Is(err, keyrate.ErrConfig) || l != nil || !strings.Contains(err.Error(), c.field) {

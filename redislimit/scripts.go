@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyrate/keyrate"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -327,7 +328,7 @@ func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []ke
 		at, n := int(binary.LittleEndian.Uint16(b))-1, int(binary.LittleEndian.Uint16(b[2:]))
 		err = &scriptError{string(b[4 : 4+n])}
 		if redis.HasErrorPrefix(err, "OOM") {
-			err = fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+			err = fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
 		}
 		return false, nil, b[4+n:], at, err
 	default:

@@ -10,45 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TakeAll decides a request that counts against several keys, each hit at
-// its own weight and each key under its own tier (the tier function sees
-// each key as given, not the context's identity): it is admitted only when
-// every key has room for its weight, and then recorded against every key,
-// in one script run, one round trip, at one instant of the Redis server's
-// clock; the run and the round trip are shared with the concurrent calls
-// of the Limiter (see TakeContext). A refusal by one key records nothing
-// against the others. It
-// returns each hit's Decision, in the order of hits, and whether the
-// request was admitted. The semantics are the in-process
-// keyrate.Limiter.TakeAll's.
-//
-// When the request is refused, a key that had room is described as it
-// stands, the request not recorded, as TakeContext(ctx, key, 0) would
-// describe it. A key given twice counts the sum of its weights, and both
-// places get its one Decision. No hits at all admit the request. The rules
-// for each weight are TakeContext's; a negative one refuses the request. An admitted call's Decisions
-// carry Receipts, so each key's events can be refunded (Refund): a key
-// given twice, once.
-//
-// Keys of any length and bytes are limited, each under its own Redis key,
-// the same as TakeContext's for that key: the two share its budget. On a
-// single server any keys can be decided together. A Redis Cluster runs a
-// script on one slot only, so there the keys of one call must share a
-// hash tag: give WithHashTagFunc a function that puts the keys decided
-// together in one group (keyrate-rls groups a request's keys by its
-// domain); TakeAll returns an error wrapping keyrate.ErrConfig, and asks
-// nothing, for keys of several tags on any client but a *redis.Client.
-//
-// With the deny cache (WithDenyCache), a refusal it holds for any key, at
-// the weight the call gives that key, refuses the call without a round
-// trip: that key's Decision is the cached one, and the keys it did not ask
-// Redis about have a Decision with Allowed set (nothing refused them),
-// their tier's first Limit and no policies. The circuit breaker and the
-// local fallback apply as for TakeContext: while Redis cannot answer, the
-// fallback's TakeAll decides, every Decision with Fallback set.
-//
-// The errors are TakeContext's, for the first key at fault; with an
-// error, every Decision has only its Limit set.
+// TakeAll decides a request that counts against several keys, each at its
+// hit's weight and under its own tier (the tier function sees the key, not
+// the context's identity), as keyrate.Limiter.TakeAll does: admitted only
+// when every key has room, then recorded against all of them in one script
+// run at one instant of the server's clock; refused, it records nothing,
+// and a key with room is described as it stands. A key given twice counts
+// the sum of its weights under one Decision. Each key shares TakeContext's
+// budget for it. On a Redis Cluster the keys must share a hash tag
+// (WithHashTagFunc), or it returns an error wrapping keyrate.ErrConfig.
+// The deny cache, breaker and fallback apply as for TakeContext, whose
+// errors it returns, for the first key at fault ("Several keys", README).
 func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	ds := make([]keyrate.Decision, len(hits))
 	if len(hits) == 0 {
@@ -58,26 +30,51 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	for i, h := range hits {
 		keys[i] = h.Key
 	}
-	if l.closed.Load() {
+	fail := func(err error) ([]keyrate.Decision, bool, error) {
 		l.failAll(ds, keys)
-		return ds, false, errClosed("take all")
+		return ds, false, err
+	}
+	if l.closed.Load() {
+		return fail(errClosed("take all"))
 	}
 	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.N > 0 {
 		// One key: from its lease. Several decide in Redis, each key
 		// looking back window + d as every decision does.
 		tr := l.tierFor(ctx, h.Key)
 		if err := ctx.Err(); err != nil {
-			l.failAll(ds, keys)
-			return ds, false, err
+			return fail(err)
 		}
 		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.N)
 		ds[0] = d
 		return ds, d.Allowed && err == nil, err
 	}
-	// One place per distinct key, in the order they first appear; at[i] is
-	// the place of hits[i].
-	places := make([]takePlace, 0, len(hits))
-	at := make([]int, len(hits))
+	places, at, err := l.takePlaces(hits)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err == nil {
+		err = l.checkOneSlot(places)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	ok, err := l.decideAll(ctx, places)
+	if err != nil {
+		return fail(err)
+	}
+	for i := range ds {
+		ds[i] = places[at[i]].d
+	}
+	return ds, ok, nil
+}
+
+// takePlaces returns one place per distinct key of hits, in the order they
+// first appear, each with its summed weight, bounded key, tag and tier, and
+// at[i], the place of hits[i]; or an error wrapping keyrate.ErrInvalidKey
+// for an empty key.
+func (l *Limiter) takePlaces(hits []keyrate.Hit) (places []takePlace, at []int, err error) {
+	places = make([]takePlace, 0, len(hits))
+	at = make([]int, len(hits))
 	seen := make(map[string]int, len(hits))
 	for i, h := range hits {
 		key, n := h.Key, h.N
@@ -87,36 +84,39 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 			continue
 		}
 		if key == "" {
-			l.failAll(ds, keys)
-			return ds, false, fmt.Errorf("redislimit: take all: %w: key %d is empty", ErrInvalidKey, i)
+			return nil, nil, fmt.Errorf("redislimit: take all: %w: key %d is empty", keyrate.ErrInvalidKey, i)
 		}
 		id := clientkey.Bound(key)
 		seen[key], at[i] = len(places), len(places)
 		places = append(places, takePlace{key: key, id: id, tag: l.tagOf(key, id), t: l.keyTier(key), w: addWeight(0, n)})
 	}
-	fail := func(err error) ([]keyrate.Decision, bool, error) {
-		l.failAll(ds, keys)
-		return ds, false, err
+	return places, at, nil
+}
+
+// checkOneSlot returns an error wrapping keyrate.ErrConfig when places are
+// under several hash tags on a client that may be a Cluster's, which runs
+// a script on one slot only.
+func (l *Limiter) checkOneSlot(places []takePlace) error {
+	if _, single := l.client.(*redis.Client); single {
+		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	if _, single := l.client.(*redis.Client); !single {
-		for i := range places[1:] {
-			if places[i+1].tag != places[0].tag {
-				return fail(fmt.Errorf("redislimit: take all: %w: keys under %s and %s are in different hash tags, which a Redis Cluster cannot decide in one script; group them with WithHashTagFunc",
-					keyrate.ErrConfig, keyRef(places[0].tag), keyRef(places[i+1].tag)))
-			}
+	for i := range places[1:] {
+		if places[i+1].tag != places[0].tag {
+			return fmt.Errorf("redislimit: take all: %w: keys under %s and %s are in different hash tags, which a Redis Cluster cannot decide in one script; group them with WithHashTagFunc",
+				keyrate.ErrConfig, keyRef(places[0].tag), keyRef(places[i+1].tag))
 		}
 	}
+	return nil
+}
+
+// decideAll decides places all or nothing, setting each place's Decision,
+// and reports whether the request was admitted: from the deny cache, in
+// one script run, or, while Redis cannot answer, in the fallback.
+func (l *Limiter) decideAll(ctx context.Context, places []takePlace) (bool, error) {
 	sent := l.localNow()
 	if l.deny != nil && l.denied(places, sent) {
-		for i := range keys {
-			ds[i] = places[at[i]].d
-		}
-		return ds, false, nil
+		return false, nil
 	}
-
 	r := &request{keys: make([]string, len(places)), weights: make([]int, len(places)), tiers: make([]*tier, len(places)),
 		tag: places[0].tag, instant: sent / 1000}
 	for i := range places {
@@ -131,23 +131,19 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	})
 	switch {
 	case fallback:
-		fds, ok := l.fallbackTakeAll(places, at)
-		return fds, ok, nil
+		return l.fallbackTakeAll(places), nil
 	case err != nil:
-		return fail(err)
+		return false, err
 	}
 	ok, err := l.takeAllReply(places, a)
 	if err != nil {
-		return fail(fmt.Errorf("redislimit: take all %s: %w", keyRef(places[0].tag), err))
+		return false, fmt.Errorf("redislimit: take all %s: %w", keyRef(places[0].tag), err)
 	}
 	for i := range places {
 		p := &places[i]
 		l.remember(p.id, p.t, p.w, sent, p.d, ok)
 	}
-	for i := range keys {
-		ds[i] = places[at[i]].d
-	}
-	return ds, ok, nil
+	return ok, nil
 }
 
 // takePlace is one distinct key of a TakeAll: as given, bounded, its tag,
@@ -214,24 +210,22 @@ func (l *Limiter) denied(places []takePlace, now int64) bool {
 	return true
 }
 
-// fallbackTakeAll decides a TakeAll in the fallback, whose TakeAll has the
-// same semantics: each key under the tier the Limiter names for it.
-func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decision, bool) {
-	// One hit per place, at its summed weight, and each hit's Decision is
-	// its place's: the same request as the one given.
+// fallbackTakeAll decides places in the fallback, whose TakeAll has the
+// same semantics, each under the tier already chosen for it, sets each
+// place's Decision and reports whether the request was admitted.
+func (l *Limiter) fallbackTakeAll(places []takePlace) bool {
+	// One hit per place, at its summed weight: the same request as the
+	// one given.
 	hits := make([]keyrate.Hit, len(places))
 	for i := range places {
-		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), N: places[i].w}
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].t, places[i].id), N: places[i].w}
 	}
 	pds, ok := l.fallback.lim.TakeAll(hits)
-	ds := make([]keyrate.Decision, len(at))
-	for i, p := range at {
-		ds[i] = pds[p]
+	for i := range places {
+		places[i].d = pds[i]
+		places[i].d.Fallback = true
 	}
-	for i := range ds {
-		ds[i].Fallback = true
-	}
-	return ds, ok
+	return ok
 }
 
 // takeAllReply sets each place's Decision from the script's answer a,

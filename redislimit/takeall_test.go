@@ -167,7 +167,7 @@ func TestTakeAllAllOrNothing(t *testing.T) {
 	if ds, ok, err := l.TakeAll(ctx, hitsOf(1, nil)); err != nil || !ok || len(ds) != 0 {
 		t.Errorf("TakeAll of no keys: %v, %v, %v; want admitted", ds, ok, err)
 	}
-	if _, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"a", ""})); !errors.Is(err, redislimit.ErrInvalidKey) || ok {
+	if _, ok, err := l.TakeAll(ctx, hitsOf(1, []string{"a", ""})); !errors.Is(err, keyrate.ErrInvalidKey) || ok {
 		t.Errorf("TakeAll with an empty key: %v, %v; want ErrInvalidKey", ok, err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -386,7 +386,7 @@ func TestTakeAllOutage(t *testing.T) {
 				ds, ok, err := l.TakeAll(context.Background(), hitsOf(1, []string{"a", "pro-b"}))
 				took = append(took, time.Since(start))
 				if !withFallback {
-					if err == nil || ok || !errors.Is(err, redislimit.ErrUnavailable) || (i > 0 && errors.Is(err, context.DeadlineExceeded)) {
+					if err == nil || ok || !errors.Is(err, keyrate.ErrUnavailable) || (i > 0 && errors.Is(err, context.DeadlineExceeded)) {
 						t.Fatalf("call %d: %v, %v; want ErrUnavailable, at once after the first", i, ok, err)
 					}
 					continue
@@ -411,7 +411,7 @@ func TestTakeAllOutage(t *testing.T) {
 // The production path: Redis's TIME decides, once for every key.
 func TestTakeAllServerTime(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
-	for _, alg := range []redislimit.Algorithm{redislimit.SlidingLog, redislimit.FixedWindow} {
+	for _, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow} {
 		l := newLimiter(t, client, 2, time.Hour, redislimit.WithAlgorithm(alg))
 		for i := range 3 {
 			ds, ok, err := l.TakeAll(context.Background(), hitsOf(1, []string{"x", "y"}))

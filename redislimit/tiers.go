@@ -10,40 +10,14 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// WithTiers gives keys different policies, such as one set for a free plan
-// and another for a paid one: tier(key) names the key's tier and tiers maps
-// each name to its policies. A key whose tier is not in the map, or whose
-// tier is "", gets the default tier: the policies given to NewPolicies (or
-// New). SetTier changes or adds tiers later. The semantics are the
-// in-process keyrate.WithTiers'.
-//
-// tier is called on every decision, before the deny cache and Redis are
-// consulted, so a key that changes plan is decided under its new policies
-// from its next request on. It sees the client's identity as the client
-// sent it, as the in-process tier function does: the identity TakeContext's
-// context carries (keyrate.ContextWithIdentity), which httplimit and
-// grpclimit put there (an API key as its header or metadata holds it,
-// whatever its length; never a route, a header name or a digest), and the
-// key as given to TakeContext when the context carries none. It must be
-// safe for concurrent use, and cheap: a map lookup or a prefix test, not a
-// database query. If it panics, the panic is recovered and the key gets the
-// default tier: a failing tier function never crashes the limiter and never
-// leaves a key unlimited.
-//
-// Every tier of a key shares its one Redis key, so a key that changes tier
-// keeps its events. In the sliding log they count against the new policies
-// at once, except those older than the longest window of the tier that
-// last admitted an event for the key, which that admission dropped (or
-// which expired with the key). A refusal under a tier with a longer
-// window keeps the key in Redis for that window. The fixed window keeps a
-// count per window length: a policy whose window length the key has not
-// been under lately starts from 0.
-//
-// Each tier has 1 to keyrate.MaxPolicies policies, validated as
-// NewPolicies'. A nil tier function, an invalid policy or a tier named ""
-// (the default tier is NewPolicies') make the constructor return an error
-// wrapping keyrate.ErrConfig. Default: no tiers, every key under the
-// default tier.
+// WithTiers gives keys different policies by plan, as keyrate.WithTiers
+// does: tier names a key's tier, tiers maps each name to 1 to
+// keyrate.MaxPolicies policies, and a key in no tier (or "") gets the
+// default, New's or NewPolicies'. tier runs on every decision, on the
+// identity the context carries (keyrate.ContextWithIdentity), else the key;
+// it must be cheap and safe for concurrent use, and a panic in it gives the
+// default tier. A key keeps its one Redis key, and its events, across
+// tiers ("Several policies and tiers" in the README). Default: no tiers.
 func WithTiers(tier func(key string) string, tiers map[string][]keyrate.Policy) Option {
 	return func(cfg *config) {
 		cfg.tierSet = true
@@ -80,29 +54,20 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 		if err := t.checkResolution(res); err != nil {
 			return nil, err
 		}
+		t.name = name
 		tab.named[name] = t
 	}
 	return tab, nil
 }
 
-// SetTier replaces the policies of the tier called name, or adds the tier;
-// name "" is the default tier. It is safe to call while the limiter is in
-// use: each decision sees either the old policies or the new ones, whole.
-//
-// Keys keep their recorded events in Redis, and the new policies count them
-// from each key's next decision on (see WithTiers for the events that have
-// already gone). Refusals the deny cache holds under the old policies are
-// no longer used: the next call for such a key asks Redis.
-//
-// SetTier changes this Limiter alone: replicas sharing the Redis each hold
-// their own tiers, and each must be told. It changes the local fallback's
-// tier too (WithLocalFallback), scaled by its share.
-//
-// It returns an error wrapping keyrate.ErrConfig, and changes nothing, for
-// policies NewPolicies would refuse, a window shorter than the resolution
-// (WithResolution), a calendar policy under FixedWindow, GCRA or
-// WithLeases, or a name other than "" on a limiter made without WithTiers
-// (no key could ever be in that tier).
+// SetTier replaces the policies of the tier called name, or adds the tier
+// ("" is the default tier), safely while the Limiter is in use: a decision
+// sees the old policies or the new ones, whole. Keys keep their events in
+// Redis, and the deny cache and the local fallback follow. It changes this
+// Limiter alone: each replica must be told. It returns an error wrapping
+// keyrate.ErrConfig, and changes nothing, for policies NewPolicies would
+// refuse, ones the options rule out (WithResolution, the algorithm,
+// WithLeases), or a name other than "" without WithTiers.
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	field, err := keyrate.TierField(name, l.tierOf != nil)
 	if err != nil {
@@ -116,7 +81,7 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 		return err
 	}
 	if l.script != slidingLogScript {
-		if err := t.checkAlgorithm(FixedWindow); err != nil { // FixedWindow or GCRA: either refuses alike
+		if err := t.checkAlgorithm(keyrate.FixedWindow); err != nil { // FixedWindow or GCRA: either refuses alike
 			return err
 		}
 	}
@@ -135,6 +100,7 @@ func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
 	}
 	old := l.tiers.Load()
 	next := &tierTable{def: old.def, named: maps.Clone(old.named)}
+	t.name = name
 	next.named[name] = t
 	if name == "" {
 		next.def = t

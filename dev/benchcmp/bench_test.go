@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -41,7 +42,7 @@ var contenders = []contender{
 	}},
 	{"keyrate-FixedWindow", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
 		l, err := redislimit.New(c, limit, period, redislimit.WithPrefix("keyrate-fw:"),
-			redislimit.WithAlgorithm(redislimit.FixedWindow))
+			redislimit.WithAlgorithm(keyrate.FixedWindow))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -49,7 +50,7 @@ var contenders = []contender{
 	}},
 	{"keyrate-GCRA", func(tb testing.TB, c *redis.Client, limit int, period time.Duration) allowFunc {
 		l, err := redislimit.New(c, limit, period, redislimit.WithPrefix("keyrate-gcra:"),
-			redislimit.WithAlgorithm(redislimit.GCRA))
+			redislimit.WithAlgorithm(keyrate.GCRA))
 		if err != nil {
 			tb.Fatal(err)
 		}

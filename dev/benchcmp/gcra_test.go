@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 )
@@ -46,7 +47,7 @@ func TestGCRAMatchesRedisRate(t *testing.T) {
 		{7, 24 * time.Hour, []int{2, 2, 2, 2, 1, 1, 8, 1}},
 		{3, 10 * time.Minute, []int{1, 3, 1, 1, 1, 2, 0}},
 	} {
-		l, err := redislimit.New(client, c.limit, c.period, redislimit.WithAlgorithm(redislimit.GCRA),
+		l, err := redislimit.New(client, c.limit, c.period, redislimit.WithAlgorithm(keyrate.GCRA),
 			redislimit.WithPrefix("gcra-agree:"))
 		if err != nil {
 			t.Fatal(err)
