@@ -70,9 +70,10 @@ func limit(n int, window time.Duration) []keyrate.Policy {
 // window short enough to watch the 00:09 / 00:11 boundary burst without
 // waiting a minute for the next boundary, "export" under two policies
 // at once, a short burst limit and an hourly one, "login", which counts
-// failed attempts only, and "generate", which reserves a model call's
-// tokens and keeps only those it used. Each has its own limiter, so its
-// own budget per client.
+// failed attempts only, "generate", which reserves a model call's tokens
+// and keeps only those it used, and "report", a slow endpoint of
+// 2 requests in flight. Each has its own limiter, so its own budget per
+// client.
 var routes = []route{
 	{Name: "status", Method: http.MethodGet, Path: "/api/status", Policies: limit(3, time.Minute), Pro: limit(10, time.Minute), serve: serveStatus},
 	{Name: "search", Method: http.MethodGet, Path: "/api/search", Policies: limit(20, time.Minute), serve: serveSearch},
@@ -84,6 +85,7 @@ var routes = []route{
 	{Name: "login", Method: http.MethodPost, Path: "/api/login", Policies: limit(5, 15*time.Minute), FailuresOnly: true,
 		Form: map[string]string{"password": "guess"}, Note: fmt.Sprintf("The password %q succeeds; any other fails.", demoPassword), serve: serveLogin},
 	generateRoute,
+	reportRoute,
 }
 
 // proTier names the tier of the clients whose API key starts with "pro-".
@@ -223,8 +225,11 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	budgetHook := func(slots *countedSlots) func(middleware.Event) {
 		return func(e middleware.Event) {
 			d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost}
-			if e.Budgets != nil {
+			switch {
+			case e.Budgets != nil:
 				d.Decision, d.Budgets = tokensVerdict(e), budgetsOf(e, slots)
+			case slots != nil && e.Err == nil:
+				d.Budgets = slotBudgets(e, slots)
 			}
 			publish(d)
 		}
