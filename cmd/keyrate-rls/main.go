@@ -7,7 +7,7 @@
 // file, watched for changes; or from one file and flags, which win over
 // the environment:
 //
-//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8080] [-debug ADDR]
+//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8082] [-debug ADDR]
 //	            [-reload-interval 5s] [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
 //	            [-log-level info] [-log-format text] [-ratelimit-fields]
 //	            [-max-overrides-per-domain 64] [-max-conns 4096] [-max-conns-per-addr 256]
@@ -145,12 +145,17 @@ type options struct {
 // turns a slow answer into none, which Envoy admits by default.
 const defaultRedisTimeout = 10 * time.Second
 
+// defaultHTTPAddr is the HTTP server's address without -http, HOST or
+// PORT. envoyproxy/ratelimit's port is 8080, which the keyrate demo and
+// many development servers take: PORT=8080 gives that one back.
+const defaultHTTPAddr = ":8082"
+
 // defaultOptions are the settings before the environment and the flags.
 func defaultOptions() options {
 	return options{
 		runtime:            runtimeDir{root: defaultRuntimeRoot, app: "config"},
 		grpcAddr:           ":8081",
-		httpAddr:           ":8080",
+		httpAddr:           defaultHTTPAddr,
 		reloadInterval:     5 * time.Second,
 		maxKeys:            1_000_000,
 		shutdownTimeout:    10 * time.Second,
