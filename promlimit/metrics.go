@@ -43,7 +43,8 @@ var durationBuckets = []float64{
 // for word, so that a dashboard reads either. They are kept in each module
 // rather than shared: the modules have no public package in common to
 // own them (middleware is the middlewares' surface, and a module may not
-// import another's internal packages).
+// import another's internal packages). dev/metricsbench's
+// TestLabelValuesAgree checks that the two agree.
 //
 // The values of the result label of keyrate_requests_total.
 const (
