@@ -20,7 +20,7 @@ const reportTime = 2 * time.Second
 var reportRoute = route{
 	Name: "report", Method: http.MethodGet, Path: "/api/report",
 	Policies: limit(20, time.Minute), InFlight: 2, InFlightWait: time.Second, Burst: 3,
-	Note: "Each report takes 2 s. Two of a client run at once; a third waits up to 1 s for one of them to end, then gets 429.",
+	Note:  "Each report takes 2 s. Two of a client run at once; a third waits up to 1 s for one of them to end, then gets 429.",
 	serve: serveReport,
 }
 
