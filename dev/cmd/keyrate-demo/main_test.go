@@ -148,6 +148,7 @@ func TestDemoBinary(t *testing.T) {
 		"/api/search  20 per 60s\n",
 		"/api/burst   10 per 10s\n",
 		"/api/export  2 per 10s (export-burst) and 5 per 3600s (export-hourly)\n",
+		"/api/report  20 per 60s; 2 in flight\n",
 		"/api/burst; done", "/metrics | grep",
 	} {
 		if !strings.Contains(out, hint) {
