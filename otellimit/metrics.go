@@ -57,6 +57,13 @@ const (
 	keyError  = "error.type" // OpenTelemetry's own key for a class of error
 )
 
+// The result, source and error-kind values below are promlimit's too, word
+// for word, so that a dashboard reads either. They are kept in each module
+// rather than shared: the modules have no public package in common to
+// own them (middleware is the middlewares' surface, and a module may not
+// import another's internal packages). dev/metricsbench's
+// TestLabelValuesAgree checks that the two agree.
+//
 // The values of keyrate.result.
 const (
 	resultAllowed       = "allowed"

@@ -12,8 +12,9 @@
 // grpclimit.WithObserver, beside any hooks of your own. promlimit imports
 // neither, so an HTTP-only program does not build gRPC.
 //
-// Label values are route names, policy names (from the backend's
-// configuration, at most 32 per route) and fixed words, never anything
+// Label values are route names (at most WithMaxRoutes of them, the rest
+// counted as "(other)"), policy names (from the backend's configuration,
+// at most 32 per route) and fixed words, never anything
 // about a client: the series a program exports are bounded by its routes
 // and policies, whatever its clients send.
 package promlimit

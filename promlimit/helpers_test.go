@@ -18,10 +18,10 @@ import (
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newMetrics(t testing.TB) (*promlimit.Metrics, *prometheus.Registry) {
+func newMetrics(t testing.TB, opts ...promlimit.Option) (*promlimit.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	m, err := promlimit.New(reg)
+	m, err := promlimit.New(reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

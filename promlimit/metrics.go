@@ -20,8 +20,9 @@ type Metrics struct {
 	violations *prometheus.CounterVec
 	keys       *keysCollector
 
+	maxRoutes int
 	// observed maps the routes Observe was told of to their series; see
-	// maxObservedRoutes.
+	// WithMaxRoutes.
 	observed sync.Map // string -> *route
 	mu       sync.Mutex
 	nobs     int // routes in observed, under mu
@@ -38,6 +39,13 @@ var durationBuckets = []float64{
 	1,
 }
 
+// The result, source and error-kind values below are otellimit's too, word
+// for word, so that a dashboard reads either. They are kept in each module
+// rather than shared: the modules have no public package in common to
+// own them (middleware is the middlewares' surface, and a module may not
+// import another's internal packages). dev/metricsbench's
+// TestLabelValuesAgree checks that the two agree.
+//
 // The values of the result label of keyrate_requests_total.
 const (
 	resultAllowed       = "allowed"
@@ -63,14 +71,23 @@ const (
 )
 
 // New creates keyrate's collectors and registers them on reg. It fails when
-// reg is nil (an error wrapping keyrate.ErrConfig) or refuses them (they are
-// already registered there: call New once per registry and share the
-// Metrics); it then leaves reg as it found it.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+// reg is nil or an option is out of its range (an error wrapping
+// keyrate.ErrConfig) or reg refuses them (they are already registered
+// there: call New once per registry and share the Metrics); it then leaves
+// reg as it found it.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: promlimit: registerer is nil", keyrate.ErrConfig)
 	}
+	c := config{maxRoutes: defaultMaxRoutes}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.maxRoutes < 1 {
+		return nil, fmt.Errorf("%w: promlimit: WithMaxRoutes(%d), want at least 1", keyrate.ErrConfig, c.maxRoutes)
+	}
 	m := &Metrics{
+		maxRoutes: c.maxRoutes,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyrate_requests_total",
 			Help: "Requests the rate limiter saw, by route and result: allowed, limited, shadow_limited (refused but served, in shadow mode), error (no decision could be had) or client_gone (the client cancelled or timed out before the decision; not served).",

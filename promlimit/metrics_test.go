@@ -234,6 +234,29 @@ func TestObservedRoutesAreBounded(t *testing.T) {
 	}
 }
 
+// WithMaxRoutes moves the bound: with 10, the eleventh route on counts
+// under route="(other)".
+func TestWithMaxRoutes(t *testing.T) {
+	m, reg := newMetrics(t, promlimit.WithMaxRoutes(10))
+	for i := range 60 {
+		observeDecision(m, fmt.Sprintf("/pkg.S/M%d", i), keyrate.Decision{Allowed: true}, false, time.Microsecond)
+	}
+	routes := map[string]bool{}
+	for _, s := range series(t, reg, "keyrate_requests_total") {
+		for _, lp := range s.GetLabel() {
+			if lp.GetName() == "route" {
+				routes[lp.GetValue()] = true
+			}
+		}
+	}
+	if len(routes) != 11 || !routes["(other)"] || !routes["/pkg.S/M9"] || routes["/pkg.S/M10"] {
+		t.Errorf("%d routes, want 10 of their own and (other)", len(routes))
+	}
+	if got := requests(t, reg, "(other)", "allowed"); got != 50 {
+		t.Errorf("(other) counted %v, want 50", got)
+	}
+}
+
 // No label value ever names a client, however many come.
 func TestLabelsNeverNameClients(t *testing.T) {
 	m, reg := newMetrics(t)
@@ -302,6 +325,9 @@ func TestTrackKeys(t *testing.T) {
 func TestNew(t *testing.T) {
 	if _, err := promlimit.New(nil); !errors.Is(err, keyrate.ErrConfig) {
 		t.Errorf("New(nil): %v, want keyrate.ErrConfig", err)
+	}
+	if _, err := promlimit.New(prometheus.NewRegistry(), promlimit.WithMaxRoutes(0)); !errors.Is(err, keyrate.ErrConfig) {
+		t.Errorf("WithMaxRoutes(0): %v, want keyrate.ErrConfig", err)
 	}
 	m, reg := newMetrics(t)
 	if _, err := promlimit.New(reg); err == nil {

@@ -2,14 +2,7 @@ package promlimit
 
 import "github.com/keyrate/keyrate/middleware"
 
-// maxObservedRoutes bounds the routes Observe gives series of their own.
-// Routes come from the middleware at run time (grpclimit's are method
-// names, which a client chooses behind grpc.UnknownServiceHandler); past
-// the bound, further routes are counted under route="(other)", so that no
-// client can grow the series without end.
-const maxObservedRoutes = 1000
-
-// otherRoute labels the routes past maxObservedRoutes.
+// otherRoute labels the routes past WithMaxRoutes.
 const otherRoute = "(other)"
 
 // Observe counts one request of ev.Route, as a middleware.Observer: pass
@@ -57,7 +50,7 @@ func (m *Metrics) observedRoute(name string) *route {
 	if r, ok := m.observed.Load(name); ok {
 		return r.(*route)
 	}
-	if m.nobs >= maxObservedRoutes {
+	if m.nobs >= m.maxRoutes {
 		name = otherRoute
 		if r, ok := m.observed.Load(name); ok {
 			return r.(*route)

@@ -163,7 +163,25 @@ func (r report) verdict(most int, rate float64) string {
 	}
 }
 
+// write prints the report: what was sent, the counts per second and per
+// URL, the latencies, then each identity's verdict and the run's.
 func (r report) write(w io.Writer) {
+	r.writeHeading(w)
+	r.writeSeconds(w)
+	r.writeURLs(w)
+	r.writeLatency(w)
+	if r.unknown > 0 {
+		fmt.Fprintf(w, "%d requests failed before they were sent and are counted in the totals only\n", r.unknown)
+	}
+	fmt.Fprintln(w)
+	r.writeLimit(w)
+	r.writeIdentities(w)
+	r.writeVerdict(w)
+}
+
+// writeHeading says what the run sent, to what, from whom, and whether it
+// was interrupted.
+func (r report) writeHeading(w io.Writer) {
 	who := "no identity header"
 	if len(r.keys) > 0 {
 		order := "in turn"
@@ -184,7 +202,10 @@ func (r report) write(w io.Writer) {
 		fmt.Fprintf(w, "INTERRUPTED after %s of %s: %d requests sent, %s requests/s\n", round(r.elapsed), r.duration, r.total.sent, perSecond(r.rateOf(r.total.sent)))
 	}
 	fmt.Fprintln(w)
+}
 
+// writeSeconds is the table of each second's counts, and the total.
+func (r report) writeSeconds(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "second\tsent\tadmitted\trejected\tother\t")
 	for i, s := range r.seconds {
@@ -192,54 +213,68 @@ func (r report) write(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\n", r.total.sent, r.total.admitted, r.total.rejected, r.total.other)
 	tw.Flush()
-	if len(r.targets) > 1 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "url\tsent\tadmitted\trejected\tother")
-		for i, t := range r.byURL {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", r.targets[i], t.sent, t.admitted, t.rejected, t.other)
-		}
-		tw.Flush()
-	}
+}
 
-	if m := r.metrics; m != nil && m.Requests > 0 {
-		l := m.Latencies
-		fmt.Fprintf(w, "\nlatency: mean %s, p50 %s, p90 %s, p95 %s, p99 %s, max %s\n",
-			short(l.Mean), short(l.P50), short(l.P90), short(l.P95), short(l.P99), short(l.Max))
-		var codes []string
-		for _, c := range slices.Sorted(maps.Keys(m.StatusCodes)) {
-			codes = append(codes, fmt.Sprintf("%s: %d", c, m.StatusCodes[c]))
-		}
-		fmt.Fprintf(w, "sent at %.1f requests/s; status codes %s\n", m.Rate, strings.Join(codes, ", "))
-		for i, e := range m.Errors {
-			if i == 3 {
-				fmt.Fprintf(w, "... and %d more kinds of error\n", len(m.Errors)-3)
-				break
-			}
-			if !strings.HasPrefix(e, "429 ") {
-				fmt.Fprintf(w, "error: %s\n", e)
-			}
-		}
+// writeURLs is the table of each URL's counts, for a run of several.
+func (r report) writeURLs(w io.Writer) {
+	if len(r.targets) <= 1 {
+		return
 	}
-	if r.unknown > 0 {
-		fmt.Fprintf(w, "%d requests failed before they were sent and are counted in the totals only\n", r.unknown)
-	}
-
 	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "url\tsent\tadmitted\trejected\tother")
+	for i, t := range r.byURL {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", r.targets[i], t.sent, t.admitted, t.rejected, t.other)
+	}
+	tw.Flush()
+}
+
+// writeLatency gives vegeta's latencies, status codes and first errors.
+func (r report) writeLatency(w io.Writer) {
+	m := r.metrics
+	if m == nil || m.Requests == 0 {
+		return
+	}
+	l := m.Latencies
+	fmt.Fprintf(w, "\nlatency: mean %s, p50 %s, p90 %s, p95 %s, p99 %s, max %s\n",
+		short(l.Mean), short(l.P50), short(l.P90), short(l.P95), short(l.P99), short(l.Max))
+	var codes []string
+	for _, c := range slices.Sorted(maps.Keys(m.StatusCodes)) {
+		codes = append(codes, fmt.Sprintf("%s: %d", c, m.StatusCodes[c]))
+	}
+	fmt.Fprintf(w, "sent at %.1f requests/s; status codes %s\n", m.Rate, strings.Join(codes, ", "))
+	for i, e := range m.Errors {
+		if i == 3 {
+			fmt.Fprintf(w, "... and %d more kinds of error\n", len(m.Errors)-3)
+			break
+		}
+		if !strings.HasPrefix(e, "429 ") {
+			fmt.Fprintf(w, "error: %s\n", e)
+		}
+	}
+}
+
+// writeLimit says the limit checked and where it came from.
+func (r report) writeLimit(w io.Writer) {
 	if r.window == 0 {
 		fmt.Fprintln(w, "no window to check: pass -window and -limit, or target a server that sends RateLimit-Policy")
-	} else {
-		source := "from the flags"
-		if r.fromPolicy {
-			source = "from the server's RateLimit-Policy"
-		}
-		if r.limit > 0 {
-			fmt.Fprintf(w, "limit %d per %s (%s)\n", r.limit, seconds(r.window), source)
-		} else {
-			fmt.Fprintf(w, "window %s (%s); pass -limit to check a limit\n", seconds(r.window), source)
-		}
+		return
 	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	source := "from the flags"
+	if r.fromPolicy {
+		source = "from the server's RateLimit-Policy"
+	}
+	if r.limit > 0 {
+		fmt.Fprintf(w, "limit %d per %s (%s)\n", r.limit, seconds(r.window), source)
+	} else {
+		fmt.Fprintf(w, "window %s (%s); pass -limit to check a limit\n", seconds(r.window), source)
+	}
+}
+
+// writeIdentities is the table of each identity's counts, the most it had
+// admitted in a window, and its verdict.
+func (r report) writeIdentities(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "identity\tsent\tadmitted\trejected\tother"
 	noReply := slices.ContainsFunc(r.identities, func(id identityReport) bool { return id.noReply > 0 })
 	if noReply {
@@ -266,35 +301,40 @@ func (r report) write(w io.Writer) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+}
 
-	if r.window > 0 && r.limit > 0 && r.total.sent > 0 {
-		most, over, unchecked := 0, 0, 0
-		for _, id := range r.identities {
-			most = max(most, id.most)
-			switch {
-			case id.most > r.limit:
-				over++
-			case !id.checked():
-				unchecked++
-			}
-		}
-		n := len(r.identities)
-		verdict := r.verdict(most, r.rateOf(r.total.sent))
-		if r.interrupted {
-			verdict += fmt.Sprintf(", interrupted after %s of %s", round(r.elapsed), r.duration)
-		}
+// writeVerdict is the run's checkable line, over every identity, when
+// there is a limit to check.
+func (r report) writeVerdict(w io.Writer) {
+	if r.window == 0 || r.limit == 0 || r.total.sent == 0 {
+		return
+	}
+	most, over, unchecked := 0, 0, 0
+	for _, id := range r.identities {
+		most = max(most, id.most)
 		switch {
-		case over > 0:
-			fmt.Fprintf(w, "\n%d of %d identities: %s\n", over, n, verdict)
-		case unchecked == n:
-			fmt.Fprintf(w, "\nnot checked: no identity got a 2xx or 429 reply\n")
-		case unchecked > 0:
-			fmt.Fprintf(w, "\n%d of %d identities: %s; %d not checked (no 2xx or 429 reply)\n", n-unchecked, n, verdict, unchecked)
-		case n == 1:
-			fmt.Fprintf(w, "\nthe identity: %s\n", verdict)
-		default:
-			fmt.Fprintf(w, "\nall %d identities: %s\n", n, verdict)
+		case id.most > r.limit:
+			over++
+		case !id.checked():
+			unchecked++
 		}
+	}
+	n := len(r.identities)
+	verdict := r.verdict(most, r.rateOf(r.total.sent))
+	if r.interrupted {
+		verdict += fmt.Sprintf(", interrupted after %s of %s", round(r.elapsed), r.duration)
+	}
+	switch {
+	case over > 0:
+		fmt.Fprintf(w, "\n%d of %d identities: %s\n", over, n, verdict)
+	case unchecked == n:
+		fmt.Fprintf(w, "\nnot checked: no identity got a 2xx or 429 reply\n")
+	case unchecked > 0:
+		fmt.Fprintf(w, "\n%d of %d identities: %s; %d not checked (no 2xx or 429 reply)\n", n-unchecked, n, verdict, unchecked)
+	case n == 1:
+		fmt.Fprintf(w, "\nthe identity: %s\n", verdict)
+	default:
+		fmt.Fprintf(w, "\nall %d identities: %s\n", n, verdict)
 	}
 }
 

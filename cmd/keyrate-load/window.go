@@ -22,9 +22,8 @@ type Span struct {
 // n decisions made during them. So a result above the limit proves an
 // excess, and under a short round trip the bound is tight. For point events
 // (Start == End) it is exactly the most events in any [t, t+window).
-//
-// It runs in O(n log n). A span whose End is before its Start is treated as
-// a point at Start; window <= 0 gives 0.
+// O(n log n); a span whose End is before its Start counts as a point at
+// Start, and window <= 0 gives 0.
 func MostWithin(spans []Span, window time.Duration) (n int, from time.Time) {
 	if len(spans) == 0 || window <= 0 {
 		return 0, time.Time{}

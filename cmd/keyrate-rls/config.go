@@ -392,96 +392,120 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, stat stri
 		return
 	}
 	for _, dn := range n.Content {
-		f, ok := p.fields(dn, "descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
-			"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
-		if !ok {
-			continue
-		}
-		var e entry
-		if kn := f["key"]; kn == nil {
-			p.errorf(dn, "descriptor: key is missing")
-			continue
-		} else if e.key, ok = p.text(kn, "key"); !ok {
-			continue
-		} else if e.key == "" {
-			p.errorf(kn, "descriptor: key is empty")
-			continue
-		}
-		if vn := f["value"]; vn != nil {
-			if e.value, ok = p.text(vn, "value"); !ok {
-				continue
-			}
-		}
-		if first := parent.children[e]; first != nil {
-			// The value stays out of the message: it may be a credential.
-			at := fmt.Sprintf("line %d", first.line)
-			if first.file != p.file {
-				at = fmt.Sprintf("%s:%d", first.file, first.line)
-			}
-			p.errorf(f["key"], "descriptor: key %q with the same value is given twice at this level (first at %s)", e.key, at)
-			continue
-		}
-		child := &node{children: map[entry]*node{}, perValue: e.value == "", file: p.file, line: f["key"].Line}
-		shared := false
-		if sn := f["share_threshold"]; sn != nil && p.boolean(sn, "share_threshold") {
-			if !strings.Contains(e.value, "*") {
-				p.errorf(sn, "share_threshold: only a value with a wildcard (*) can share its threshold")
-			}
-			shared = true
-		}
-		quota := false
-		if qn := f["quota_mode"]; qn != nil {
-			quota = p.boolean(qn, "quota_mode")
-		}
-		var metadata *structpb.Struct
-		if mn := f["metadata"]; mn != nil {
-			metadata = p.metadata(mn)
-		}
-		for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
-			if vn := f[ignored]; vn != nil {
-				p.boolean(vn, ignored) // checked, then ignored: metrics never hold a request's values
-			}
-		}
-		if strings.Contains(e.value, "*") {
-			child.perValue = !shared
-			parent.wildcards = append(parent.wildcards, wildcard{key: e.key, parts: strings.Split(e.value, "*"), node: child})
-		}
-		parent.children[e] = child
+		p.descriptor(dn, parent, domain, path, stat)
+	}
+}
 
-		childPath := path + "\x00" + e.key + "\x00" + e.value
-		childStat := e.key
-		if e.value != "" {
-			childStat += "_" + e.value
+// descriptor reads one descriptor into parent, its rule and its own
+// descriptors with it; path and stat are the parent's (see rule).
+func (p *parser) descriptor(dn *yaml.Node, parent *node, domain, path, stat string) {
+	f, ok := p.fields(dn, "descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
+		"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
+	if !ok {
+		return
+	}
+	e, ok := p.entry(dn, f, parent)
+	if !ok {
+		return
+	}
+	child := &node{children: map[entry]*node{}, perValue: e.value == "", file: p.file, line: f["key"].Line}
+	shared := false
+	if sn := f["share_threshold"]; sn != nil && p.boolean(sn, "share_threshold") {
+		if !strings.Contains(e.value, "*") {
+			p.errorf(sn, "share_threshold: only a value with a wildcard (*) can share its threshold")
 		}
-		if stat != "" {
-			childStat = stat + "." + childStat
-		}
-		shadow := false
-		if sn := f["shadow_mode"]; sn != nil {
-			shadow = p.boolean(sn, "shadow_mode")
-		}
-		rl, rls := f["rate_limit"], f["rate_limits"]
-		switch {
-		case rl != nil && rls != nil:
-			p.errorf(rls, "descriptor: give rate_limit or rate_limits, not both")
-		case rl != nil || rls != nil:
-			r := &rule{domain: domain, path: childPath, stat: childStat, file: p.file, line: f["key"].Line, shadow: shadow, quota: quota, metadata: metadata}
-			if rl != nil {
-				r.line = rl.Line
-				p.rateLimits(r, []*yaml.Node{rl}, "rate_limit")
-			} else if rls.Kind != yaml.SequenceNode || len(rls.Content) == 0 {
-				p.errorf(rls, "rate_limits: want a list of 1 to %d limits", keyrate.MaxPolicies)
-			} else {
-				r.line = rls.Line
-				p.rateLimits(r, rls.Content, "rate_limits")
-			}
-			child.rule = r
-			p.rs.rules = append(p.rs.rules, r)
-		}
-		if ds := f["descriptors"]; ds != nil {
-			p.descriptors(ds, child, domain, childPath, childStat)
+		shared = true
+	}
+	r := &rule{domain: domain, file: p.file, line: f["key"].Line}
+	if qn := f["quota_mode"]; qn != nil {
+		r.quota = p.boolean(qn, "quota_mode")
+	}
+	if mn := f["metadata"]; mn != nil {
+		r.metadata = p.metadata(mn)
+	}
+	for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
+		if vn := f[ignored]; vn != nil {
+			p.boolean(vn, ignored) // checked, then ignored: metrics never hold a request's values
 		}
 	}
+	if strings.Contains(e.value, "*") {
+		child.perValue = !shared
+		parent.wildcards = append(parent.wildcards, wildcard{key: e.key, parts: strings.Split(e.value, "*"), node: child})
+	}
+	parent.children[e] = child
+
+	r.path = path + "\x00" + e.key + "\x00" + e.value
+	r.stat = e.key
+	if e.value != "" {
+		r.stat += "_" + e.value
+	}
+	if stat != "" {
+		r.stat = stat + "." + r.stat
+	}
+	if sn := f["shadow_mode"]; sn != nil {
+		r.shadow = p.boolean(sn, "shadow_mode")
+	}
+	if p.limits(r, f) {
+		child.rule = r
+		p.rs.rules = append(p.rs.rules, r)
+	}
+	if ds := f["descriptors"]; ds != nil {
+		p.descriptors(ds, child, domain, r.path, r.stat)
+	}
+}
+
+// entry reads a descriptor's key and value, f its fields, and reports
+// whether they make an entry that parent does not have yet.
+func (p *parser) entry(dn *yaml.Node, f map[string]*yaml.Node, parent *node) (e entry, ok bool) {
+	kn := f["key"]
+	if kn == nil {
+		p.errorf(dn, "descriptor: key is missing")
+		return e, false
+	}
+	if e.key, ok = p.text(kn, "key"); !ok {
+		return e, false
+	}
+	if e.key == "" {
+		p.errorf(kn, "descriptor: key is empty")
+		return e, false
+	}
+	if vn := f["value"]; vn != nil {
+		if e.value, ok = p.text(vn, "value"); !ok {
+			return e, false
+		}
+	}
+	if first := parent.children[e]; first != nil {
+		// The value stays out of the message: it may be a credential.
+		at := fmt.Sprintf("line %d", first.line)
+		if first.file != p.file {
+			at = fmt.Sprintf("%s:%d", first.file, first.line)
+		}
+		p.errorf(kn, "descriptor: key %q with the same value is given twice at this level (first at %s)", e.key, at)
+		return e, false
+	}
+	return e, true
+}
+
+// limits reads into r the rate_limit or rate_limits of a descriptor, f its
+// fields, and reports whether it has either: whether r is a rule.
+func (p *parser) limits(r *rule, f map[string]*yaml.Node) bool {
+	rl, rls := f["rate_limit"], f["rate_limits"]
+	switch {
+	case rl != nil && rls != nil:
+		p.errorf(rls, "descriptor: give rate_limit or rate_limits, not both")
+		return false
+	case rl != nil:
+		r.line = rl.Line
+		p.rateLimits(r, []*yaml.Node{rl}, "rate_limit")
+	case rls == nil:
+		return false
+	case rls.Kind != yaml.SequenceNode || len(rls.Content) == 0:
+		p.errorf(rls, "rate_limits: want a list of 1 to %d limits", keyrate.MaxPolicies)
+	default:
+		r.line = rls.Line
+		p.rateLimits(r, rls.Content, "rate_limits")
+	}
+	return true
 }
 
 // metadata reads a descriptor's metadata: any mapping, returned to Envoy
@@ -525,88 +549,104 @@ func (p *parser) rateLimits(r *rule, ns []*yaml.Node, field string) {
 		if !ok {
 			continue
 		}
-		var l limit
-		if nn := f["name"]; nn != nil {
-			if l.name, ok = p.text(nn, what+".name"); !ok {
-				continue
-			}
-		}
-		if rn := f["replaces"]; rn != nil {
-			p.replaces(r, rn, what, l.name)
-		}
-		unlimited := false
-		if un := f["unlimited"]; un != nil {
-			unlimited = p.boolean(un, what+".unlimited")
-		}
-		unit, window := f["unit"], f["window"]
-		if unlimited {
-			switch {
-			case len(ns) > 1:
-				p.errorf(f["unlimited"], "%s: an unlimited limit must be the descriptor's only one", what)
-			case unit != nil || window != nil:
-				p.errorf(n, "%s: an unlimited limit takes no unit or window", what)
-			}
-			r.unlimited = true
-			continue
-		}
-		switch {
-		case unit != nil && window != nil:
-			p.errorf(window, "%s: give unit or window, not both", what)
-			continue
-		case unit != nil:
-			s, ok := p.text(unit, what+".unit")
-			if !ok {
-				continue
-			}
-			i := slices.IndexFunc(units, func(u unitSpec) bool { return strings.EqualFold(u.name, s) })
-			if i < 0 {
-				p.errorf(unit, "%s: unit %q, want second, minute, hour, day, week, month or year (or window: a duration)", what, s)
-				continue
-			}
-			l.unit, l.window, l.multiplier = units[i].unit, units[i].len, 1
-		case window != nil:
-			s, ok := p.text(window, what+".window")
-			if !ok {
-				continue
-			}
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				p.errorf(window, "%s: window %q, want a positive duration such as 3s, 90s or 1h30m", what, s)
-				continue
-			}
-			l.window = d
-			l.unit, l.multiplier = unitOf(d)
-		default:
-			p.errorf(n, "%s: unit (or window) is missing", what)
-			continue
-		}
-		rpu := f["requests_per_unit"]
-		if rpu == nil {
-			p.errorf(n, "%s: requests_per_unit is missing (0 refuses every request; write it out to mean that)", what)
-			continue
-		}
-		v, err := strconv.ParseInt(rpu.Value, 10, 64)
-		if rpu.Kind != yaml.ScalarNode || rpu.Tag != "!!int" || err != nil || v < 0 || v > math.MaxInt32 {
-			p.errorf(rpu, "%s: requests_per_unit %q, want a whole number from 0 to %d", what, rpu.Value, math.MaxInt32)
-			continue
-		}
-		l.perUnit = int(v)
-		if l.perUnit == 0 {
-			r.blocked = true
-		}
-		if len(ns) > 1 {
-			if l.name == "" {
-				p.errorf(n, "%s: name is missing: each of several limits needs a name of its own", what)
-				continue
-			}
-			if first, dup := names[l.name]; dup {
-				p.errorf(f["name"], "%s: name %q is already that of the limit at line %d", what, l.name, first)
-				continue
-			}
-			names[l.name] = f["name"].Line
-		}
-		r.limits = append(r.limits, l)
+		p.rateLimit(r, n, f, what, len(ns), names)
 	}
+}
+
+// rateLimit reads the limit n, f its fields, into r, one of the rule's of
+// limits; names are the names of those read before it, at their lines.
+func (p *parser) rateLimit(r *rule, n *yaml.Node, f map[string]*yaml.Node, what string, of int, names map[string]int) {
+	var l limit
+	if nn := f["name"]; nn != nil {
+		var ok bool
+		if l.name, ok = p.text(nn, what+".name"); !ok {
+			return
+		}
+	}
+	if rn := f["replaces"]; rn != nil {
+		p.replaces(r, rn, what, l.name)
+	}
+	unlimited := false
+	if un := f["unlimited"]; un != nil {
+		unlimited = p.boolean(un, what+".unlimited")
+	}
+	if unlimited {
+		switch {
+		case of > 1:
+			p.errorf(f["unlimited"], "%s: an unlimited limit must be the descriptor's only one", what)
+		case f["unit"] != nil || f["window"] != nil:
+			p.errorf(n, "%s: an unlimited limit takes no unit or window", what)
+		}
+		r.unlimited = true
+		return
+	}
+	if !p.window(&l, n, f, what) {
+		return
+	}
+	rpu := f["requests_per_unit"]
+	if rpu == nil {
+		p.errorf(n, "%s: requests_per_unit is missing (0 refuses every request; write it out to mean that)", what)
+		return
+	}
+	v, err := strconv.ParseInt(rpu.Value, 10, 64)
+	if rpu.Kind != yaml.ScalarNode || rpu.Tag != "!!int" || err != nil || v < 0 || v > math.MaxInt32 {
+		p.errorf(rpu, "%s: requests_per_unit %q, want a whole number from 0 to %d", what, rpu.Value, math.MaxInt32)
+		return
+	}
+	l.perUnit = int(v)
+	if l.perUnit == 0 {
+		r.blocked = true
+	}
+	if of > 1 {
+		if l.name == "" {
+			p.errorf(n, "%s: name is missing: each of several limits needs a name of its own", what)
+			return
+		}
+		if first, dup := names[l.name]; dup {
+			p.errorf(f["name"], "%s: name %q is already that of the limit at line %d", what, l.name, first)
+			return
+		}
+		names[l.name] = f["name"].Line
+	}
+	r.limits = append(r.limits, l)
+}
+
+// window reads the unit or the window of the limit n, f its fields, into
+// l, and reports whether it has one of them, valid.
+func (p *parser) window(l *limit, n *yaml.Node, f map[string]*yaml.Node, what string) bool {
+	unit, window := f["unit"], f["window"]
+	switch {
+	case unit != nil && window != nil:
+		p.errorf(window, "%s: give unit or window, not both", what)
+		return false
+	case unit != nil:
+		s, ok := p.text(unit, what+".unit")
+		if !ok {
+			return false
+		}
+		i := slices.IndexFunc(units, func(u unitSpec) bool { return strings.EqualFold(u.name, s) })
+		if i < 0 {
+			p.errorf(unit, "%s: unit %q, want second, minute, hour, day, week, month or year (or window: a duration)", what, s)
+			return false
+		}
+		l.unit, l.window, l.multiplier = units[i].unit, units[i].len, 1
+	case window != nil:
+		s, ok := p.text(window, what+".window")
+		if !ok {
+			return false
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			p.errorf(window, "%s: window %q, want a positive duration such as 3s, 90s or 1h30m", what, s)
+			return false
+		}
+		l.window = d
+		l.unit, l.multiplier = unitOf(d)
+	default:
+		p.errorf(n, "%s: unit (or window) is missing", what)
+		return false
+	}
+	return true
 }
 
 // replaces reads a limit's replaces list into r.

@@ -17,19 +17,46 @@ import (
 //
 // Each descriptor counts at its own weight, and one store call decides
 // them all, atomically: the common case is that one call. A request that
-// passes although some of its descriptors are over their limits (a
-// descriptor in shadow mode; in quota mode, some but not all) is let
-// through and recorded against the descriptors that have room and are
-// not in shadow mode, with a further call each time a race makes one of
-// those refuse too, each call itself atomic. A request that a descriptor
-// of weight 0 (checked, not counted) or a limit of 0 may refuse is first
-// checked whole, recording nothing, so that a refusal records nothing
-// anywhere. With the Redis deny cache, descriptors a cached refusal kept
-// from Redis are then checked there, so that their statuses tell how
-// they stand.
+// a descriptor of weight 0 or a limit of 0 may refuse is checked whole
+// first (checkFirst); one let through with descriptors over their limits
+// is recorded against those with room (record); with the Redis deny
+// cache, the descriptors a cached refusal kept from Redis are then
+// described (describe).
 func (s *service) decide(ctx context.Context, domain, label string, items []item) (bool, error) {
-	var live []int // the items the store decides: counted, not a limit of 0
-	check := false
+	live, check := liveItems(items)
+	if len(live) == 0 {
+		refused := s.refuses(items)
+		s.observe(label, items, 0, false, refused)
+		return refused, nil
+	}
+	start := time.Now()
+	if check {
+		refused, counted, err := s.checkFirst(ctx, domain, items, live)
+		if err != nil {
+			return false, s.failed(ctx, label, err, start)
+		}
+		if refused {
+			s.observe(label, items, time.Since(start), true, true)
+			return true, nil
+		}
+		live = counted
+	}
+	asked := live
+	refused, err := s.record(ctx, domain, items, live)
+	if err != nil {
+		return false, s.failed(ctx, label, err, start)
+	}
+	s.describe(ctx, domain, items, asked)
+	s.observe(label, items, time.Since(start), true, refused)
+	return refused, nil
+}
+
+// liveItems returns the items the store decides (those that count, less
+// the limits of 0, which it marks over), and whether the request must be
+// checked before anything is recorded: an enforced descriptor of weight 0
+// (checked, not counted) or of a limit of 0 may refuse it, and then a
+// refusal records nothing anywhere.
+func liveItems(items []item) (live []int, check bool) {
 	for i := range items {
 		it := &items[i]
 		if !it.counts() {
@@ -43,51 +70,55 @@ func (s *service) decide(ctx context.Context, domain, label string, items []item
 		live = append(live, i)
 		check = check || it.weight == 0 && !it.rule.shadow
 	}
-	if len(live) == 0 {
-		refused := s.refuses(items)
-		s.observe(label, items, 0, false, refused)
-		return refused, nil
+	return live, check
+}
+
+// checkFirst checks the live items whole, recording nothing, and reports
+// whether the request is refused; if not, counted are the live items to
+// record, those of a weight above 0.
+func (s *service) checkFirst(ctx context.Context, domain string, items []item, live []int) (refused bool, counted []int, err error) {
+	if _, err := s.take(ctx, domain, items, live, true); err != nil {
+		return false, nil, err
 	}
-	start := time.Now()
-	failed := func(err error) (bool, error) { return false, s.failed(ctx, label, err, start) }
-	if check {
-		if _, err := s.take(ctx, domain, items, live, true); err != nil {
-			return failed(err)
-		}
-		for _, i := range live {
-			it := &items[i]
-			it.over = it.d.Remaining < max(it.weight, 1)
-		}
-		if s.refuses(items) {
-			s.observe(label, items, time.Since(start), true, true)
-			return true, nil
-		}
-		counted := live[:0:0]
-		for _, i := range live {
-			if items[i].weight > 0 {
-				counted = append(counted, i)
-			}
-		}
-		live = counted
+	for _, i := range live {
+		it := &items[i]
+		it.over = it.d.Remaining < max(it.weight, 1)
 	}
-	asked := live
-	refused := false
+	if s.refuses(items) {
+		return true, nil, nil
+	}
+	counted = live[:0:0]
+	for _, i := range live {
+		if items[i].weight > 0 {
+			counted = append(counted, i)
+		}
+	}
+	return false, counted, nil
+}
+
+// record records the request against the live items in one atomic call,
+// and reports whether it is refused. A request that passes although some
+// are over their limits (a descriptor in shadow mode; in quota mode, some
+// but not all) is let through and recorded against the items that have
+// room and are not in shadow mode, with a further call each time a race
+// makes one of those refuse too, each call itself atomic.
+func (s *service) record(ctx context.Context, domain string, items []item, live []int) (refused bool, err error) {
 	for len(live) > 0 {
 		ok, err := s.take(ctx, domain, items, live, false)
 		if err != nil {
-			return failed(err)
+			return false, err
 		}
 		if ok {
 			for _, i := range live {
 				items[i].over, items[i].recorded = false, true
 			}
-			break
+			return false, nil
 		}
 		for _, i := range live {
 			items[i].over = !items[i].d.Allowed
 		}
-		if refused = s.refuses(items); refused {
-			break
+		if s.refuses(items) {
+			return true, nil
 		}
 		// Let through: record it against what has room and is enforced.
 		// Each round leaves out at least the item that refused the last.
@@ -99,25 +130,31 @@ func (s *service) decide(ctx context.Context, domain, label string, items []item
 		}
 		live = next
 	}
+	return false, nil
+}
+
+// describe checks in the store, recording nothing, the asked items that
+// were not recorded and have no policies to show (a cached refusal of the
+// Redis deny cache kept them from Redis), so that their statuses tell how
+// they stand. It is only to describe them: the request is decided, and may
+// have been recorded, so an error here leaves them undescribed.
+func (s *service) describe(ctx context.Context, domain string, items []item, asked []int) {
 	var unasked []int
 	for _, i := range asked {
 		if it := &items[i]; !it.recorded && len(it.d.Policies()) == 0 {
 			unasked = append(unasked, i)
 		}
 	}
-	if len(unasked) > 0 {
-		// Only to describe them: the request is decided, and may have been
-		// recorded, so an error here leaves them undescribed.
-		if _, err := s.take(ctx, domain, items, unasked, true); err != nil {
-			unasked = nil
-		}
-		for _, i := range unasked {
-			it := &items[i]
-			it.over = it.d.Remaining < max(it.weight, 1)
-		}
+	if len(unasked) == 0 {
+		return
 	}
-	s.observe(label, items, time.Since(start), true, refused)
-	return refused, nil
+	if _, err := s.take(ctx, domain, items, unasked, true); err != nil {
+		return
+	}
+	for _, i := range unasked {
+		it := &items[i]
+		it.over = it.d.Remaining < max(it.weight, 1)
+	}
 }
 
 // refuses applies the rule of the overall code to the items' over flags:

@@ -7,7 +7,7 @@
 // file, watched for changes; or from one file and flags, which win over
 // the environment:
 //
-//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8080] [-debug ADDR]
+//	keyrate-rls [-config rules.yaml] [-grpc :8081] [-http :8082] [-debug ADDR]
 //	            [-reload-interval 5s] [-max-keys 1000000] [-drain-delay 0] [-shutdown-timeout 10s]
 //	            [-log-level info] [-log-format text] [-ratelimit-fields]
 //	            [-max-overrides-per-domain 64] [-max-conns 4096] [-max-conns-per-addr 256]
@@ -145,12 +145,17 @@ type options struct {
 // turns a slow answer into none, which Envoy admits by default.
 const defaultRedisTimeout = 10 * time.Second
 
+// defaultHTTPAddr is the HTTP server's address without -http, HOST or
+// PORT. envoyproxy/ratelimit's port is 8080, which the keyrate demo and
+// many development servers take: PORT=8080 gives that one back.
+const defaultHTTPAddr = ":8082"
+
 // defaultOptions are the settings before the environment and the flags.
 func defaultOptions() options {
 	return options{
 		runtime:            runtimeDir{root: defaultRuntimeRoot, app: "config"},
 		grpcAddr:           ":8081",
-		httpAddr:           ":8080",
+		httpAddr:           defaultHTTPAddr,
 		reloadInterval:     5 * time.Second,
 		maxKeys:            1_000_000,
 		shutdownTimeout:    10 * time.Second,
@@ -179,6 +184,27 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 	envErr := readEnv(get, &o)
 	fs := flag.NewFlagSet("keyrate-rls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.serviceFlags(fs)
+	rf := o.redisFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if envErr != nil {
+		return o, envErr
+	}
+	if err := o.setRedis(fs, rf); err != nil {
+		return o, err
+	}
+	if err := o.check(fs.Args()); err != nil {
+		return o, err
+	}
+	o.logJSON = o.logFormat == "json"
+	return o, nil
+}
+
+// serviceFlags defines on fs the flags of everything but Redis, each
+// defaulting to o's setting and setting it.
+func (o *options) serviceFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "the rules: envoyproxy/ratelimit's YAML, with keyrate's extensions (default: the runtime directory, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
 	fs.StringVar(&o.grpcAddr, "grpc", o.grpcAddr, "address of the gRPC server (port 0 picks a free one; GRPC_HOST, GRPC_PORT)")
 	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "address of the HTTP server: /healthcheck, /json, /metrics (port 0 picks a free one; HOST, PORT)")
@@ -198,44 +224,55 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.grpc.inFlight, "max-in-flight", o.grpc.inFlight, "gRPC calls in flight on all connections together, counted once their request has come; more are refused with UNAVAILABLE")
 	fs.DurationVar(&o.grpc.readTimeout, "request-read-timeout", o.grpc.readTimeout, "the longest a gRPC call may take from its headers to its complete request; past it the call ends")
 	fs.IntVar(&o.grpc.reading, "max-reading", o.grpc.reading, "gRPC calls whose request is still being read, on all connections together, each holding up to 1 MiB of it; past it the one reading longest ends")
-	redisAddr := fs.String("redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (REDIS_URL; default: in this process)")
-	redisCluster := fs.String("redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,... (REDIS_TYPE=CLUSTER)")
-	var r redisOptions
-	fs.StringVar(&r.prefix, "redis-prefix", o.redisPrefix, "the prefix of every key written to Redis; replicas sharing budgets use the same (CACHE_KEY_PREFIX)")
-	fs.DurationVar(&r.timeout, "redis-timeout", o.redisTimeout, "the time budget of each call to Redis; a request's own deadline ends it sooner (REDIS_TIMEOUT)")
-	fs.IntVar(&r.denyCache, "redis-deny-cache", o.redisDenyCache, "keys whose refusal by Redis is held locally, refusing again without a round trip while it must stand (0: none)")
-	fs.DurationVar(&r.denyHold, "redis-deny-cache-max-hold", 0, "the longest the deny cache holds a refusal without asking Redis (default 1s)")
-	fs.Float64Var(&r.fallback, "redis-fallback", 0, "while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: answer UNAVAILABLE)")
-	fs.DurationVar(&r.resolution, "redis-resolution", 0, "record hits in Redis at this resolution, bounding a budget's memory by its window instead of its limit (default 0: exact)")
-	fs.DurationVar(&r.leases, "redis-leases", o.redisLeases, "decide busy descriptors in this process from leases of their Redis budget, each at most this long; exact across replicas, every decision looking back its window and this much more (KEYRATE_REDIS_LEASES; default 0: every decision in Redis)")
-	fs.StringVar(&r.secretFile, "redis-hash-tag-secret-file", "", "a file holding the secret (16 bytes or more) that keys the hash tags placing budgets in Cluster slots")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if envErr != nil {
-		return o, envErr
-	}
+}
+
+// redisFlagValues are the Redis flags as given, before setRedis reads
+// them.
+type redisFlagValues struct {
+	addr, cluster string // -redis, -redis-cluster
+	r             redisOptions
+}
+
+// redisFlags defines on fs the Redis flags, returning where they are set.
+func (o *options) redisFlags(fs *flag.FlagSet) *redisFlagValues {
+	rf := &redisFlagValues{}
+	fs.StringVar(&rf.addr, "redis", "", "keep budgets in the Redis server at this host:port, one budget across every keyrate-rls using it (REDIS_URL; default: in this process)")
+	fs.StringVar(&rf.cluster, "redis-cluster", "", "keep budgets in the Redis Cluster with these seed nodes, host:port,host:port,... (REDIS_TYPE=CLUSTER)")
+	fs.StringVar(&rf.r.prefix, "redis-prefix", o.redisPrefix, "the prefix of every key written to Redis; replicas sharing budgets use the same (CACHE_KEY_PREFIX)")
+	fs.DurationVar(&rf.r.timeout, "redis-timeout", o.redisTimeout, "the time budget of each call to Redis; a request's own deadline ends it sooner (REDIS_TIMEOUT)")
+	fs.IntVar(&rf.r.denyCache, "redis-deny-cache", o.redisDenyCache, "keys whose refusal by Redis is held locally, refusing again without a round trip while it must stand (0: none)")
+	fs.DurationVar(&rf.r.denyHold, "redis-deny-cache-max-hold", 0, "the longest the deny cache holds a refusal without asking Redis (default 1s)")
+	fs.Float64Var(&rf.r.fallback, "redis-fallback", 0, "while Redis cannot answer, decide in this process at this share of each limit, in (0, 1]: 1/N for N replicas (default 0: answer UNAVAILABLE)")
+	fs.DurationVar(&rf.r.resolution, "redis-resolution", 0, "record hits in Redis at this resolution, bounding a budget's memory by its window instead of its limit (default 0: exact)")
+	fs.DurationVar(&rf.r.leases, "redis-leases", o.redisLeases, "decide busy descriptors in this process from leases of their Redis budget, each at most this long; exact across replicas, every decision looking back its window and this much more (KEYRATE_REDIS_LEASES; default 0: every decision in Redis)")
+	fs.StringVar(&rf.r.secretFile, "redis-hash-tag-secret-file", "", "a file holding the secret (16 bytes or more) that keys the hash tags placing budgets in Cluster slots")
+	return rf
+}
+
+// setRedis sets o's Redis from rf, the flags fs parsed, or else from the
+// environment's Redis.
+func (o *options) setRedis(fs *flag.FlagSet, rf *redisFlagValues) error {
 	var redisSet []string // the -redis-... options given
 	fs.Visit(func(f *flag.Flag) {
 		if strings.HasPrefix(f.Name, "redis-") && f.Name != "redis-cluster" {
 			redisSet = append(redisSet, "-"+f.Name)
 		}
 	})
-	if *redisAddr == "" && *redisCluster == "" && o.redisEnv.set {
+	if rf.addr == "" && rf.cluster == "" && o.redisEnv.set {
 		// The environment's Redis, which the flags did not replace.
 		addr, cluster, conn, err := o.redisEnv.fromEnv()
 		if err != nil {
-			return o, err
+			return err
 		}
 		redisSet = nil
-		*redisAddr, *redisCluster, r.conn = addr, strings.Join(cluster, ","), conn
+		rf.addr, rf.cluster, rf.r.conn = addr, strings.Join(cluster, ","), conn
 		if conn.sentinelMaster == "" && addr == "" && len(cluster) == 0 {
-			return o, errors.New("REDIS_URL is empty")
+			return errors.New("REDIS_URL is empty")
 		}
 	}
-	redis, err := parseRedisFlags(*redisAddr, *redisCluster, redisSet, r)
+	redis, err := parseRedisFlags(rf.addr, rf.cluster, redisSet, rf.r)
 	if err != nil {
-		return o, err
+		return err
 	}
 	if o.redis = redis; redis != nil {
 		redis.fallbackKeys = o.maxKeys
@@ -243,35 +280,40 @@ func parseOptions(args []string, get env, stderr io.Writer) (options, error) {
 			redis.addr = "" // the sentinels give the master's address
 		}
 	}
+	return nil
+}
+
+// check returns an error naming the first setting of o out of its range,
+// or the arguments left over; it reads -log-level into o.level.
+func (o *options) check(args []string) error {
 	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	case len(args) > 0:
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(args, " "))
 	case o.reloadInterval < 0:
-		return o, fmt.Errorf("-reload-interval is %v, want 0 (off) or more", o.reloadInterval)
+		return fmt.Errorf("-reload-interval is %v, want 0 (off) or more", o.reloadInterval)
 	case o.maxKeys < 0:
-		return o, fmt.Errorf("-max-keys is %d, want 0 (no bound) or more", o.maxKeys)
+		return fmt.Errorf("-max-keys is %d, want 0 (no bound) or more", o.maxKeys)
 	case o.drainDelay < 0:
-		return o, fmt.Errorf("-drain-delay is %v, want 0 or more", o.drainDelay)
+		return fmt.Errorf("-drain-delay is %v, want 0 or more", o.drainDelay)
 	case o.shutdownTimeout <= 0:
-		return o, fmt.Errorf("-shutdown-timeout is %v, want more than 0", o.shutdownTimeout)
+		return fmt.Errorf("-shutdown-timeout is %v, want more than 0", o.shutdownTimeout)
 	case o.logFormat != "text" && o.logFormat != "json":
-		return o, fmt.Errorf("-log-format is %q, want text or json", o.logFormat)
+		return fmt.Errorf("-log-format is %q, want text or json", o.logFormat)
 	case o.connRequestTimeout <= 0:
-		return o, fmt.Errorf("-conn-request-timeout is %v, want more than 0", o.connRequestTimeout)
+		return fmt.Errorf("-conn-request-timeout is %v, want more than 0", o.connRequestTimeout)
 	case o.maxConns < 1 || o.maxConnsPerAddr < 1:
-		return o, fmt.Errorf("-max-conns is %d and -max-conns-per-addr %d, want 1 or more", o.maxConns, o.maxConnsPerAddr)
+		return fmt.Errorf("-max-conns is %d and -max-conns-per-addr %d, want 1 or more", o.maxConns, o.maxConnsPerAddr)
 	case o.grpc.streamsPerConn < 1 || o.grpc.inFlight < 1 || o.grpc.reading < 1:
-		return o, fmt.Errorf("-max-streams-per-conn is %d, -max-in-flight %d and -max-reading %d, want 1 or more", o.grpc.streamsPerConn, o.grpc.inFlight, o.grpc.reading)
+		return fmt.Errorf("-max-streams-per-conn is %d, -max-in-flight %d and -max-reading %d, want 1 or more", o.grpc.streamsPerConn, o.grpc.inFlight, o.grpc.reading)
 	case o.grpc.readTimeout <= 0:
-		return o, fmt.Errorf("-request-read-timeout is %v, want more than 0", o.grpc.readTimeout)
+		return fmt.Errorf("-request-read-timeout is %v, want more than 0", o.grpc.readTimeout)
 	case o.service.maxOverridesPerDomain < 1:
-		return o, fmt.Errorf("-max-overrides-per-domain is %d, want 1 or more", o.service.maxOverridesPerDomain)
+		return fmt.Errorf("-max-overrides-per-domain is %d, want 1 or more", o.service.maxOverridesPerDomain)
 	}
 	if err := o.level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return o, fmt.Errorf("-log-level is %q, want debug, info, warn or error", o.logLevel)
+		return fmt.Errorf("-log-level is %q, want debug, info, warn or error", o.logLevel)
 	}
-	o.logJSON = o.logFormat == "json"
-	return o, nil
+	return nil
 }
 
 // source returns where o's rules come from.
@@ -286,17 +328,10 @@ func (o *options) source() source {
 // addresses it serves on to stdout and logs to stderr; hup asks for the
 // rules to be read again.
 func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io.Writer) error {
-	hopts := &slog.HandlerOptions{Level: o.level}
-	var log *slog.Logger
-	if o.logJSON {
-		log = slog.New(slog.NewJSONHandler(stderr, hopts))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, hopts))
-	}
+	log := newLogger(o, stderr)
 	for _, w := range o.warnings {
 		log.Warn("setting not honoured: " + w)
 	}
-
 	src := o.source()
 	if err := checkSource(src); err != nil {
 		return err
@@ -317,23 +352,9 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 			"rules", src.String(), "err", invalid)
 		m.configLoaded(invalid)
 	}
-	var st store
-	if o.redis != nil {
-		rst, err := newRedisStore(ctx, *o.redis)
-		if err != nil {
-			return err
-		}
-		st = rst
-	} else {
-		lst, err := newLimiterStore(o.maxKeys, o.clock, rs.maxWindow())
-		if err != nil {
-			return err
-		}
-		if err := m.prom.TrackKeys("keyrate-rls", lst.l); err != nil {
-			lst.Close()
-			return err
-		}
-		st = lst
+	st, err := openStore(ctx, o, m, rs)
+	if err != nil {
+		return err
 	}
 	defer st.Close()
 	o.service.clock = o.clock
@@ -356,9 +377,44 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 	defer srv.close()
 	srv.setRules(rs)
 	rl.onLoad = srv.setRules
+	return serve(ctx, o, srv, rl, rs, hup, stdout, log)
+}
 
+// newLogger returns the log o asks for, text or JSON, on stderr.
+func newLogger(o options, stderr io.Writer) *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: o.level}
+	if o.logJSON {
+		return slog.New(slog.NewJSONHandler(stderr, hopts))
+	}
+	return slog.New(slog.NewTextHandler(stderr, hopts))
+}
+
+// openStore returns where budgets live: o's Redis, or this process, its
+// keys counted in m.
+func openStore(ctx context.Context, o options, m *metrics, rs *ruleSet) (store, error) {
+	if o.redis != nil {
+		rst, err := newRedisStore(ctx, *o.redis)
+		if err != nil {
+			return nil, err // not rst: a nil *redisStore in a store is no nil store
+		}
+		return rst, nil
+	}
+	lst, err := newLimiterStore(o.maxKeys, o.clock, rs.maxWindow())
+	if err != nil {
+		return nil, err
+	}
+	if err := m.prom.TrackKeys("keyrate-rls", lst.l); err != nil {
+		lst.Close()
+		return nil, err
+	}
+	return lst, nil
+}
+
+// serve runs srv and rl's reloads, rs loaded first, until ctx ends or a
+// server fails, then drains for o.drainDelay and shuts down.
+func serve(ctx context.Context, o options, srv *servers, rl *reloader, rs *ruleSet, hup <-chan os.Signal, stdout io.Writer, log *slog.Logger) error {
 	reloadCtx, stopReload := context.WithCancel(context.Background())
-	changed, err := watch(reloadCtx, src, log)
+	changed, err := watch(reloadCtx, rl.src, log)
 	if err != nil {
 		log.Warn("rules are not watched for changes; they are read again every -reload-interval and on SIGHUP", "err", err)
 	}
@@ -370,7 +426,7 @@ func run(ctx context.Context, o options, hup <-chan os.Signal, stdout, stderr io
 	served := srv.serve()
 	fmt.Fprintf(stdout, "keyrate-rls serving gRPC on %s and HTTP on %s\n", srv.grpcLn.Addr(), srv.httpLn.Addr())
 	log.Info("serving", "grpc", srv.grpcLn.Addr().String(), "http", srv.httpLn.Addr().String(),
-		"source", src.String(), "domains", len(rs.domains), "rules", len(rs.rules), "max_conns", srv.pool.total)
+		"source", rl.src.String(), "domains", len(rs.domains), "rules", len(rs.rules), "max_conns", srv.pool.total)
 
 	var serveErr error
 	select {

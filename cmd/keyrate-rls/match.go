@@ -10,18 +10,16 @@ import (
 
 // match finds the rule a request descriptor falls under in domain, as
 // envoyproxy/ratelimit finds it: entry by entry from the domain's top
-// level, each entry matched by its key and value if the configuration
-// gives that value, else by a wildcard value (the first in the file that
-// matches), else by its key alone. Every entry must match, one level
-// deeper each time, and the rule is that of the last entry's descriptor:
-// nil when any entry does not match or the last has no rate limit. A
-// match, once made, is never undone to try a less specific one.
+// level, one level deeper each time, each entry matched by its key and
+// value if the configuration gives that value, else by a wildcard value
+// (the first in the file that matches), else by its key alone. The rule
+// is the last entry's: nil when any entry does not match or the last has
+// no rate limit. A match, once made, is never undone for a less specific one.
 //
 // It also returns the store key of the request's budget under the rule:
 // the rule's tier, a zero byte, then the values of the entries matched by
-// key alone or by an unshared wildcard (see appendValues). Entries matched
-// by a value the configuration spells out add nothing: that value is the
-// same for every request the rule matches.
+// key alone or by an unshared wildcard (see appendValues); a value the
+// configuration spells out adds nothing, the same for every request.
 func (rs *ruleSet) match(domain string, entries []*rlv3.RateLimitDescriptor_Entry) (*rule, string) {
 	n := rs.domains[domain]
 	if n == nil {

@@ -137,12 +137,36 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		Name: "keyrate_rls_connections",
 		Help: "Connections open on all ports, at most -max-conns.",
 	}, func() float64 { return float64(s.pool.Open()) }))
-	ok := false
-	defer func() {
-		if !ok {
-			s.close()
+	if err := s.listen(o); err != nil {
+		s.close()
+		return nil, err
+	}
+	s.gs = newGRPCServer(o.grpc, s.pool, m, reg)
+	rlspb.RegisterRateLimitServiceServer(s.gs, svc)
+	s.hs = health.NewServer()
+	healthpb.RegisterHealthServer(s.gs, s.hs)
+	reflection.Register(s.gs) // so that grpcurl lists and describes the services
+	s.hsrv = httpServer(newHTTPHandler(svc, s.healthy, reg), 15*time.Second)
+	if s.debugLn != nil {
+		s.debugSrv = httpServer(s.debugHandler(reg), time.Minute) // a CPU profile takes 30s
+	}
+	if s.promLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+o.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		s.prmSrv = httpServer(mux, 15*time.Second)
+	}
+	for _, h := range []*http.Server{s.hsrv, s.debugSrv, s.prmSrv} {
+		if h != nil {
+			h.ConnState = s.pool.connState
 		}
-	}()
+	}
+	return s, nil
+}
+
+// listen opens s's listeners on o's addresses: gRPC (TCP, or a Unix
+// socket), HTTP, and the debug and Prometheus ones where o has them. On an
+// error the listeners opened so far stay in s, for s.close.
+func (s *servers) listen(o options) error {
 	var err error
 	if o.grpcUDS != "" {
 		if fi, err := os.Lstat(o.grpcUDS); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -153,24 +177,28 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		s.grpcLn, err = net.Listen("tcp", o.grpcAddr)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if s.httpLn, err = net.Listen("tcp", o.httpAddr); err != nil {
-		return nil, err
+		return err
 	}
 	if o.debugAddr != "" {
 		if s.debugLn, err = net.Listen("tcp", o.debugAddr); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.promAddr != "" {
 		if s.promLn, err = net.Listen("tcp", o.promAddr); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
-	g := o.grpc
-	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight), requested: s.pool.requested}
+// newGRPCServer returns the gRPC server, its calls bounded by g (a
+// callGate over pool, its counts registered in reg) and timed in m.
+func newGRPCServer(g grpcLimits, pool *connPool, m *metrics, reg *prometheus.Registry) *grpc.Server {
+	gate := &callGate{readTimeout: g.readTimeout, maxReading: g.reading, maxInFlight: int64(g.inFlight), requested: pool.requested}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keyrate_rls_grpc_calls_reading",
 		Help: "gRPC calls whose request is still being read, at most -max-reading.",
@@ -178,7 +206,7 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 		Name: "keyrate_rls_grpc_calls_in_flight",
 		Help: "gRPC calls whose request has come, not yet answered, at most -max-in-flight.",
 	}, func() float64 { return float64(gate.InFlight()) }))
-	s.gs = grpc.NewServer(
+	return grpc.NewServer(
 		grpc.MaxConcurrentStreams(uint32(g.streamsPerConn)),
 		grpc.InTapHandle(gate.tap),
 		grpc.ChainStreamInterceptor(gate.stream),
@@ -200,26 +228,6 @@ func newServers(o options, svc *service, m *metrics, reg *prometheus.Registry, l
 			return resp, err
 		}),
 	)
-	rlspb.RegisterRateLimitServiceServer(s.gs, svc)
-	s.hs = health.NewServer()
-	healthpb.RegisterHealthServer(s.gs, s.hs)
-	reflection.Register(s.gs) // so that grpcurl lists and describes the services
-	s.hsrv = httpServer(newHTTPHandler(svc, s.healthy, reg), 15*time.Second)
-	if s.debugLn != nil {
-		s.debugSrv = httpServer(s.debugHandler(reg), time.Minute) // a CPU profile takes 30s
-	}
-	if s.promLn != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET "+o.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		s.prmSrv = httpServer(mux, 15*time.Second)
-	}
-	for _, h := range []*http.Server{s.hsrv, s.debugSrv, s.prmSrv} {
-		if h != nil {
-			h.ConnState = s.pool.connState
-		}
-	}
-	ok = true
-	return s, nil
 }
 
 // httpServer returns a server of h with timeouts that keep idle and slow

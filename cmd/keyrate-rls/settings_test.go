@@ -196,3 +196,22 @@ func TestDebugServerLoopbackByDefault(t *testing.T) {
 		assert.Equal(t, c.want, o.debugAddr, "%q", c.env)
 	}
 }
+
+// The HTTP server listens on :8082 by default, beside the demo's 8080;
+// PORT=8080 gives envoyproxy/ratelimit's port back, and HOST alone keeps
+// the default port.
+func TestDefaultHTTPAddr(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, ":8082"},
+		{[]string{"PORT=8080"}, ":8080"},
+		{[]string{"HOST=127.0.0.1"}, "127.0.0.1:8082"},
+	} {
+		o, err := parseOptions(nil, envOf(c.env...), io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, o.httpAddr, "environment %q", c.env)
+		assert.Equal(t, ":8081", o.grpcAddr, "environment %q", c.env)
+	}
+}

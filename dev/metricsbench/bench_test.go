@@ -46,7 +46,8 @@ var (
 // request: the route's series looked up, the result, the source and any
 // violations counted, the backend's time recorded. The events are those of
 // a gRPC method under two policies: admitted, refused by both, and a store
-// that failed.
+// that failed; and admitted-bare, a decision that reports no policies (a
+// keyrate.BackendFunc's), the route lookup and the counts alone.
 func BenchmarkObserve(b *testing.B) {
 	refused := keyrate.Combine(
 		keyrate.PolicyDecision{Policy: perSecond, RetryAfter: time.Second},
@@ -60,6 +61,7 @@ func BenchmarkObserve(b *testing.B) {
 	}{
 		{"admitted", middleware.Event{Route: "/pkg.Service/Method", Key: "k", Decision: admitted, Duration: 300 * time.Nanosecond}},
 		{"refused", middleware.Event{Route: "/pkg.Service/Method", Key: "k", Decision: refused, Duration: 300 * time.Nanosecond}},
+		{"admitted-bare", middleware.Event{Route: "/pkg.Service/Method", Key: "k", Decision: keyrate.Decision{Allowed: true}, Duration: 300 * time.Nanosecond}},
 		{"store-down", middleware.Event{Route: "/pkg.Service/Method", Key: "k", Err: fmt.Errorf("take: %w", keyrate.ErrUnavailable), Duration: time.Millisecond}},
 	}
 	for _, e := range events {

@@ -15,6 +15,9 @@
 // checks a password (a form or JSON; the demo's is "keyrate") and counts
 // failed attempts only, 5 per 15 minutes: a login answered below 400 is
 // given back (httplimit.WithRefund), in process and with -redis alike.
+// GET /api/report, a slow endpoint (2 s a report), holds a client to 2
+// requests in flight beside 20 per 60 s (httplimit.WithInFlight): a third,
+// while two run, waits up to a second for a slot, then gets 429.
 //
 // A client is its X-API-Key header when it sends one, else its IP address
 // (read from X-Forwarded-For only with -trusted-proxies). Every decision is
@@ -68,7 +71,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -92,15 +94,7 @@ func main() {
 	otlpEndpoint := flag.String("otlp-endpoint", "", "export the OpenTelemetry metrics by OTLP over HTTP to this base URL (its /v1/metrics), as OTEL_EXPORTER_OTLP_ENDPOINT does (default: that variable's, or no OTLP when it is not set)")
 	otelInterval := flag.Duration("otel-interval", defaultExportInterval, "time between OpenTelemetry exports")
 	flag.Parse()
-	if *otelInterval <= 0 {
-		fmt.Fprintln(os.Stderr, "keyrate-demo: -otel-interval must be positive")
-		os.Exit(2)
-	}
-	if *maxConns < 1 || *maxPerAddr < 1 {
-		fmt.Fprintln(os.Stderr, "keyrate-demo: -max-conns and -max-conns-per-addr must be at least 1")
-		os.Exit(2)
-	}
-	if err := checkFallback(*fallback, *redisAddr); err != nil {
+	if err := checkFlags(flag.Args(), *hops, *maxConns, *maxPerAddr, *otelInterval, *fallback, *redisAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "keyrate-demo:", err)
 		os.Exit(2)
 	}
@@ -110,16 +104,40 @@ func main() {
 	cfg := config{TrustedProxies: *hops, Conns: connLimits{Total: *maxConns, PerAddr: *maxPerAddr},
 		Telemetry: telemetry{Stdout: *otelStdout, OTLPEndpoint: *otlpEndpoint, Interval: *otelInterval, Getenv: os.Getenv}}
 	if *redisAddr != "" {
-		c, err := dialRedis(ctx, *redisAddr)
+		c, err := dialRedisQuietly(ctx, *redisAddr)
 		if err != nil {
-			log.Fatalf("keyrate-demo: %v", err)
+			fatal(err)
 		}
 		defer c.Close()
 		cfg.Redis, cfg.RedisAddr, cfg.RedisFallback = c, shownRedis(*redisAddr), *fallback
 	}
 	if err := run(ctx, *addr, cfg, os.Stdout); err != nil {
-		log.Fatalf("keyrate-demo: %v", err)
+		fatal(err)
 	}
+}
+
+// fatal ends the demo with err as its one line of standard error, in the
+// flag errors' style (no timestamp), and exit status 1.
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "keyrate-demo:", err)
+	os.Exit(1)
+}
+
+// checkFlags checks what flag.Parse cannot: that no argument is left over
+// (every setting is a flag) and that each number is in its range. Its
+// error names the flag; the demo exits 2 with it, as flag does.
+func checkFlags(args []string, hops, maxConns, maxPerAddr int, otelInterval time.Duration, fallback float64, redisAddr string) error {
+	switch {
+	case len(args) > 0:
+		return fmt.Errorf("unexpected argument %q: the demo takes flags only (-h lists them)", args[0])
+	case hops < 0:
+		return fmt.Errorf("-trusted-proxies is %d, want 0 or more (0: ignore X-Forwarded-For)", hops)
+	case otelInterval <= 0:
+		return errors.New("-otel-interval must be positive")
+	case maxConns < 1 || maxPerAddr < 1:
+		return errors.New("-max-conns and -max-conns-per-addr must be at least 1")
+	}
+	return checkFallback(fallback, redisAddr)
 }
 
 // run serves until ctx ends, writing the address, the curl hints and one
@@ -278,6 +296,7 @@ func hints(base string, cfg config) string {
   curl -i -d password=guess %[1]s/api/login     # 401: a failed attempt; the 6th within 15 min gets 429
   curl -i -d password=%[4]s %[1]s/api/login   # 200: given back, so it never counts
   curl -i -d max_tokens=2000 -d used=500 %[1]s/api/generate   # reserves 2000 tokens, keeps 500: RateLimit r=9500
+  for i in 1 2 3; do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/api/report & done; wait; echo   # 429 200 200: 2 in flight, the third waited 1 s
   curl -s %[1]s%[3]s | grep '^keyrate_requests_total'   # Prometheus metrics
 `, base, keyHeader, metricsPath, demoPassword)
 	if hops := cfg.TrustedProxies; hops > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -147,6 +148,7 @@ func TestDemoBinary(t *testing.T) {
 		"/api/search  20 per 60s\n",
 		"/api/burst   10 per 10s\n",
 		"/api/export  2 per 10s (export-burst) and 5 per 3600s (export-hourly)\n",
+		"/api/report  20 per 60s; 2 in flight\n",
 		"/api/burst; done", "/metrics | grep",
 	} {
 		if !strings.Contains(out, hint) {
@@ -155,5 +157,75 @@ func TestDemoBinary(t *testing.T) {
 	}
 	if strings.Count(out, " status ") != 4 || strings.Count(out, " burst ") != 1 || strings.Count(out, " refused ") != 1 || !strings.Contains(out, "shutting down") {
 		t.Fatalf("log does not show one line per decision:\n%s", out)
+	}
+}
+
+// Every flag error names its flag: a stray argument, a negative
+// -trusted-proxies, and the ranges checked before.
+func TestCheckFlags(t *testing.T) {
+	const ok, sec = 1024, time.Second
+	for _, c := range []struct {
+		name     string
+		args     []string
+		hops     int
+		conns    int
+		interval time.Duration
+		fallback float64
+		want     string // "" for no error, else what it starts with
+	}{
+		{"defaults", nil, 0, ok, sec, 0, ""},
+		{"proxies", nil, 2, ok, sec, 0, ""},
+		{"a stray argument", []string{"8080"}, 0, ok, sec, 0, `unexpected argument "8080"`},
+		{"negative proxies", nil, -1, ok, sec, 0, "-trusted-proxies is -1"},
+		{"no interval", nil, 0, ok, 0, 0, "-otel-interval"},
+		{"no connections", nil, 0, 0, sec, 0, "-max-conns"},
+		{"a fallback without Redis", nil, 0, ok, sec, 0.5, "-redis-fallback"},
+	} {
+		err := checkFlags(c.args, c.hops, c.conns, ok, c.interval, c.fallback, "")
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want no error", c.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error starting %q", c.name, err, c.want)
+		}
+	}
+}
+
+// What stops the demo at start-up is one line of standard error naming
+// the flag, with no timestamp and nothing of go-redis's before it: a stray
+// argument and a negative -trusted-proxies exit 2, as every flag error
+// does; a -redis where nothing answers exits 1.
+func TestDemoBinaryStartupErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo binary")
+	}
+	bin := demoBinary(t)
+	closed := closedAddr(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-addr", "127.0.0.1:0", "extra"}, 2, `keyrate-demo: unexpected argument "extra": `},
+		{[]string{"-addr", "127.0.0.1:0", "-trusted-proxies", "-1"}, 2, "keyrate-demo: -trusted-proxies is -1, want 0 or more"},
+		{[]string{"-addr", "127.0.0.1:0", "-redis", closed}, 1, "keyrate-demo: no Redis at " + closed + ": "},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		cmd := exec.CommandContext(ctx, bin, c.args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.code {
+			t.Errorf("%q: %v, want exit status %d\n%s", c.args, err, c.code, stderr.String())
+			continue
+		}
+		if got := stderr.String(); !strings.HasPrefix(got, c.want) || strings.Count(got, "\n") != 1 || stdout.Len() != 0 {
+			t.Errorf("%q printed\n%s%s\nwant one line on standard error starting %q", c.args, stdout.String(), got, c.want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 )
 
 // dialRedis returns a client of the Redis server that addr names, once it
@@ -35,6 +36,16 @@ func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
 		return nil, fmt.Errorf("no Redis at %s: %s", shownRedis(addr), scrub(err.Error(), opts.Password))
 	}
 	return c, nil
+}
+
+// dialRedisQuietly is dialRedis with go-redis's log silenced until it
+// returns, for the start-up check: a wrong address would otherwise print
+// the pool's failed dials, four lines, before dialRedis's one clear error.
+// go-redis's default log is back afterwards, for later outages.
+func dialRedisQuietly(ctx context.Context, addr string) (*redis.Client, error) {
+	logging.Disable()
+	defer logging.Enable()
+	return dialRedis(ctx, addr)
 }
 
 // redisOptions reads -redis: a URL (anything with "://") as redis.ParseURL

@@ -70,9 +70,10 @@ func limit(n int, window time.Duration) []keyrate.Policy {
 // window short enough to watch the 00:09 / 00:11 boundary burst without
 // waiting a minute for the next boundary, "export" under two policies
 // at once, a short burst limit and an hourly one, "login", which counts
-// failed attempts only, and "generate", which reserves a model call's
-// tokens and keeps only those it used. Each has its own limiter, so its
-// own budget per client.
+// failed attempts only, "generate", which reserves a model call's tokens
+// and keeps only those it used, and "report", a slow endpoint of
+// 2 requests in flight. Each has its own limiter, so its own budget per
+// client.
 var routes = []route{
 	{Name: "status", Method: http.MethodGet, Path: "/api/status", Policies: limit(3, time.Minute), Pro: limit(10, time.Minute), serve: serveStatus},
 	{Name: "search", Method: http.MethodGet, Path: "/api/search", Policies: limit(20, time.Minute), serve: serveSearch},
@@ -84,6 +85,7 @@ var routes = []route{
 	{Name: "login", Method: http.MethodPost, Path: "/api/login", Policies: limit(5, 15*time.Minute), FailuresOnly: true,
 		Form: map[string]string{"password": "guess"}, Note: fmt.Sprintf("The password %q succeeds; any other fails.", demoPassword), serve: serveLogin},
 	generateRoute,
+	reportRoute,
 }
 
 // proTier names the tier of the clients whose API key starts with "pro-".
@@ -206,131 +208,163 @@ func newServer(cfg config) (h http.Handler, close func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	identity := httplimit.HeaderKey(keyHeader, ip)
 	stats, err := newMetrics()
 	if err != nil {
 		return nil, nil, err
 	}
-	publish := cfg.OnDecision
-	if publish == nil {
-		publish = func(decision) {}
+	a := &assembly{cfg: cfg, identity: httplimit.HeaderKey(keyHeader, ip), stats: stats, publish: cfg.OnDecision,
+		budgets: store{redis: cfg.Redis, clock: cfg.Clock, fallback: cfg.RedisFallback}}
+	if a.publish == nil {
+		a.publish = func(decision) {}
 	}
-	hook := func(e middleware.Event) {
-		publish(decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost})
-	}
-	// A route of a token budget publishes the tokens budget's decision,
-	// the request's verdict, and each budget, with the slots in flight.
-	budgetHook := func(slots *countedSlots) func(middleware.Event) {
-		return func(e middleware.Event) {
-			d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost}
-			if e.Budgets != nil {
-				d.Decision, d.Budgets = tokensVerdict(e), budgetsOf(e, slots)
-			}
-			publish(d)
-		}
-	}
-
 	// One Observer per middleware: the Prometheus metrics, and beside them
 	// the OpenTelemetry ones when they are exported.
-	var observer middleware.Observer = stats
+	a.observer = stats
 	if cfg.otel != nil {
-		observer = observers{stats, cfg.otel}
+		a.observer = observers{stats, cfg.otel}
 	}
-
-	mux := http.NewServeMux()
-	mux.Handle("GET "+metricsPath, stats.handler)
-	var limiters []*keyrate.Limiter
-	var stores []io.Closer // the in-flight stores
-	close = func() {
-		for _, l := range limiters {
-			l.Close()
-		}
-		for _, c := range stores {
-			c.Close()
-		}
-	}
-	budgets := store{redis: cfg.Redis, clock: cfg.Clock, fallback: cfg.RedisFallback}
-	newcomers, err := budgets.newIdentities(identity, ip)
-	if err != nil {
+	if a.newcomers, err = a.budgets.newIdentities(a.identity, ip); err != nil {
 		return nil, nil, err
 	}
-	if newcomers != nil {
-		limiters = append(limiters, newcomers.budget, newcomers.charged)
+	if a.newcomers != nil {
+		a.limiters = append(a.limiters, a.newcomers.budget, a.newcomers.charged)
 	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+metricsPath, stats.handler)
 	for _, rt := range routes {
-		b, local, err := budgets.backend(rt)
+		h, err := a.route(rt)
 		if err != nil {
-			close()
+			a.close()
 			return nil, nil, err
-		}
-		if local != nil {
-			limiters = append(limiters, local)
-			if err := stats.TrackKeys(rt.Name, local); err != nil {
-				close()
-				return nil, nil, err
-			}
-			if cfg.otel != nil {
-				if err := cfg.otel.TrackKeys(rt.Name, local); err != nil {
-					close()
-					return nil, nil, err
-				}
-			}
-		}
-		onDecision := hook
-		opts := []httplimit.Option{
-			httplimit.WithRoute(rt.Name),
-			httplimit.WithKeyFunc(identity),
-			httplimit.WithOnError(hook),
-			httplimit.WithObserver(observer),
-		}
-		if rt.Requests != nil {
-			opts = append(opts, httplimit.WithTokenBudget(),
-				httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders))
-		}
-		var slots *countedSlots
-		if rt.InFlight > 0 {
-			if slots, err = budgets.inFlight(rt); err != nil {
-				close()
-				return nil, nil, err
-			}
-			stores = append(stores, slots)
-			opts = append(opts, httplimit.WithInFlight(slots, rt.InFlightWait))
-		}
-		if rt.Requests != nil || slots != nil {
-			onDecision = budgetHook(slots)
-		}
-		opts = append(opts, httplimit.WithOnDecision(onDecision))
-		if rt.FailuresOnly || rt.Cost != nil {
-			if b, err = newRefundReporter(b, rt, publish); err != nil {
-				close()
-				return nil, nil, err
-			}
-		}
-		if rt.FailuresOnly {
-			opts = append(opts, httplimit.WithRefund(countsNot))
-		}
-		if rt.Cost != nil {
-			opts = append(opts, httplimit.WithCost(rt.Cost))
-		}
-		if rt.limited != nil {
-			opts = append(opts, httplimit.WithLimitedHandler(rt.limited))
-		}
-		m, err := httplimit.New(b, opts...)
-		if err != nil {
-			close()
-			return nil, nil, err
-		}
-		h := m.Handler(rt.serve)
-		if local != nil {
-			suffix := ""
-			if rt.Requests != nil {
-				suffix = middleware.RequestsSuffix // every admitted request counts there
-			}
-			h = newcomers.handler(rt.Name, suffix, local, h)
 		}
 		mux.Handle(rt.Method+" "+rt.Path, h)
 	}
-	return mux, close, nil
+	return mux, a.close, nil
+}
+
+// assembly is what newServer builds the routes with, and what it has
+// built that close releases.
+type assembly struct {
+	cfg       config
+	identity  httplimit.KeyFunc // a client: its API key, else its address
+	stats     *metrics
+	observer  middleware.Observer
+	publish   func(decision)
+	budgets   store
+	newcomers *newIdentities // nil with Redis
+	limiters  []*keyrate.Limiter
+	stores    []io.Closer // the in-flight stores
+}
+
+// close releases the in-process limiters and the in-flight stores.
+func (a *assembly) close() {
+	for _, l := range a.limiters {
+		l.Close()
+	}
+	for _, c := range a.stores {
+		c.Close()
+	}
+}
+
+// route returns rt's handler behind its own limiter, its keys counted in
+// the metrics.
+func (a *assembly) route(rt route) (http.Handler, error) {
+	b, local, err := a.budgets.backend(rt)
+	if err != nil {
+		return nil, err
+	}
+	if local != nil {
+		a.limiters = append(a.limiters, local)
+		if err := a.stats.TrackKeys(rt.Name, local); err != nil {
+			return nil, err
+		}
+		if a.cfg.otel != nil {
+			if err := a.cfg.otel.TrackKeys(rt.Name, local); err != nil {
+				return nil, err
+			}
+		}
+	}
+	opts, b, err := a.options(rt, b)
+	if err != nil {
+		return nil, err
+	}
+	m, err := httplimit.New(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	h := m.Handler(rt.serve)
+	if local != nil {
+		suffix := ""
+		if rt.Requests != nil {
+			suffix = middleware.RequestsSuffix // every admitted request counts there
+		}
+		h = a.newcomers.handler(rt.Name, suffix, local, h)
+	}
+	return h, nil
+}
+
+// options returns the middleware options of rt over its backend b, and
+// the backend to give the middleware: b, or b behind a refund reporter
+// that publishes what it gives back.
+func (a *assembly) options(rt route, b keyrate.Backend) ([]httplimit.Option, keyrate.Backend, error) {
+	hook := a.hook(false, nil)
+	opts := []httplimit.Option{
+		httplimit.WithRoute(rt.Name),
+		httplimit.WithKeyFunc(a.identity),
+		httplimit.WithOnError(hook),
+		httplimit.WithObserver(a.observer),
+	}
+	if rt.Requests != nil {
+		opts = append(opts, httplimit.WithTokenBudget(),
+			httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders))
+	}
+	var slots *countedSlots
+	if rt.InFlight > 0 {
+		var err error
+		if slots, err = a.budgets.inFlight(rt); err != nil {
+			return nil, nil, err
+		}
+		a.stores = append(a.stores, slots)
+		opts = append(opts, httplimit.WithInFlight(slots, rt.InFlightWait))
+	}
+	if rt.Requests != nil || slots != nil {
+		hook = a.hook(true, slots)
+	}
+	opts = append(opts, httplimit.WithOnDecision(hook))
+	if rt.FailuresOnly || rt.Cost != nil {
+		var err error
+		if b, err = newRefundReporter(b, rt, a.publish); err != nil {
+			return nil, nil, err
+		}
+	}
+	if rt.FailuresOnly {
+		opts = append(opts, httplimit.WithRefund(countsNot))
+	}
+	if rt.Cost != nil {
+		opts = append(opts, httplimit.WithCost(rt.Cost))
+	}
+	if rt.limited != nil {
+		opts = append(opts, httplimit.WithLimitedHandler(rt.limited))
+	}
+	return opts, b, nil
+}
+
+// hook returns the middleware hook that publishes each decision. With
+// budgets, for a route of several (a token budget, slots in flight), it
+// publishes each budget too: for a token budget, the tokens budget's
+// decision as the request's verdict.
+func (a *assembly) hook(budgets bool, slots *countedSlots) func(middleware.Event) {
+	return func(e middleware.Event) {
+		d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost}
+		switch {
+		case !budgets:
+		case e.Budgets != nil:
+			d.Decision, d.Budgets = tokensVerdict(e), budgetsOf(e, slots)
+		case slots != nil && e.Err == nil:
+			d.Budgets = slotBudgets(e, slots)
+		}
+		a.publish(d)
+	}
 }
 
 func serveStatus(w http.ResponseWriter, r *http.Request) {
