@@ -26,7 +26,7 @@ func reports(mux *http.ServeMux, reportHandler http.Handler) error {
 	report, err := httplimit.New(rate,
 		httplimit.WithRoute("report"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
-		httplimit.WithInFlight(running, time.Second), // 2 at once, a bounded wait for a third
+		httplimit.WithConcurrency(running, time.Second), // 2 at once, a bounded wait for a third
 	)
 	if err != nil {
 		return err

@@ -65,7 +65,7 @@ func TestInFlightRefusesWhenFull(t *testing.T) {
 	l, _ := newLimiter(t, 20, time.Minute)
 	c := newConcurrency(t, 2)
 	var limited []middleware.Event
-	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithInFlight(c, 0),
+	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }))
 	require.NoError(t, err)
 	slow := newBlocking()
@@ -105,7 +105,7 @@ func TestInFlightRefusesWhenFull(t *testing.T) {
 func TestInFlightReleases(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
 	c := newConcurrency(t, 1)
-	m, err := httplimit.New(l, httplimit.WithInFlight(c, 0))
+	m, err := httplimit.New(l, httplimit.WithConcurrency(c, 0))
 	require.NoError(t, err)
 
 	t.Run("return", func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestInFlightWaits(t *testing.T) {
 		require.NoError(t, err)
 		defer l.Close()
 		c := newConcurrency(t, 1)
-		m, err := httplimit.New(l, httplimit.WithRoute("report"), httplimit.WithInFlight(c, 5*time.Second))
+		m, err := httplimit.New(l, httplimit.WithRoute("report"), httplimit.WithConcurrency(c, 5*time.Second))
 		require.NoError(t, err)
 		slow := newBlocking()
 		h := m.Handler(slow)
@@ -191,7 +191,7 @@ func TestInFlightClientGoneWhileWaiting(t *testing.T) {
 		defer l.Close()
 		c := newConcurrency(t, 1)
 		var errs []error
-		m, err := httplimit.New(l, httplimit.WithInFlight(c, time.Minute),
+		m, err := httplimit.New(l, httplimit.WithConcurrency(c, time.Minute),
 			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		require.NoError(t, err)
 		hold, _ := c.TryAcquire("192.0.2.1")
@@ -235,7 +235,7 @@ func TestInFlightStoreFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("mode %d shadow %v", tc.mode, tc.shadow), func(t *testing.T) {
 			l, _ := newLimiter(t, 5, time.Minute)
 			var errs []middleware.Event
-			opts := []httplimit.Option{httplimit.WithInFlight(failingSlots{}, time.Second), httplimit.WithFailureMode(tc.mode),
+			opts := []httplimit.Option{httplimit.WithConcurrency(failingSlots{}, time.Second), httplimit.WithFailureMode(tc.mode),
 				httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e) })}
 			if tc.shadow {
 				opts = append(opts, httplimit.WithShadow())
@@ -259,7 +259,7 @@ func TestInFlightShadow(t *testing.T) {
 	l, _ := newLimiter(t, 5, time.Minute)
 	c := newConcurrency(t, 1)
 	var events []middleware.Event
-	h := newHandler(t, l, httplimit.WithInFlight(c, time.Hour), httplimit.WithShadow(),
+	h := newHandler(t, l, httplimit.WithConcurrency(c, time.Hour), httplimit.WithShadow(),
 		httplimit.WithOnDecision(func(e middleware.Event) { events = append(events, e) }))
 	hold, _ := c.TryAcquire("192.0.2.1")
 	defer hold()
@@ -283,7 +283,7 @@ func TestInFlightTiers(t *testing.T) {
 		return ""
 	}
 	c := newConcurrency(t, 1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 3}}}))
-	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithInFlight(c, 0),
+	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	require.NoError(t, err)
 	slow := newBlocking()
@@ -308,9 +308,9 @@ func TestInFlightTiers(t *testing.T) {
 
 func TestInFlightOptionErrors(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	_, err := httplimit.New(l, httplimit.WithInFlight(nil, 0))
+	_, err := httplimit.New(l, httplimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = httplimit.New(l, httplimit.WithInFlight(newConcurrency(t, 1), -time.Second))
+	_, err = httplimit.New(l, httplimit.WithConcurrency(newConcurrency(t, 1), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }
 
@@ -321,7 +321,7 @@ func TestInFlightRefusalBody(t *testing.T) {
 	c := newConcurrency(t, 1)
 	hold, _ := c.TryAcquire("192.0.2.1")
 	defer hold()
-	rec := get(newHandler(t, l, httplimit.WithInFlight(c, 0)), "/")
+	rec := get(newHandler(t, l, httplimit.WithConcurrency(c, 0)), "/")
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 	assert.Equal(t, "Rate limit exceeded; retry in 1 seconds.", body["detail"])

@@ -269,7 +269,7 @@ func TestCost(t *testing.T) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		return n
 	}
-	h := newHandler(t, l, httplimit.WithCost(cost))
+	h := newHandler(t, l, httplimit.WithWeight(cost))
 
 	// Nothing held: no quota is to come back, so no t.
 	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3` {
@@ -347,7 +347,7 @@ func TestHooksAndCustomHandler(t *testing.T) {
 	}
 	e := limited[0]
 	if e.Route != "search" || e.Identity != "x-api-key=k" || e.Key != "search\x00x-api-key=k" ||
-		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
+		e.Weight != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
 		t.Fatalf("event %+v", e)
 	}
 	if len(handled) != 1 || handled[0].Key != e.Key || handled[0].Decision != e.Decision {

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"errors"
+	"github.com/keyrate/keyrate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -24,7 +25,7 @@ func TestReportCostSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	mw, err := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithCost(func(r *http.Request) int {
+	mw, err := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithWeight(func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("max_tokens"))
 		return n
 	}))
@@ -35,14 +36,14 @@ func TestReportCostSettles(t *testing.T) {
 		used, _ := strconv.Atoi(r.URL.Query().Get("used"))
 		late := r.URL.Query().Has("late")
 		if !late {
-			if err := httplimit.ReportCost(r.Context(), used); err != nil {
-				t.Errorf("ReportCost(%d): %v", used, err)
+			if err := middleware.ReportWeight(r.Context(), used); err != nil {
+				t.Errorf("middleware.ReportWeight(%d): %v", used, err)
 			}
 		}
 		w.Write([]byte("tokens"))
 		if late {
-			if err := httplimit.ReportCost(r.Context(), used); err != nil {
-				t.Errorf("ReportCost(%d): %v", used, err)
+			if err := middleware.ReportWeight(r.Context(), used); err != nil {
+				t.Errorf("middleware.ReportWeight(%d): %v", used, err)
 			}
 		}
 	}))
@@ -71,7 +72,7 @@ func TestReportCostSettles(t *testing.T) {
 	}
 }
 
-// TestReportCostErrors checks what ReportCost refuses: a cost above the
+// TestReportCostErrors checks what middleware.ReportWeight refuses: a cost above the
 // reservation or below 0, and a request with no reservation to settle.
 func TestReportCostErrors(t *testing.T) {
 	l, err := keyrate.New(100, time.Minute)
@@ -81,9 +82,9 @@ func TestReportCostErrors(t *testing.T) {
 	defer l.Close()
 	var errs []error
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		errs = append(errs, httplimit.ReportCost(r.Context(), 11), httplimit.ReportCost(r.Context(), -1), httplimit.ReportCost(r.Context(), 10))
+		errs = append(errs, middleware.ReportWeight(r.Context(), 11), middleware.ReportWeight(r.Context(), -1), middleware.ReportWeight(r.Context(), 10))
 	})
-	weighted, err := httplimit.New(l, httplimit.WithCost(func(*http.Request) int { return 10 }))
+	weighted, err := httplimit.New(l, httplimit.WithWeight(func(*http.Request) int { return 10 }))
 	if err != nil {
 		t.Fatal(err)
 	}

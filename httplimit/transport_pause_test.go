@@ -73,8 +73,8 @@ func TestTransportBoundsThePause(t *testing.T) {
 						w.WriteHeader(answer(w.Header(), clock.Now()))
 					}
 				})
-				opts := append([]httplimit.TransportOption{httplimit.WithTransportClock(clock)}, opts...)
-				client := &http.Client{Transport: httplimit.NewTransport(nil, l, opts...)}
+				opts := append([]httplimit.TransportOption{httplimit.WithClock(clock)}, opts...)
+				client := &http.Client{Transport: mustTransport(t, nil, l, opts...)}
 				clock.run(t, func() {
 					for range 2 {
 						_, err := fetch(t, client, up.URL)
@@ -99,7 +99,7 @@ func TestTransportPauseAgainstTheContext(t *testing.T) {
 		w.Header().Set("Retry-After", "99999999")
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
+	client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
 	code, err := fetch(t, client, up.URL)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, code)
@@ -110,7 +110,7 @@ func TestTransportPauseAgainstTheContext(t *testing.T) {
 	_, err = client.Do(req)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's pause does not fit 10s")
 
-	failFast := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
+	failFast := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
 	code, err = fetch(t, failFast, up.URL) // each Transport learns for itself
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, code)

@@ -99,7 +99,7 @@ func TestTransportHoldsCallsToTheBudget(t *testing.T) {
 					b = viaBackendFunc(l)
 				}
 				up := newUpstream(t, clock, nil)
-				client := &http.Client{Transport: httplimit.NewTransport(nil, b, httplimit.WithTransportClock(clock))}
+				client := &http.Client{Transport: mustTransport(t, nil, b, httplimit.WithClock(clock))}
 				call := func() {
 					code, err := fetch(t, client, up.URL)
 					assert.NoError(t, err)
@@ -159,7 +159,7 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 					refusal(w, clock)
 				}
 			})
-			client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
+			client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
 			var codes []int
 			var mu sync.Mutex
 			call := func() {
@@ -215,7 +215,7 @@ func TestTransportHeedsWhatIsLeft(t *testing.T) {
 					tc.header(w.Header(), clock.Now())
 				}
 			})
-			client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
+			client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
 			clock.run(t, func() {
 				for range 4 {
 					_, err := fetch(t, client, up.URL)
@@ -236,7 +236,7 @@ func TestTransportStopsAtTheContext(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	up := newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
+	client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
 	_, err = fetch(t, client, up.URL)
 	require.NoError(t, err)
 
@@ -271,7 +271,7 @@ func TestTransportFailFast(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	up := newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
+	client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
 	_, err = fetch(t, client, up.URL)
 	require.NoError(t, err)
 	_, err = fetch(t, client, up.URL)
@@ -295,7 +295,7 @@ func TestTransportRetries(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithRetries(2))}
+	client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithRetries(2))}
 	clock.run(t, func() {
 		req, _ := http.NewRequest("PUT", up.URL, strings.NewReader("same body"))
 		resp, err := client.Do(req)
@@ -328,24 +328,23 @@ func TestTransportErrors(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	up := newUpstream(t, keyrate.NewManualClock(t0), nil)
-	for name, tr := range map[string]*httplimit.Transport{
-		"nil backend":   httplimit.NewTransport(nil, nil),
-		"nil key":       httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(nil)),
-		"nil clock":     httplimit.NewTransport(nil, l, httplimit.WithTransportClock(nil)),
-		"11 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(11)),
-		"-1 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(-1)),
-		"0 max pause":   httplimit.NewTransport(nil, l, httplimit.WithMaxPause(0)),
-		"-1s max pause": httplimit.NewTransport(nil, l, httplimit.WithMaxPause(-time.Second)),
+	for name, opts := range map[string]struct {
+		b    keyrate.Backend
+		opts []httplimit.TransportOption
+	}{
+		"nil backend":   {nil, nil},
+		"nil key":       {l, []httplimit.TransportOption{httplimit.WithUpstreamKey(nil)}},
+		"nil clock":     {l, []httplimit.TransportOption{httplimit.WithClock(nil)}},
+		"11 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(11)}},
+		"-1 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(-1)}},
+		"0 max pause":   {l, []httplimit.TransportOption{httplimit.WithMaxPause(0)}},
+		"-1s max pause": {l, []httplimit.TransportOption{httplimit.WithMaxPause(-time.Second)}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			body := &closeCounter{Reader: strings.NewReader("x")}
-			req, _ := http.NewRequest("POST", up.URL, body)
-			_, err := tr.RoundTrip(req)
-			assert.ErrorIs(t, err, keyrate.ErrConfig)
-			assert.True(t, body.closed, "the body of a request not sent is closed")
-		})
+		tr, err := httplimit.NewTransport(nil, opts.b, opts.opts...)
+		assert.ErrorIs(t, err, keyrate.ErrConfig, name)
+		assert.Nil(t, tr, name)
 	}
-	tr := httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(func(*http.Request) string { return "" }))
+	tr := mustTransport(t, nil, l, httplimit.WithUpstreamKey(func(*http.Request) string { return "" }))
 	req, _ := http.NewRequest("GET", up.URL, nil)
 	_, err = tr.RoundTrip(req)
 	assert.ErrorIs(t, err, keyrate.ErrInvalidKey)
@@ -353,7 +352,7 @@ func TestTransportErrors(t *testing.T) {
 	failing := keyrate.BackendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
 		return keyrate.Decision{}, keyrate.ErrUnavailable
 	})
-	_, err = httplimit.NewTransport(nil, failing).RoundTrip(req)
+	_, err = mustTransport(t, nil, failing).RoundTrip(req)
 	assert.ErrorIs(t, err, keyrate.ErrUnavailable, "a store that cannot answer sends nothing")
 	assert.Empty(t, up.arrivals())
 }
@@ -374,7 +373,7 @@ func TestTransportKeys(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	a, b := newUpstream(t, clock, nil), newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
+	client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
 	for _, u := range []string{a.URL, b.URL} {
 		_, err := fetch(t, client, u)
 		assert.NoError(t, err, "each host has its own budget")
@@ -382,7 +381,7 @@ func TestTransportKeys(t *testing.T) {
 	_, err = fetch(t, client, a.URL)
 	assert.True(t, errors.As(err, new(*httplimit.LimitedError)))
 
-	byAccount := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast(),
+	byAccount := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast(),
 		httplimit.WithUpstreamKey(func(r *http.Request) string { return "acct:" + r.Header.Get("X-Account") }))}
 	for _, acct := range []string{"1", "2"} {
 		req, _ := http.NewRequest("GET", a.URL, nil)
@@ -392,4 +391,12 @@ func TestTransportKeys(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
+}
+
+// mustTransport returns NewTransport's RoundTripper, failing t on an error.
+func mustTransport(t testing.TB, base http.RoundTripper, b keyrate.Backend, opts ...httplimit.TransportOption) http.RoundTripper {
+	t.Helper()
+	tr, err := httplimit.NewTransport(base, b, opts...)
+	require.NoError(t, err)
+	return tr
 }
