@@ -52,7 +52,7 @@ type Middleware struct {
 	policies []keyrate.Policy // nil when unknown
 	policy   string           // "" when unknown
 	calendar bool             // a policy is a calendar's: policy has no w, so each decision writes its own
-	fallback time.Duration    // the window of a decision that gives none
+	fallback time.Duration    // the window of a decision that gives none: the backend's first policy's
 
 	slots *adapter.SlotGate // WithConcurrency's; nil without
 
@@ -62,16 +62,17 @@ type Middleware struct {
 
 // New returns a Middleware that asks b about every request. How b is
 // called depends on what it says of itself: see WithTimeBudget. An invalid
-// option, a nil b, an unknown window, or WithTimeBudget for a
-// keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
+// option, a nil b, or WithTimeBudget for a keyrate.Bounded b gives an
+// error wrapping keyrate.ErrConfig.
 //
 // The RateLimit fields list the policies of each Decision (see
 // DraftHeaders). The policies advertised without one (RateLimit-Policy on a
 // request served while the store is unavailable) are b's own: those its
 // Policies method lists, when it has one, as *keyrate.Limiter and the
 // Redis backend do (keyrate.Described; with tiers, the default
-// tier's); else none, and WithWindow must give the window for decisions
-// that do not carry one.
+// tier's); else none. A Decision says its own window (keyrate.Combine
+// sets it): one that says none, made by hand in a keyrate.BackendFunc, is
+// advertised without w, as one that is no whole number of seconds is.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -87,8 +88,6 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		policies = l.Policies()
 	}
 	switch {
-	case c.window < 0 || c.window == 0 && len(policies) == 0:
-		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, c.window)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
@@ -137,7 +136,6 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		ip:       ip,
 		config:   c,
 		policies: policies,
-		fallback: c.window,
 	}
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window

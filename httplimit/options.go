@@ -17,7 +17,6 @@ type config struct {
 	key       KeyFunc
 	weight    func(*http.Request) int
 	skip      func(*http.Request) bool
-	window    time.Duration
 	budget    time.Duration
 	budgetSet bool // WithTimeBudget was given
 	failure   middleware.FailureMode
@@ -133,14 +132,6 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 // RateLimit fields, consume nothing and are reported to no hook. Default:
 // none.
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
-
-// WithWindow sets the window reported in RateLimit-Policy for a backend
-// that reports none: a keyrate.BackendFunc whose decisions leave
-// Decision.Window 0. A backend's own windows win: those of each Decision
-// and of its Policies method (see New). Default: none; New then needs one
-// from the backend. A window that is not a whole number of seconds is
-// enforced as it is but not advertised (see DraftHeaders).
-func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
 // WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
 // A call that outlives it is a store failure (an error matching

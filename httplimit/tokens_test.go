@@ -215,7 +215,7 @@ func TestTokenBudgetConfig(t *testing.T) {
 	plain := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
-	if _, err := httplimit.New(plain, httplimit.WithWindow(time.Minute), httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
+	if _, err := httplimit.New(plain, httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
 		t.Errorf("a backend without TakeAll: %v, want ErrConfig", err)
 	}
 	l := tokenBudget(t, 1, 1, clockAt())
