@@ -16,11 +16,11 @@ import (
 	"github.com/keyrate/keyrate/grpclimit"
 )
 
-// TestReportCostSettles reserves a call's maximum tokens (the request
+// TestReportWeightSettles reserves a call's maximum tokens (the request
 // names them) and settles what the handler reports it used, for unary
 // calls and streams; a call that reports nothing keeps its reservation,
 // and a report above it is refused.
-func TestReportCostSettles(t *testing.T) {
+func TestReportWeightSettles(t *testing.T) {
 	l, _ := manualLimiter(t, 1000, time.Minute)
 	g, err := grpclimit.New(l, grpclimit.WithWeight(func(_ context.Context, _ string, req any) int {
 		if n, ok := req.(int); ok {

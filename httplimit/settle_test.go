@@ -13,12 +13,12 @@ import (
 	"github.com/keyrate/keyrate/httplimit"
 )
 
-// TestReportCostSettles reserves what a request asks for (max_tokens) and
+// TestReportWeightSettles reserves what a request asks for (max_tokens) and
 // settles what it used: the budget is charged the tokens used, whether the
 // handler reports before its response's status (the RateLimit field then
 // says what the request left) or only after it (the field says what was
 // reserved; the budget is settled when the handler returns).
-func TestReportCostSettles(t *testing.T) {
+func TestReportWeightSettles(t *testing.T) {
 	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, err := keyrate.New(1000, time.Minute, keyrate.WithClock(clock))
 	if err != nil {
@@ -72,9 +72,9 @@ func TestReportCostSettles(t *testing.T) {
 	}
 }
 
-// TestReportCostErrors checks what middleware.ReportWeight refuses: a cost above the
+// TestReportWeightErrors checks what middleware.ReportWeight refuses: a cost above the
 // reservation or below 0, and a request with no reservation to settle.
-func TestReportCostErrors(t *testing.T) {
+func TestReportWeightErrors(t *testing.T) {
 	l, err := keyrate.New(100, time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -10,17 +10,15 @@ import (
 )
 
 // WithTokenBudget decides each request against two budgets of the backend
-// at once, as a model API sells them: requests and tokens. The request
-// counts at a weight of 1 against key + adapter.RequestsSuffix and at
-// its cost (WithWeight: its max_tokens, say) against key +
-// adapter.TokensSuffix, in one TakeAll, all or nothing: refused by
-// either, it counts against neither. middleware.ReportWeight gives back what it did not
-// use from the tokens alone; WithRefund gives back both. The backend picks
-// each key's policies with middleware.TokenTier (see the package README
-// for the recipe, in process or in Redis) and must take all:
-// *keyrate.Limiter or adapter.AllTaker, else New fails with
-// keyrate.ErrConfig. The fields list both budgets' policies; see
-// TokenHeaders. Cost: the TakeAll, one key string per budget. Default: off.
+// at once, as a model API sells them: key + "/requests" at 1 and key +
+// "/tokens" at its weight (WithWeight: its max_tokens, say), in one
+// TakeAll, all or nothing. middleware.ReportWeight gives back unused
+// tokens; WithRefund gives back both. The backend must take all
+// (*keyrate.Limiter, the Redis one) and pick its policies with
+// middleware.TokenTier (the README, "Requests and tokens", has the
+// recipe), else New fails with keyrate.ErrConfig. The fields list both
+// budgets' policies; see TokenHeaders. Default: off. Cost: the TakeAll,
+// one key string per budget.
 func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }
 
 // Canonical forms of TokenHeaders' fields.
