@@ -66,13 +66,11 @@ type Middleware struct {
 // error wrapping keyrate.ErrConfig.
 //
 // The RateLimit fields list the policies of each Decision (see
-// DraftHeaders). The policies advertised without one (RateLimit-Policy on a
-// request served while the store is unavailable) are b's own: those its
-// Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (keyrate.Described; with tiers, the default
-// tier's); else none. A Decision says its own window (keyrate.Combine
-// sets it): one that says none, made by hand in a keyrate.BackendFunc, is
-// advertised without w, as one that is no whole number of seconds is.
+// DraftHeaders), with the window it says (keyrate.Combine sets it; a
+// Decision made by hand without one is advertised without w). Without a
+// decision (the store unavailable) they list b's own policies, when it is
+// keyrate.Described (*keyrate.Limiter, the Redis backend; with tiers, the
+// default tier's); else none.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
