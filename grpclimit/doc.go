@@ -41,10 +41,10 @@
 // none is refused, save one whose client has gone.
 //
 // A weight may be an estimate (WithWeight), reserved before the work and
-// settled after it: the handler reports what the call really cost with
-// middleware.ReportWeight, and the rest goes back when it returns, as WithRefund gives
-// a whole call back by its status code. The header metadata, sent before
-// the handler runs, says what was reserved.
+// settled after it: the handler reports what the call really weighed with
+// middleware.ReportWeight, and the rest goes back when it returns, as
+// WithRefund gives a whole call back by its status code. The header
+// metadata, sent before the handler runs, says what was reserved.
 //
 // The options httplimit and grpclimit share (WithWeight, WithTimeBudget,
 // WithFailureMode, WithShadow, WithOnDecision, WithOnLimited, WithOnError,

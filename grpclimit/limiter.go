@@ -178,11 +178,11 @@ func (l *Limiter) routeFor(method string) *route {
 }
 
 // decide asks the backend about a call of method and returns the header
-// metadata to send and, when the call must not be served, its error; for
-// a call whose events may be given back, the context to serve it under
-// (with its reservation, see middleware.ReportWeight) and the function that settles it
-// once served. The call's in-flight slot (WithConcurrency) is taken first;
-// release gives it back, and is never nil.
+// metadata to send and, when the call must not be served, its error; for a
+// call whose events may be given back, the context to serve it under (with
+// its reservation, see middleware.ReportWeight) and the function that
+// settles it once served. The call's in-flight slot (WithConcurrency) is
+// taken first; release gives it back, and is never nil.
 func (l *Limiter) decide(ctx context.Context, method string, req any) (md metadata.MD, served context.Context, after func(error), release func(), err error) {
 	r := l.routeFor(method)
 	ev := middleware.Event{Route: method, Weight: 1, Context: ctx}
@@ -259,7 +259,8 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 // settle gives back the events of a call served with the outcome served:
 // all of them when WithRefund's function says its code should not count,
 // else the part of its weight the handler reported it did not use
-// (middleware.ReportWeight). The header metadata went out with what was reserved.
+// (middleware.ReportWeight). The header metadata went out with what was
+// reserved.
 func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *adapter.Reservation, served error) {
 	n := 0 // nothing
 	switch {

@@ -31,12 +31,12 @@
 // the binding policy alone, are optional (LegacyHeaders, XHeaders).
 //
 // A weight may be an estimate, reserved before the work and settled after
-// it: a model call reserves its maximum tokens, and its handler reports
-// the tokens it used with middleware.ReportWeight; the rest goes back to the client's
-// budget (keyrate.Limiter.RefundN). WithRefund gives a whole request back
-// by its status, the way a login counts only failed attempts. Either is
-// settled as the response's status is written, before its header goes
-// out, so that the RateLimit fields say what the request left; a cost
+// it: a model call reserves its maximum tokens, and its handler reports the
+// tokens it used with middleware.ReportWeight; the rest goes back to the
+// client's budget (keyrate.Limiter.RefundN). WithRefund gives a whole
+// request back by its status, the way a login counts only failed attempts.
+// Either is settled as the response's status is written, before its header
+// goes out, so that the RateLimit fields say what the request left; a cost
 // reported later, in a streamed body, is settled when the handler returns,
 // and the fields sent said what was reserved.
 //

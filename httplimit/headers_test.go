@@ -289,7 +289,8 @@ func TestDraftExamples(t *testing.T) {
 			hour := decided{1000, time.Hour, keyrate.Decision{Allowed: true, Remaining: 1000 - 100, RefillAfter: 3000 * time.Second, ResetAfter: time.Hour}}
 			day := decided{5000, 24 * time.Hour, keyrate.Decision{Allowed: true, Remaining: 100, RefillAfter: 36000 * time.Second, ResetAfter: 24 * time.Hour}}
 			rec := get(mw(t, hour, route("hour"))(mw(t, day, route("day"))(okHandler)), "/")
-			// The draft shows the day's member alone; both are sent, and the day's is the example's.
+			// The draft shows the day's member alone; both are sent, and the
+			// day's is the example's.
 			rl := rec.Header().Values("RateLimit")
 			if len(rl) != 2 || rl[1] != `"day";r=100;t=36000` {
 				t.Errorf("RateLimit %q, want the hour's member and then the example's", rl)

@@ -355,10 +355,10 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 // serveSettled serves an admitted request whose events may be given back:
 // all of them when WithRefund's function says its response's status should
 // not count, or the part of its weight the handler reports it did not use
-// (middleware.ReportWeight). It settles once, as the status is written, so that the
-// RateLimit fields sent with it say what the request left; a cost the
-// handler reports only after that is settled when it returns. A refund that
-// fails is reported to OnError and the Observer, with an Err wrapping
+// (middleware.ReportWeight). It settles once, as the status is written, so
+// that the RateLimit fields sent with it say what the request left; a cost
+// the handler reports only after that is settled when it returns. A refund
+// that fails is reported to OnError and the Observer, with an Err wrapping
 // middleware.ErrRefundFailed: the request stays counted.
 func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev *middleware.Event, hits *[2]keyrate.Hit) {
 	// One allocation for the writer, its copy of the Event and the

@@ -72,8 +72,9 @@ func TestReportWeightSettles(t *testing.T) {
 	}
 }
 
-// TestReportWeightErrors checks what middleware.ReportWeight refuses: a cost above the
-// reservation or below 0, and a request with no reservation to settle.
+// TestReportWeightErrors checks what middleware.ReportWeight refuses: a cost
+// above the reservation or below 0, and a request with no reservation to
+// settle.
 func TestReportWeightErrors(t *testing.T) {
 	l, err := keyrate.New(100, time.Minute)
 	if err != nil {

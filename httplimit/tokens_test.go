@@ -137,9 +137,9 @@ func TestTokenBudgetAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestTokenBudgetSettle: middleware.ReportWeight gives back the unused tokens from the
-// tokens budget alone, and the fields sent say what the request left;
-// WithRefund gives back both budgets.
+// TestTokenBudgetSettle: middleware.ReportWeight gives back the unused
+// tokens from the tokens budget alone, and the fields sent say what the
+// request left; WithRefund gives back both budgets.
 func TestTokenBudgetSettle(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
 	h := newTokenRoute(t, l, httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders),
@@ -162,8 +162,8 @@ func TestTokenBudgetSettle(t *testing.T) {
 		t.Errorf("x-ratelimit-remaining-requests %q, want 9", got)
 	}
 
-	// A used above max_tokens is no cost middleware.ReportWeight takes: the handler
-	// answers 500, which WithRefund gives back whole, both budgets.
+	// A used above max_tokens is no cost middleware.ReportWeight takes: the
+	// handler answers 500, which WithRefund gives back whole, both budgets.
 	if rec := send(h, "max_tokens=100&used=101"); rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status %d, want the handler's 500", rec.Code)
 	}

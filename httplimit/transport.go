@@ -14,11 +14,12 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// transport is the http.RoundTripper NewTransport returns: it holds the calls a service makes
-// to someone else's API to that API's limits: each upstream (by host, or
-// WithUpstreamKey) to a budget in a keyrate.Backend, and to what the
-// upstream itself says of its limits. Put it in an http.Client; it is safe
-// for concurrent use, and every caller sharing it shares what it learns.
+// transport is the http.RoundTripper NewTransport returns: it holds the
+// calls a service makes to someone else's API to that API's limits: each
+// upstream (by host, or WithUpstreamKey) to a budget in a keyrate.Backend,
+// and to what the upstream itself says of its limits. Put it in an
+// http.Client; it is safe for concurrent use, and every caller sharing it
+// shares what it learns.
 //
 // A request waits for its budget, within its context, before it is sent,
 // so that the upstream never sees more than the backend's policies admit:

@@ -57,10 +57,10 @@ type result struct {
 
 // Take asks the backend about a request of weight n for key, made by the
 // client identity names as it sent it (see keyrate.ContextWithIdentity: an
-// API key without the route and header name the key adds to it); ctx is
-// the request's. A request whose ctx is done is not asked about at all,
-// and one whose ctx ends before the backend answers fails too: both with
-// an error wrapping middleware.ErrClientGone. An answer that came in time stands,
+// API key without the route and header name the key adds to it); ctx is the
+// request's. A request whose ctx is done is not asked about at all, and one
+// whose ctx ends before the backend answers fails too: both with an error
+// wrapping middleware.ErrClientGone. An answer that came in time stands,
 // admitted or not, even if ctx has ended since.
 func (c *Caller) Take(ctx context.Context, key, identity string, n int) (keyrate.Decision, error) {
 	var d keyrate.Decision

@@ -88,10 +88,10 @@ func TestSlotGateHold(t *testing.T) {
 	}
 }
 
-// A store failure goes on without a slot under middleware.FailOpen and in shadow
-// mode, reported; middleware.FailClosed leaves it to the middleware, unreported. A
-// request that cannot be placed, or whose client has gone, is left to the
-// middleware in every mode.
+// A store failure goes on without a slot under middleware.FailOpen and in
+// shadow mode, reported; middleware.FailClosed leaves it to the middleware,
+// unreported. A request that cannot be placed, or whose client has gone, is
+// left to the middleware in every mode.
 func TestSlotGateFailures(t *testing.T) {
 	down := fmt.Errorf("store down: %w", keyrate.ErrUnavailable)
 	invalid := fmt.Errorf("no key: %w", keyrate.ErrInvalidKey)

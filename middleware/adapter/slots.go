@@ -21,9 +21,9 @@ const SlotRetryAfter = time.Second
 const SlotUnit = "concurrent-requests"
 
 // slots asks a middleware.Concurrency store for slots as httplimit and
-// grpclimit do: never for a request whose client has gone, with the client's identity
-// in the context for the store's tier function, and waiting at most a
-// bounded time. It is safe for concurrent use.
+// grpclimit do: never for a request whose client has gone, with the client's
+// identity in the context for the store's tier function, and waiting at most
+// a bounded time. It is safe for concurrent use.
 type slots struct {
 	store    middleware.Concurrency
 	wait     time.Duration
@@ -47,13 +47,13 @@ func newSlots(s middleware.Concurrency, wait time.Duration) (*slots, error) {
 var errWaited = errors.New("middleware: no slot came free within the wait")
 
 // acquire takes a slot of key for a request made by the client identity
-// names as it sent it; ctx is the request's. It returns the slot's
-// release, or, when key holds its limit until the wait is over, a nil
-// release and a nil error; limit is key's number of slots either way. A
-// request whose ctx is done, before the call or while it waits, fails
-// with an error wrapping middleware.ErrClientGone; a store that cannot answer, with
-// the store's error. With shadow set, it does not wait: a request that
-// is only watched is not held up.
+// names as it sent it; ctx is the request's. It returns the slot's release,
+// or, when key holds its limit until the wait is over, a nil release and a
+// nil error; limit is key's number of slots either way. A request whose ctx
+// is done, before the call or while it waits, fails with an error wrapping
+// middleware.ErrClientGone; a store that cannot answer, with the store's
+// error. With shadow set, it does not wait: a request that is only watched
+// is not held up.
 func (s *slots) acquire(ctx context.Context, key, identity string, shadow bool) (release func(), limit int, err error) {
 	if ctx.Err() != nil {
 		return nil, 0, gone(ctx)

@@ -59,11 +59,11 @@ func (a limiterAll) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.
 func (c *Caller) CanTakeAll() bool { return c.all != nil }
 
 // TakeAll asks the backend about a request that counts against every hit,
-// all or nothing, as Take asks about one key: never for a request whose
-// ctx is done, and failing with an error wrapping middleware.ErrClientGone when ctx
-// ends before the answer; under the budget when the backend does not bound
-// its own calls. It returns each hit's Decision, in order, and whether the
-// request was admitted. The tier function sees each hit's key, not the
+// all or nothing, as Take asks about one key: never for a request whose ctx
+// is done, and failing with an error wrapping middleware.ErrClientGone when
+// ctx ends before the answer; under the budget when the backend does not
+// bound its own calls. It returns each hit's Decision, in order, and whether
+// the request was admitted. The tier function sees each hit's key, not the
 // identity. A backend that cannot take all gives an error wrapping
 // keyrate.ErrConfig.
 func (c *Caller) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
