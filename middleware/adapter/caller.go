@@ -146,17 +146,12 @@ func (c *Caller) CanRefund() bool {
 	return ok
 }
 
-// Refund gives back the events the admitted decision *d recorded for key,
-// once its request has been served, and consumes d's Receipt. It runs even
-// when ctx is done (the client may hang up after its response), under the
-// budget when the backend does not bound its own calls. Its error wraps
-// middleware.ErrRefundFailed.
-func (c *Caller) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
-	return c.RefundN(ctx, key, d, d.Receipt.N())
-}
-
-// RefundN is Refund of n of the decision's events, the part of a
-// reservation its request did not use (see Reservation).
+// RefundN gives back n of the events the admitted decision *d recorded
+// for key (d.Receipt.N() of them: the whole decision; fewer: the part of a
+// Reservation its request did not use), once its request has been served.
+// It runs even when ctx is done (the client may hang up after its
+// response), under the budget when the backend does not bound its own
+// calls. Its error wraps middleware.ErrRefundFailed.
 func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	ctx = context.WithoutCancel(ctx)
 	if !c.inline {

@@ -88,7 +88,7 @@ type SlotHold struct {
 	// want of a slot, with no rate decision (so that the refusal costs no
 	// rate budget), or, in shadow mode, served without a slot and without
 	// a rate decision. It has been reported as a refusal by
-	// SlotRefusal(ev.Route, limit), with Event.Shadow in shadow mode.
+	// slotRefusal(ev.Route, limit), with Event.Shadow in shadow mode.
 	Full bool
 	// Err, when set, says why no slot could be had where the request must
 	// be answered as one whose rate decision failed (the client has gone,
@@ -130,7 +130,7 @@ func (g *SlotGate) Hold(ctx context.Context, ev *middleware.Event, identity stri
 	if release != nil {
 		return hold
 	}
-	ev.Decision = SlotRefusal(ev.Route, limit)
+	ev.Decision = slotRefusal(ev.Route, limit)
 	ev.Shadow = g.shadow
 	g.hooks.Decided(*ev)
 	hold.Full = true

@@ -75,7 +75,7 @@ func TestSlotGateHold(t *testing.T) {
 			assert.Nil(t, full.Release)
 			assert.NoError(t, full.Err)
 			assert.Equal(t, held.Policy, full.Policy)
-			assert.Equal(t, SlotRefusal("search", 1), ev.Decision)
+			assert.Equal(t, slotRefusal("search", 1), ev.Decision)
 			assert.Equal(t, shadow, ev.Shadow)
 			assert.Equal(t, told{"decision search-inflight", "limited search-inflight", "observe"}, log)
 

@@ -91,9 +91,9 @@ func slotPolicy(route string, limit int) keyrate.Policy {
 	return keyrate.Policy{Name: name, Limit: limit}
 }
 
-// SlotRefusal returns the Decision reported for a request refused for want
+// slotRefusal returns the Decision reported for a request refused for want
 // of one of limit slots on route: refused by slotPolicy(route, limit),
 // none remaining, with a RetryAfter of SlotRetryAfter.
-func SlotRefusal(route string, limit int) keyrate.Decision {
+func slotRefusal(route string, limit int) keyrate.Decision {
 	return keyrate.Combine(keyrate.PolicyDecision{Policy: slotPolicy(route, limit), RetryAfter: SlotRetryAfter})
 }

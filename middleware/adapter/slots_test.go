@@ -86,7 +86,7 @@ func TestSlotsPassTheIdentity(t *testing.T) {
 }
 
 func TestSlotRefusal(t *testing.T) {
-	d := SlotRefusal("search", 3)
+	d := slotRefusal("search", 3)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "search-inflight", d.Policy)
 	assert.Equal(t, 3, d.Limit)
