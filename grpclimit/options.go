@@ -121,17 +121,14 @@ func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.h
 // set both as needed. Default: none.
 func WithObserver(o middleware.Observer) Option { return func(c *config) { c.hooks.Observer = o } }
 
-// WithRefund counts only the calls whose outcome should count: after the
-// handler has served an admitted call, a status code for which refund
-// returns true gives the call's events back (see keyrate.Limiter.Refund),
-// exactly, as if it had never been made: with
-// func(c codes.Code) bool { return c == codes.OK }, only failed calls count.
-// The code is that of the error the handler returned (codes.OK for nil). As
-// httplimit.WithRefund: every backend (New's and WithMethod's) must be able
-// to refund, or New returns an error wrapping keyrate.ErrConfig; a refund
-// that fails leaves the call counted and is reported to OnError and the
-// Observer with an Err wrapping middleware.ErrRefundFailed. Default: every
-// decided call counts.
+// WithRefund counts only the calls whose outcome should count, as
+// httplimit.WithRefund does requests: once an admitted call is served, a
+// code (the handler's error's; codes.OK for nil) for which refund returns
+// true gives its events back, exactly: c == codes.OK counts only failed
+// calls. Every backend (New's and WithMethod's) must refund, else New fails
+// with keyrate.ErrConfig; a failed refund leaves the call counted and
+// reaches OnError as middleware.ErrRefundFailed. Default: every call
+// counts. Cost: one backend call per refund.
 func WithRefund(refund func(codes.Code) bool) Option {
 	return func(c *config) { c.refund = refund }
 }

@@ -33,16 +33,12 @@ type ipConfig struct {
 }
 
 // TrustHops says that exactly n reverse proxies stand in front of the
-// server, each appending the address it received the request from to
-// X-Forwarded-For, as Express's "trust proxy n" does. The client is then the
-// address n steps back from the socket: the n-th X-Forwarded-For entry from
-// the right (when the header has fewer, the leftmost, which a trusted proxy
-// still wrote). Entries further left were written by the client and are
-// never read. Default: 0, X-Forwarded-For is ignored and the socket's
-// address is the client.
-//
-// Set n to the real number of proxies: one too many hands the choice of key
-// to the client, one too few limits the proxy instead of the client.
+// server, each appending to X-Forwarded-For, as Express's "trust proxy n"
+// does: the client is the n-th entry from the right (the leftmost when
+// there are fewer); entries further left, which the client wrote, are never
+// read. Set n to the real number: one too many hands the choice of key to
+// the client, one too few limits the proxy. Default: 0, the socket's
+// address.
 func TrustHops(n int) IPOption { return func(c *ipConfig) { c.hops = n } }
 
 // TrustProxies says that the addresses in prefixes belong to reverse proxies

@@ -42,35 +42,15 @@ type HeaderSet uint8
 const (
 	// DraftHeaders are the fields of the IETF draft
 	// draft-ietf-httpapi-ratelimit-headers (the default), as its revision
-	// -10 defines them (and keyrate writes them for -11), with a member
-	// for every policy of the Decision, in the backend's order (see
-	// WithFieldRevision for other parameters):
+	// -10 defines them, with a member for every policy of the Decision, in
+	// the backend's order, named after it (an unnamed policy after the
+	// route, or "default"), appended beside any other middleware's:
 	//
 	//	RateLimit-Policy: "second";q=10;w=1, "day";q=1000;w=86400
 	//	RateLimit: "second";r=9;t=1, "day";r=990;t=51840
 	//
-	// A policy's name is its keyrate.Policy.Name, as it is; an unnamed
-	// policy (New's single one) takes the route's name (WithRoute), and one
-	// with neither is "default". Middlewares nested on one handler each
-	// append their members, so give their policies distinct names (a global
-	// "second" and a per-route "search-second"). q is the limit; w is the window,
-	// left out when it is not a whole number of seconds (w cannot say 500ms,
-	// and a rounded w would advertise a limit the middleware does not
-	// enforce); qu is added by WithQuotaUnit. r is what remains after this
-	// request. t is the seconds, rounded up, until more of the policy's quota
-	// comes back: when the oldest request in its window leaves it (a sliding
-	// window gives quota back one request at a time; limit 5 per 60s with a
-	// request every 10s, the fifth response says r=0;t=20), or, for a policy
-	// that refused the request, when the request would fit it. The binding
-	// policy's t on a refusal is Retry-After, when the request fits every
-	// policy. t is left out when nothing is held, so nothing is to come back.
-	//
-	// Both fields are lists: each middleware adds its members beside those
-	// of any other on the same response (a per-route budget inside a
-	// global one gives both), never replacing them. Give nested middlewares
-	// different route names, so that their members can be told apart. No
-	// partition key (pk) is sent: it would disclose or hash the client's
-	// identity, and a client knows who it is.
+	// Give nested middlewares' policies distinct names. The README, "The
+	// draft, field by field", says what each parameter holds.
 	DraftHeaders HeaderSet = 1 << iota
 	// LegacyHeaders are the older draft's RateLimit-Limit,
 	// RateLimit-Remaining and RateLimit-Reset (t, or 0). Each holds one
@@ -133,18 +113,14 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 // none.
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
-// A call that outlives it is a store failure (an error matching
-// middleware.ErrBudgetExceeded, answered per the failure mode), and the
-// request waits no longer, even for a backend that ignores its context:
-// the call runs on a goroutine of its own, under a timer. Default: 250ms.
-// Must be positive.
-//
-// A Bounded backend is called on the request's goroutine under its own
-// budget alone: one budget, in one place, and no goroutine hand-off per
-// request. The Redis backend bounds its calls by its own timeout (set the
-// budget there); *keyrate.Limiter never waits. New refuses WithTimeBudget
-// for a Bounded backend rather than let a budget look like it applies.
+// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded:
+// a call that outlives it is a store failure (middleware.ErrBudgetExceeded,
+// answered per the failure mode), and the request waits no longer, even
+// for a backend that ignores its context. A Bounded backend
+// (*keyrate.Limiter, which never waits; the Redis one, under its own
+// timeout) is called inline under its own budget, and New refuses the
+// option for one. Default: 250ms. Must be positive. Cost: a goroutine and
+// a timer per call to an unbounded backend.
 func WithTimeBudget(d time.Duration) Option {
 	return func(c *config) { c.budget, c.budgetSet = d, true }
 }
