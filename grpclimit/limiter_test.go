@@ -322,7 +322,7 @@ func TestPerMethodBackend(t *testing.T) {
 
 // WithWeight weighs calls; a weight of 0 is free, and one that can never fit
 // fails with InvalidArgument and no RetryInfo.
-func TestCost(t *testing.T) {
+func TestWeight(t *testing.T) {
 	l, _ := manualLimiter(t, 3, time.Minute)
 	cost := 2
 	ts := serve(t, mustNew(t, l, grpclimit.WithWeight(func(ctx context.Context, method string, req any) int {

@@ -263,7 +263,7 @@ func TestConcurrentRequestsExactCount(t *testing.T) {
 	}
 }
 
-func TestCost(t *testing.T) {
+func TestWeight(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute)
 	cost := func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))

@@ -224,9 +224,9 @@ func TestTokenBudgetConfig(t *testing.T) {
 	}
 }
 
-// TestTokenBudgetInFlight: the in-flight cap stands beside both budgets; a
+// TestTokenBudgetConcurrency: the in-flight cap stands beside both budgets; a
 // request refused for want of a slot spends neither.
-func TestTokenBudgetInFlight(t *testing.T) {
+func TestTokenBudgetConcurrency(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
 	running, err := keyrate.NewConcurrency(1)
 	if err != nil {

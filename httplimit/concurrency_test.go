@@ -61,7 +61,7 @@ func serveAsync(h http.Handler, r *http.Request) (rec *httptest.ResponseRecorder
 // refused at once with 429, a Retry-After of a second and the in-flight
 // policy named in its fields and body, without spending rate budget; once
 // one ends, the next is served.
-func TestInFlightRefusesWhenFull(t *testing.T) {
+func TestConcurrencyRefusesWhenFull(t *testing.T) {
 	l, _ := newLimiter(t, 20, time.Minute)
 	c := newConcurrency(t, 2)
 	var limited []middleware.Event
@@ -102,7 +102,7 @@ func TestInFlightRefusesWhenFull(t *testing.T) {
 
 // The slot goes back when the handler returns, when it panics, and when
 // its client hangs up.
-func TestInFlightReleases(t *testing.T) {
+func TestConcurrencyReleases(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
 	c := newConcurrency(t, 1)
 	m, err := httplimit.New(l, httplimit.WithConcurrency(c, 0))
@@ -153,7 +153,7 @@ func TestInFlightReleases(t *testing.T) {
 // A bounded wait: a request for a full key waits for a slot up to the
 // wait, first come first served, and is served when one comes back, or
 // refused when none does.
-func TestInFlightWaits(t *testing.T) {
+func TestConcurrencyWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestInFlightWaits(t *testing.T) {
 
 // A request whose client hangs up while it waits for a slot is never
 // served, and takes none.
-func TestInFlightClientGoneWhileWaiting(t *testing.T) {
+func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
@@ -221,7 +221,7 @@ func (failingSlots) AcquireSlot(context.Context, string, bool) (func(), int, err
 	return nil, 0, fmt.Errorf("slots: %w", keyrate.ErrUnavailable)
 }
 
-func TestInFlightStoreFailure(t *testing.T) {
+func TestConcurrencyStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		mode        middleware.FailureMode
 		shadow      bool
@@ -255,7 +255,7 @@ func TestInFlightStoreFailure(t *testing.T) {
 // Shadow mode holds no request up: a full key is reported as a shadowed
 // refusal and served, with no rate decision, as enforcing would have
 // refused it before one.
-func TestInFlightShadow(t *testing.T) {
+func TestConcurrencyShadow(t *testing.T) {
 	l, _ := newLimiter(t, 5, time.Minute)
 	c := newConcurrency(t, 1)
 	var events []middleware.Event
@@ -274,7 +274,7 @@ func TestInFlightShadow(t *testing.T) {
 
 // The store's tier function sees the client's identity as sent, not the
 // key: a pro API key gets the pro plan's slots, and the field says so.
-func TestInFlightTiers(t *testing.T) {
+func TestConcurrencyTiers(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
 	plan := func(id string) string {
 		if strings.HasPrefix(id, "pro-") {
@@ -306,7 +306,7 @@ func TestInFlightTiers(t *testing.T) {
 	wg.Wait()
 }
 
-func TestInFlightOptionErrors(t *testing.T) {
+func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	_, err := httplimit.New(l, httplimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
@@ -316,7 +316,7 @@ func TestInFlightOptionErrors(t *testing.T) {
 
 // The body of an in-flight refusal is a problem document like a rate
 // refusal's.
-func TestInFlightRefusalBody(t *testing.T) {
+func TestConcurrencyRefusalBody(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	c := newConcurrency(t, 1)
 	hold, _ := c.TryAcquire("192.0.2.1")

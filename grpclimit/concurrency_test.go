@@ -67,7 +67,7 @@ func serveGated(t *testing.T, lim *grpclimit.Limiter, g *gate) *testServer {
 // first runs fails at once with ResourceExhausted and a RetryInfo of a
 // second, lists the in-flight policy beside the rate one, and spends no
 // rate budget; once the first ends, the next is served.
-func TestInFlightUnary(t *testing.T) {
+func TestConcurrencyUnary(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	var limited []middleware.Event
@@ -101,7 +101,7 @@ func TestInFlightUnary(t *testing.T) {
 }
 
 // A stream holds its slot until it ends.
-func TestInFlightStream(t *testing.T) {
+func TestConcurrencyStream(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(c, 0)))
@@ -131,7 +131,7 @@ func TestInFlightStream(t *testing.T) {
 
 // The slot goes back when the handler panics (a recovering interceptor
 // outside would answer the call).
-func TestInFlightReleasedOnPanic(t *testing.T) {
+func TestConcurrencyReleasedOnPanic(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	unary := mustNew(t, l, grpclimit.WithConcurrency(c, 0)).Unary()
@@ -147,7 +147,7 @@ func TestInFlightReleasedOnPanic(t *testing.T) {
 
 // A call whose client goes while it waits for a slot is never served,
 // and fails with its own status.
-func TestInFlightClientGoneWhileWaiting(t *testing.T) {
+func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	errs := make(chan error, 1)
@@ -177,7 +177,7 @@ func (failingSlots) AcquireSlot(context.Context, string, bool) (func(), int, err
 	return nil, 0, fmt.Errorf("slots: %w", keyrate.ErrUnavailable)
 }
 
-func TestInFlightStoreFailure(t *testing.T) {
+func TestConcurrencyStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		mode middleware.FailureMode
 		code codes.Code
@@ -201,7 +201,7 @@ func TestInFlightStoreFailure(t *testing.T) {
 	}
 }
 
-func TestInFlightOptionErrors(t *testing.T) {
+func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := manualLimiter(t, 1, time.Minute)
 	_, err := grpclimit.New(l, grpclimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
