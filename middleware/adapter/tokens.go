@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/internal/tokenkey"
 )
 
 // A token budget (httplimit.WithTokenBudget, grpclimit.WithTokenBudget)
@@ -17,8 +16,8 @@ import (
 // TokensSuffix, at the request's weight. The backend gives each its
 // policies by the suffix: middleware.TokenTier is its tier function.
 const (
-	RequestsSuffix = tokenkey.RequestsSuffix
-	TokensSuffix   = tokenkey.TokensSuffix
+	RequestsSuffix = "/requests"
+	TokensSuffix   = "/tokens"
 )
 
 // AllTaker is a Backend that decides a request against several keys at
@@ -137,8 +136,8 @@ func neverFits(d *keyrate.Decision) bool { return d.RetryAfter == 0 && !d.Overfl
 // for key, into hits: key + RequestsSuffix at 1, key + TokensSuffix at
 // tokens.
 func TokenHits(hits *[2]keyrate.Hit, key string, tokens int) []keyrate.Hit {
-	hits[0] = keyrate.Hit{Key: key + tokenkey.RequestsSuffix, N: 1}
-	hits[1] = keyrate.Hit{Key: key + tokenkey.TokensSuffix, N: tokens}
+	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, N: 1}
+	hits[1] = keyrate.Hit{Key: key + TokensSuffix, N: tokens}
 	return hits[:]
 }
 

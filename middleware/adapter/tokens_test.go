@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/internal/tokenkey"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -87,5 +88,12 @@ func TestTokenDecision(t *testing.T) {
 		if d.Policy != c.want || d.Allowed != c.admitted {
 			t.Errorf("%s/%s admitted %v: %s allowed %v, want %s", c.req.Policy, c.tok.Policy, c.admitted, d.Policy, d.Allowed, c.want)
 		}
+	}
+}
+
+// The suffixes are the ones middleware.TokenTier and TokenGroup read.
+func TestSuffixes(t *testing.T) {
+	if RequestsSuffix != tokenkey.RequestsSuffix || TokensSuffix != tokenkey.TokensSuffix {
+		t.Errorf("suffixes %q, %q; middleware reads %q, %q", RequestsSuffix, TokensSuffix, tokenkey.RequestsSuffix, tokenkey.TokensSuffix)
 	}
 }
