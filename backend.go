@@ -19,7 +19,7 @@ type Backend interface {
 // Refunder is a Backend that gives back n of the weight an admitted decision
 // *d has left for key, exactly, from the decision's own events, lowering
 // d's Receipt by n; errors as Limiter.RefundN's, each changing nothing.
-// Middleware refunds through it (WithRefund, ReportCost).
+// Middleware refunds through it (WithRefund, ReportWeight).
 type Refunder interface {
 	RefundContext(ctx context.Context, key string, d *Decision, n int) error
 }

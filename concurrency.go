@@ -80,7 +80,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), 
 	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), true)
 }
 
-// AcquireSlot is middleware.InFlight's call: Acquire with wait, TryAcquire
+// AcquireSlot is middleware.Concurrency's call: Acquire with wait, TryAcquire
 // without (a nil release and error when full), and key's limit.
 func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error) {
 	limit = c.limitFor(c.tierKey(ctx, key))

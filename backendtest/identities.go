@@ -57,7 +57,6 @@ func RunIdentities(t *testing.T, newBackend NewBackend) {
 				t.Run(mode.name+"/route="+route+"/"+c.name, func(t *testing.T) {
 					var errs []error
 					m, err := httplimit.New(newBackend(t, limit, window, keyrate.NewManualClock(start)),
-						httplimit.WithWindow(window),
 						httplimit.WithRoute(route),
 						httplimit.WithFailureMode(mode.mode),
 						httplimit.WithKeyFunc(c.key),

@@ -40,13 +40,13 @@
 // limit out without enforcing it: every call is decided and reported, and
 // none is refused, save one whose client has gone.
 //
-// A weight may be an estimate (WithCost), reserved before the work and
-// settled after it: the handler reports what the call really cost with
-// ReportCost, and the rest goes back when it returns, as WithRefund gives
-// a whole call back by its status code. The header metadata, sent before
-// the handler runs, says what was reserved.
+// A weight may be an estimate (WithWeight), reserved before the work and
+// settled after it: the handler reports what the call really weighed with
+// middleware.ReportWeight, and the rest goes back when it returns, as
+// WithRefund gives a whole call back by its status code. The header
+// metadata, sent before the handler runs, says what was reserved.
 //
-// The options httplimit and grpclimit share (WithCost, WithTimeBudget,
+// The options httplimit and grpclimit share (WithWeight, WithTimeBudget,
 // WithFailureMode, WithShadow, WithOnDecision, WithOnLimited, WithOnError,
 // WithObserver) mean the same in both, and the hooks and the Observer get
 // the same middleware.Event: its Route is the full method name and its

@@ -29,7 +29,7 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 }
 
 // Stream returns the interceptor that limits streams. A stream is decided
-// once, when it opens, with a request of nil for WithCost: the messages it
+// once, when it opens, with a request of nil for WithWeight: the messages it
 // then carries are not counted. A refused stream never reaches the handler.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -53,7 +53,7 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 }
 
 // servedStream is a stream served under a context of its own: one that
-// carries the call's reservation (see ReportCost).
+// carries the call's reservation (see middleware.ReportWeight).
 type servedStream struct {
 	grpc.ServerStream
 	ctx context.Context

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"slices"
 	"strings"
 	"time"
@@ -23,12 +24,12 @@ type Limiter struct {
 	timed    bool              // a hook or an Observer is set: measure Event.Duration
 	config                     // mdKey in lower case
 
-	slots *middleware.SlotGate // WithInFlight's; nil without
+	slots *adapter.SlotGate // WithConcurrency's; nil without
 }
 
 // backend is one store and what it says about its policies.
 type backend struct {
-	caller   *middleware.Caller
+	caller   *adapter.Caller
 	policies []keyrate.Policy // its Policies; nil when unknown
 	window   time.Duration    // of a decision that gives none; 0 when unknown
 }
@@ -81,9 +82,11 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots, err := c.inFlight.Gate(c.failure, c.shadow, c.hooks)
-	if err != nil {
-		return nil, err
+	var slots *adapter.SlotGate
+	if c.concurrencySet {
+		if slots, err = adapter.NewSlotGate(c.concurrency, c.concurrencyWait, c.failure, c.shadow, c.hooks); err != nil {
+			return nil, err
+		}
 	}
 	l := &Limiter{
 		slots:    slots,
@@ -121,7 +124,7 @@ func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
 }
 
 func newBackend(b keyrate.Backend, budget time.Duration, refunds, tokens bool) (*backend, error) {
-	caller, err := middleware.NewCaller(b, budget)
+	caller, err := adapter.NewCaller(b, budget)
 	if err != nil {
 		return nil, err
 	}
@@ -175,19 +178,19 @@ func (l *Limiter) routeFor(method string) *route {
 }
 
 // decide asks the backend about a call of method and returns the header
-// metadata to send and, when the call must not be served, its error; for
-// a call whose events may be given back, the context to serve it under
-// (with its reservation, see ReportCost) and the function that settles it
-// once served. The call's in-flight slot (WithInFlight) is taken first;
-// release gives it back, and is never nil.
+// metadata to send and, when the call must not be served, its error; for a
+// call whose events may be given back, the context to serve it under (with
+// its reservation, see middleware.ReportWeight) and the function that
+// settles it once served. The call's in-flight slot (WithConcurrency) is
+// taken first; release gives it back, and is never nil.
 func (l *Limiter) decide(ctx context.Context, method string, req any) (md metadata.MD, served context.Context, after func(error), release func(), err error) {
 	r := l.routeFor(method)
-	ev := middleware.Event{Route: method, Cost: 1, Context: ctx}
+	ev := middleware.Event{Route: method, Weight: 1, Context: ctx}
 	var sent string
 	ev.Identity, sent = l.identity(ctx)
 	ev.Key = r.prefix + ev.Identity
-	if l.cost != nil {
-		ev.Cost = l.cost(ctx, method, req)
+	if l.weight != nil {
+		ev.Weight = l.weight(ctx, method, req)
 	}
 	release = noSlot
 	var slot string // the in-flight limit's ratelimit-policy member
@@ -217,7 +220,7 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	if l.tokens {
 		d, hits, err = r.takeTokens(ctx, &ev)
 	} else {
-		d, err = r.caller.Take(ctx, ev.Key, sent, ev.Cost)
+		err = r.caller.TakeInto(ctx, ev.Key, sent, ev.Weight, &d)
 	}
 	if l.timed {
 		ev.Duration = time.Since(began)
@@ -232,15 +235,15 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 	l.hooks.Decided(ev)
 	var md metadata.MD
 	if ev.Budgets != nil {
-		md = r.tokenFields(ev.Budgets, l.revision, ev.Cost, d.Allowed)
+		md = r.tokenFields(ev.Budgets, l.revision, ev.Weight, d.Allowed)
 	} else {
-		md = r.fields(&d, l.revision, ev.Cost)
+		md = r.fields(&d, l.revision, ev.Weight)
 	}
-	reserve := l.cost != nil && r.caller.CanRefund()
+	reserve := l.weight != nil && r.caller.CanRefund()
 	if d.Allowed && (l.refund != nil || reserve) && holds(&ev) {
-		var res *middleware.Reservation
+		var res *adapter.Reservation
 		if reserve {
-			ctx, res = middleware.Reserve(ctx, ev.Cost)
+			ctx, res = adapter.Reserve(ctx, ev.Weight)
 		}
 		if hits != nil {
 			return md, ctx, func(served error) { l.settleTokens(ctx, r, ev, hits, res, served) }, nil
@@ -256,8 +259,9 @@ func (l *Limiter) decideRate(ctx context.Context, r *route, ev middleware.Event,
 // settle gives back the events of a call served with the outcome served:
 // all of them when WithRefund's function says its code should not count,
 // else the part of its weight the handler reported it did not use
-// (ReportCost). The header metadata went out with what was reserved.
-func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *middleware.Reservation, served error) {
+// (middleware.ReportWeight). The header metadata went out with what was
+// reserved.
+func (l *Limiter) settle(ctx context.Context, r *route, ev middleware.Event, res *adapter.Reservation, served error) {
 	n := 0 // nothing
 	switch {
 	case l.refund != nil && l.refund(status.Code(served)):

@@ -320,14 +320,14 @@ func TestPerMethodBackend(t *testing.T) {
 	}
 }
 
-// WithCost weighs calls; a weight of 0 is free, and one that can never fit
+// WithWeight weighs calls; a weight of 0 is free, and one that can never fit
 // fails with InvalidArgument and no RetryInfo.
-func TestCost(t *testing.T) {
+func TestWeight(t *testing.T) {
 	l, _ := manualLimiter(t, 3, time.Minute)
 	cost := 2
-	ts := serve(t, mustNew(t, l, grpclimit.WithCost(func(ctx context.Context, method string, req any) int {
+	ts := serve(t, mustNew(t, l, grpclimit.WithWeight(func(ctx context.Context, method string, req any) int {
 		if _, ok := req.(*healthpb.HealthCheckRequest); !ok || method != check {
-			t.Errorf("WithCost got %s, %T", method, req)
+			t.Errorf("WithWeight got %s, %T", method, req)
 		}
 		return cost
 	})))
@@ -375,7 +375,7 @@ func TestHooksAndObserver(t *testing.T) {
 		t.Fatalf("%d events, want 2", len(events))
 	}
 	ev := events[0]
-	if ev.Route != check || ev.Identity != "127.0.0.1" || ev.Key != check+"\x00127.0.0.1" || ev.Cost != 1 ||
+	if ev.Route != check || ev.Identity != "127.0.0.1" || ev.Key != check+"\x00127.0.0.1" || ev.Weight != 1 ||
 		!ev.Decision.Allowed || ev.Duration <= 0 || ev.Context == nil {
 		t.Errorf("first event %+v", ev)
 	}

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -17,34 +18,30 @@ type Option func(*config)
 type config struct {
 	mdKey     string
 	methods   map[string]keyrate.Backend
-	cost      func(ctx context.Context, method string, req any) int
+	weight    func(ctx context.Context, method string, req any) int
 	budget    time.Duration
 	budgetSet bool // WithTimeBudget was given
 	failure   middleware.FailureMode
 	shadow    bool
-	hooks     middleware.Hooks // WithOnDecision, WithOnLimited, WithOnError, WithObserver
+	hooks     adapter.Hooks // WithOnDecision, WithOnLimited, WithOnError, WithObserver
 	refund    func(codes.Code) bool
 	revision  ratelimitfield.Revision
 	tokens    bool // WithTokenBudget
 
-	inFlight middleware.SlotConfig // WithInFlight's
+	// WithConcurrency's
+	concurrency     middleware.Concurrency
+	concurrencyWait time.Duration
+	concurrencySet  bool
 }
 
-// WithMetadataKey identifies a client by the first value of the named
-// request metadata key (an API key, say) when present and not empty, as
-// "name=value" with the name in lower case ("x-api-key=alice", as
-// httplimit.HeaderKey gives the same key in a header), and by its peer
-// address otherwise. Names are case-insensitive; New rejects one that is
-// not a valid metadata key. An identity over 128 bytes is limited under
-// its SHA-256 digest (clientkey.Bound), as httplimit limits one, so a
-// client cannot make the store hold a large key; a backend's tier function
-// still sees the value itself, as sent (see keyrate.ContextWithIdentity).
-// Default: the peer address alone.
-//
-// The value is taken as given: validate API keys before this interceptor
-// runs (chain an authenticating interceptor first), or a client can mint
-// fresh budgets by sending new values (bound the damage with
-// keyrate.WithMaxKeys).
+// WithMetadataKey identifies a client by the first non-empty value of the
+// named request metadata key (an API key, say), as "name=value" with the
+// name in lower case ("x-api-key=alice", the key httplimit.HeaderKey gives
+// for a header), and by its peer address otherwise. New rejects a name
+// that is not a metadata key. An identity over 128 bytes is limited under
+// its SHA-256 digest; a backend's tier function sees the value as sent.
+// Validate API keys before this interceptor runs (see the README,
+// "Identity"). Default: the peer address alone.
 func WithMetadataKey(name string) Option { return func(c *config) { c.mdKey = name } }
 
 // WithMethod gives the method named fullMethod ("/pkg.Service/Method") its
@@ -61,7 +58,7 @@ func WithMethod(fullMethod string, b keyrate.Backend) Option {
 	}
 }
 
-// WithCost sets the weight of a call, for methods where some calls cost
+// WithWeight sets the weight of a call, for methods where some calls cost
 // more than others (a batch write, say). f receives the call's context,
 // its full method name and, for a unary call, its request message (nil
 // for a stream, which is weighed once, when it opens). Default: 1 for
@@ -69,24 +66,18 @@ func WithMethod(fullMethod string, b keyrate.Backend) Option {
 // weight that can never be admitted (negative, or above a policy's limit)
 // is refused with no wait that would help: codes.InvalidArgument, without
 // RetryInfo.
-func WithCost(f func(ctx context.Context, fullMethod string, req any) int) Option {
-	return func(c *config) { c.cost = f }
+func WithWeight(f func(ctx context.Context, fullMethod string, req any) int) Option {
+	return func(c *config) { c.weight = f }
 }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
-// A call that outlives it is a store failure (an error matching
-// middleware.ErrBudgetExceeded, answered per the failure mode), and the
-// gRPC call waits no longer, even for a backend that ignores its context:
-// the backend call runs on a goroutine of its own, under a timer. Default:
-// 250ms. Must be positive.
-//
-// A Bounded backend is called on the call's goroutine under its own budget
-// alone: one budget, in one place, and no goroutine hand-off per call. The
-// Redis backend bounds its calls by its own timeout (set the budget
-// there); *keyrate.Limiter never waits. New refuses WithTimeBudget when
-// every backend of the Limiter (New's and WithMethod's) is Bounded, rather
-// than let a budget look like it applies; with some that are not, it
-// bounds those alone.
+// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded,
+// as httplimit.WithTimeBudget does: a call that outlives it is a store
+// failure (middleware.ErrBudgetExceeded), and the gRPC call waits no
+// longer, the backend call running on a goroutine of its own. A Bounded
+// backend (*keyrate.Limiter, the Redis one) is called inline under its own
+// budget. New refuses the option when every backend (New's and
+// WithMethod's) is Bounded. Default: 250ms. Must be positive. Cost: a
+// goroutine and a timer per call to an unbounded backend.
 func WithTimeBudget(d time.Duration) Option {
 	return func(c *config) { c.budget, c.budgetSet = d, true }
 }
@@ -97,20 +88,12 @@ func WithTimeBudget(d time.Duration) Option {
 // it with codes.Unavailable. See middleware.FailureMode for the trade-off.
 func WithFailureMode(m middleware.FailureMode) Option { return func(c *config) { c.failure = m } }
 
-// WithShadow puts the Limiter in shadow mode: it decides and records every
-// call as usual, sets the ratelimit metadata with what enforcing would say
-// (r=0 and t on what it would refuse), and reports to the hooks and the
-// Observer as usual, with Event.Shadow set on what it would have refused;
-// but it refuses nothing. Roll a new limit out this way and watch what it
-// would refuse before enforcing it.
-//
-// A shadowed refusal records nothing, as a refusal never does, so the
-// budget moves exactly as it would under enforcement; the call is served,
-// so no RetryInfo is sent. Errors are served too (the Limiter limits no
-// one yet, so serving them lifts no limit) and reported to OnError, with
-// Event.Shadow set where enforcing would have failed the call (a call that
-// cannot be placed, a store failure under FailClosed); save a call whose
-// client has gone, which is never served. Default: off.
+// WithShadow puts the Limiter in shadow mode, as httplimit.WithShadow does
+// a middleware: it decides, records and reports every call as usual, with
+// Event.Shadow set on what enforcing would have refused, and sets the
+// ratelimit metadata enforcing would, but refuses nothing, save a call
+// whose client has gone (see package middleware). A shadowed refusal
+// records nothing and gets no RetryInfo. Default: off.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
 
 // WithOnDecision sets a hook called for every call the backend decided,
@@ -138,17 +121,14 @@ func WithOnError(f func(middleware.Event)) Option { return func(c *config) { c.h
 // set both as needed. Default: none.
 func WithObserver(o middleware.Observer) Option { return func(c *config) { c.hooks.Observer = o } }
 
-// WithRefund counts only the calls whose outcome should count: after the
-// handler has served an admitted call, a status code for which refund
-// returns true gives the call's events back (see keyrate.Limiter.Refund),
-// exactly, as if it had never been made: with
-// func(c codes.Code) bool { return c == codes.OK }, only failed calls count.
-// The code is that of the error the handler returned (codes.OK for nil). As
-// httplimit.WithRefund: every backend (New's and WithMethod's) must be able
-// to refund, or New returns an error wrapping keyrate.ErrConfig; a refund
-// that fails leaves the call counted and is reported to OnError and the
-// Observer with an Err wrapping middleware.ErrRefundFailed. Default: every
-// decided call counts.
+// WithRefund counts only the calls whose outcome should count, as
+// httplimit.WithRefund does requests: once an admitted call is served, a
+// code (the handler's error's; codes.OK for nil) for which refund returns
+// true gives its events back, exactly: c == codes.OK counts only failed
+// calls. Every backend (New's and WithMethod's) must refund, else New fails
+// with keyrate.ErrConfig; a failed refund leaves the call counted and
+// reaches OnError as middleware.ErrRefundFailed. Default: every call
+// counts. Cost: one backend call per refund.
 func WithRefund(refund func(codes.Code) bool) Option {
 	return func(c *config) { c.refund = refund }
 }
@@ -163,54 +143,24 @@ func WithFieldRevision(v ratelimitfield.Revision) Option {
 	return func(c *config) { c.revision = v }
 }
 
-// WithInFlight holds every method to a number of calls per client in
-// flight at once, beside its rate policies, as httplimit.WithInFlight
-// holds a route: a call takes one of its key's slots in s (a
-// *keyrate.Concurrency, or the Redis backend's Concurrency, shared by
-// replicas) before anything else, and gives it back when its handler
-// returns, whether it returns normally, panics, or ends because the client
-// cancelled; a stream holds its slot until it ends. The key is the rate
-// limit's (the full method and the identity), so each method has slots of
-// its own, and a store's tier function sees the identity.
-//
-// When the key holds its limit, the call waits up to wait for a slot (0,
-// the default: not at all), within its own context, first come first
-// served; then it fails with ResourceExhausted and a RetryInfo of a second
-// (middleware.SlotRetryAfter: nothing knows when a call in flight will
-// end), without asking the rate backend, so that the refusal costs the
-// client no rate budget. A call whose client goes while it waits is never
-// served, and fails with its own context's status.
-//
-// ratelimit-policy lists the in-flight limit beside the rate policies, as
-// a policy named method + "-inflight", with the key's number of slots and
-// the draft's unit, with no window:
-//
-//	ratelimit-policy: "/pkg.Service/Method-inflight";q=3;qu="concurrent-requests"
-//
-// The hooks, the Observer, the failure mode and shadow mode treat it as
-// httplimit does: one Event per call, a refusal for want of a slot being
-// one whose Decision names the in-flight policy (middleware.SlotRefusal);
-// a store that cannot answer goes to OnError, then FailOpen goes on
-// without a slot and FailClosed fails the call with Unavailable; shadow
-// mode holds no call up, and serves one for a full key without a slot and
-// without a rate decision. A nil s or a negative wait make New return an
-// error wrapping keyrate.ErrConfig. Default: no in-flight limit.
-func WithInFlight(s middleware.InFlight, wait time.Duration) Option {
-	return func(c *config) { c.inFlight.Set(s, wait) }
+// WithConcurrency sets a concurrency limit (calls in flight) per key,
+// beside the rate policies, as httplimit.WithConcurrency does for a route:
+// a call takes one of its key's slots in c before anything else (a stream
+// until it ends), and each method has slots of its own. A full key waits
+// up to wait (0: not at all), then fails with ResourceExhausted and a
+// RetryInfo of 1s, spending no rate budget. Default: none; a nil c or a
+// negative wait is a keyrate.ErrConfig. Cost: one store call per call. See
+// httplimit's README, "Concurrency limits".
+func WithConcurrency(c middleware.Concurrency, wait time.Duration) Option {
+	return func(cfg *config) { cfg.concurrency, cfg.concurrencyWait, cfg.concurrencySet = c, wait, true }
 }
 
 // WithTokenBudget decides each call against two budgets of its backend at
 // once, requests and tokens, as httplimit.WithTokenBudget decides a
-// request: at a weight of 1 against key + middleware.RequestsSuffix and at
-// its cost (WithCost: its max_tokens) against key +
-// middleware.TokensSuffix, in one TakeAll, all or nothing. ReportCost gives
-// back what the call did not use from the tokens alone; WithRefund gives
-// back both. Every backend (New's and WithMethod's) must take all
-// (*keyrate.Limiter, or a middleware.AllTaker such as the Redis backend),
-// else New fails with keyrate.ErrConfig; each picks a key's policies with
-// middleware.TokenTier. The metadata lists both budgets' policies, and
-// adds what httplimit.TokenHeaders adds as fields:
-// x-ratelimit-limit-requests, x-ratelimit-remaining-requests,
-// x-ratelimit-reset-requests and the same for -tokens. Cost: the TakeAll,
-// one key string per budget, six more metadata keys. Default: off.
+// request: key + "/requests" at 1 and key + "/tokens" at its weight, in
+// one TakeAll, all or nothing. middleware.ReportWeight gives back unused
+// tokens. Every backend must take all (*keyrate.Limiter, the Redis one)
+// and pick its policies with middleware.TokenTier, else New fails with
+// keyrate.ErrConfig. The metadata adds httplimit.TokenHeaders' six keys.
+// Default: off. Cost: the TakeAll, one key string per budget.
 func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }

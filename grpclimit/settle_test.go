@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"github.com/keyrate/keyrate/middleware"
 	"net"
 	"testing"
 	"time"
@@ -15,13 +16,13 @@ import (
 	"github.com/keyrate/keyrate/grpclimit"
 )
 
-// TestReportCostSettles reserves a call's maximum tokens (the request
+// TestReportWeightSettles reserves a call's maximum tokens (the request
 // names them) and settles what the handler reports it used, for unary
 // calls and streams; a call that reports nothing keeps its reservation,
 // and a report above it is refused.
-func TestReportCostSettles(t *testing.T) {
+func TestReportWeightSettles(t *testing.T) {
 	l, _ := manualLimiter(t, 1000, time.Minute)
-	g, err := grpclimit.New(l, grpclimit.WithCost(func(_ context.Context, _ string, req any) int {
+	g, err := grpclimit.New(l, grpclimit.WithWeight(func(_ context.Context, _ string, req any) int {
 		if n, ok := req.(int); ok {
 			return n
 		}
@@ -40,12 +41,12 @@ func TestReportCostSettles(t *testing.T) {
 	} {
 		_, err := g.Unary()(ctx, c.reserve, info, func(ctx context.Context, _ any) (any, error) {
 			if c.used >= 0 {
-				if err := grpclimit.ReportCost(ctx, c.used); err != nil {
-					t.Errorf("ReportCost(%d): %v", c.used, err)
+				if err := middleware.ReportWeight(ctx, c.used); err != nil {
+					t.Errorf("middleware.ReportWeight(%d): %v", c.used, err)
 				}
 			}
-			if err := grpclimit.ReportCost(ctx, c.reserve+1); !errors.Is(err, keyrate.ErrExceedsLimit) {
-				t.Errorf("ReportCost above the reservation: %v", err)
+			if err := middleware.ReportWeight(ctx, c.reserve+1); !errors.Is(err, keyrate.ErrExceedsLimit) {
+				t.Errorf("middleware.ReportWeight above the reservation: %v", err)
 			}
 			return "tokens", nil
 		})
@@ -58,7 +59,7 @@ func TestReportCostSettles(t *testing.T) {
 	}
 	stream := &grpc.StreamServerInfo{FullMethod: "/llm.Model/Generate", IsServerStream: true}
 	err = g.Stream()(nil, fakeStream{ctx: ctx}, stream, func(_ any, ss grpc.ServerStream) error {
-		return grpclimit.ReportCost(ss.Context(), 30)
+		return middleware.ReportWeight(ss.Context(), 30)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"strconv"
 
 	"google.golang.org/grpc/metadata"
@@ -25,12 +26,12 @@ var tokenKeys = [2][3]string{
 // both and the hits, whose keys a settle gives back to.
 func (r *route) takeTokens(ctx context.Context, ev *middleware.Event) (keyrate.Decision, *[2]keyrate.Hit, error) {
 	hits := new([2]keyrate.Hit)
-	ds, ok, err := r.caller.TakeAll(ctx, middleware.TokenHits(hits, ev.Key, ev.Cost))
+	ds, ok, err := r.caller.TakeAll(ctx, adapter.TokenHits(hits, ev.Key, ev.Weight))
 	if err != nil {
 		return keyrate.Decision{}, nil, err
 	}
 	ev.Budgets = ds
-	return middleware.TokenDecision(ds, ok), hits, nil
+	return adapter.TokenDecision(ds, ok), hits, nil
 }
 
 // holds reports whether an admitted call's decision recorded anything
@@ -79,7 +80,7 @@ func (r *route) tokenFields(ds []keyrate.Decision, rev ratelimitfield.Revision, 
 		d := &ds[i]
 		vals[3*i] = strconv.Itoa(d.Limit)
 		vals[3*i+1] = strconv.Itoa(max(d.Remaining, 0))
-		vals[3*i+2] = string(middleware.AppendReset(buf[:0], d.ResetAfter))
+		vals[3*i+2] = string(adapter.AppendReset(buf[:0], d.ResetAfter))
 		for j := range 3 {
 			md[tokenKeys[i][j]] = vals[3*i+j : 3*i+j+1 : 3*i+j+1]
 		}
@@ -89,7 +90,7 @@ func (r *route) tokenFields(ds []keyrate.Decision, rev ratelimitfield.Revision, 
 
 // settleTokens is settle for a token budget's call: WithRefund gives back
 // both budgets' events, a reported cost the tokens it did not use.
-func (l *Limiter) settleTokens(ctx context.Context, r *route, ev middleware.Event, hits *[2]keyrate.Hit, res *middleware.Reservation, served error) {
+func (l *Limiter) settleTokens(ctx context.Context, r *route, ev middleware.Event, hits *[2]keyrate.Hit, res *adapter.Reservation, served error) {
 	req, tok := &ev.Budgets[0], &ev.Budgets[1]
 	all := l.refund != nil && l.refund(status.Code(served))
 	give := 0

@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"net"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ type tokensKey struct{}
 // budgets, the RateLimit members and the model-API keys.
 func TestTokenBudget(t *testing.T) {
 	l := tokenBudget(t, 2, 1000)
-	g, err := grpclimit.New(l, grpclimit.WithTokenBudget(), grpclimit.WithCost(func(ctx context.Context, _ string, _ any) int {
+	g, err := grpclimit.New(l, grpclimit.WithTokenBudget(), grpclimit.WithWeight(func(ctx context.Context, _ string, _ any) int {
 		return ctx.Value(tokensKey{}).(int)
 	}))
 	if err != nil {
@@ -62,13 +63,13 @@ func TestTokenBudget(t *testing.T) {
 	base := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
 	key := generate + "\x00192.0.2.1"
 	held := func() (int, int) {
-		r, k := l.Peek(key+middleware.RequestsSuffix), l.Peek(key+middleware.TokensSuffix)
+		r, k := l.Peek(key+adapter.RequestsSuffix), l.Peek(key+adapter.TokensSuffix)
 		return r.Remaining + 1, k.Remaining + 1
 	}
 	call := func(tokens, used int) (*headerStream, error) {
 		ss := &headerStream{ctx: context.WithValue(base, tokensKey{}, tokens)}
 		err := g.Stream()(nil, ss, &grpc.StreamServerInfo{FullMethod: generate}, func(_ any, ss grpc.ServerStream) error {
-			return grpclimit.ReportCost(ss.Context(), used)
+			return middleware.ReportWeight(ss.Context(), used)
 		})
 		return ss, err
 	}
@@ -107,7 +108,7 @@ func TestTokenBudget(t *testing.T) {
 	if _, err := call(50, 50); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a third call in the minute: %v, want ResourceExhausted", err)
 	}
-	if d := l.Peek(key + middleware.TokensSuffix); d.Remaining+1 != 850 {
+	if d := l.Peek(key + adapter.TokensSuffix); d.Remaining+1 != 850 {
 		t.Errorf("after a call the requests refused: %d tokens left, want 850", d.Remaining+1)
 	}
 }

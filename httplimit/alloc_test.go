@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"github.com/keyrate/keyrate/middleware"
 	"net/http"
 	"strings"
 	"testing"
@@ -191,8 +192,8 @@ func (w *recorded) Write(b []byte) (int, error) {
 
 // A route that may give events back settles through a writer of its own,
 // which holds its copy of the Event, the bytes of the fields it rewrites
-// and, under WithCost, the reservation, in one allocation: WithRefund adds
-// it to the key and the fields' block; WithCost also the context that
+// and, under WithWeight, the reservation, in one allocation: WithRefund adds
+// it to the key and the fields' block; WithWeight also the context that
 // carries the reservation, the request that carries that context, and,
 // for a refund of what the handler reports it did not use, the context
 // that outlives the request's. The RateLimit field says what the request
@@ -202,7 +203,7 @@ func TestSettledAllocations(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	reporting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := httplimit.ReportCost(r.Context(), 3); err != nil {
+		if err := middleware.ReportWeight(r.Context(), 3); err != nil {
 			t.Error(err)
 		}
 		w.WriteHeader(http.StatusOK)
@@ -215,7 +216,7 @@ func TestSettledAllocations(t *testing.T) {
 		left string
 	}{
 		{"refund", httplimit.WithRefund(func(status int) bool { return status >= 500 }), bare, 3, `"search";r=1048575;t=3600`},
-		{"cost", httplimit.WithCost(func(*http.Request) int { return 10 }), reporting, 6, `"search";r=1048573;t=3600`},
+		{"cost", httplimit.WithWeight(func(*http.Request) int { return 10 }), reporting, 6, `"search";r=1048573;t=3600`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

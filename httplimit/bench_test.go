@@ -108,7 +108,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		// A reserved cost, the same weight as local-tokens, on one budget.
 		l, _ := keyrate.New(1<<30, time.Millisecond)
 		defer l.Close()
-		serve(b, mustNew(b, l, httplimit.WithCost(func(*http.Request) int { return 100 })), rs)
+		serve(b, mustNew(b, l, httplimit.WithWeight(func(*http.Request) int { return 100 })), rs)
 	})
 	b.Run("local-tokens", func(b *testing.B) {
 		// A token budget: both budgets in one TakeAll, and the six model-API
@@ -118,7 +118,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				middleware.TokensTier: {{Name: "tpm", Limit: 1 << 30, Window: time.Millisecond}},
 			}))
 		defer l.Close()
-		serve(b, mustNew(b, l, httplimit.WithCost(func(*http.Request) int { return 100 }), httplimit.WithTokenBudget(),
+		serve(b, mustNew(b, l, httplimit.WithWeight(func(*http.Request) int { return 100 }), httplimit.WithTokenBudget(),
 			httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders)), rs)
 	})
 	b.Run("local-apikey", func(b *testing.B) {

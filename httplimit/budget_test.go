@@ -98,7 +98,7 @@ func TestTimeBudgetOnlyWhereTheMiddlewareEnforcesIt(t *testing.T) {
 		}
 	}
 	unbounded := keyrate.BackendFunc(l.TakeContext)
-	if _, err := httplimit.New(unbounded, httplimit.WithTimeBudget(100*time.Millisecond), httplimit.WithWindow(time.Minute)); err != nil {
+	if _, err := httplimit.New(unbounded, httplimit.WithTimeBudget(100*time.Millisecond)); err != nil {
 		t.Errorf("a backend that is not Bounded, with WithTimeBudget: %v", err)
 	}
 }

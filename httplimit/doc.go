@@ -26,17 +26,17 @@
 // Both fields are lists, and nested middlewares (a per-route budget inside
 // a global one) each add their own members: give their policies distinct
 // names. With weighted requests
-// (WithCost) q and r count cost units; WithQuotaUnit names the unit (qu)
+// (WithWeight) q and r count cost units; WithQuotaUnit names the unit (qu)
 // when the draft has one for it. See DraftHeaders; older fields, which hold
 // the binding policy alone, are optional (LegacyHeaders, XHeaders).
 //
 // A weight may be an estimate, reserved before the work and settled after
-// it: a model call reserves its maximum tokens, and its handler reports
-// the tokens it used with ReportCost; the rest goes back to the client's
-// budget (keyrate.Limiter.RefundN). WithRefund gives a whole request back
-// by its status, the way a login counts only failed attempts. Either is
-// settled as the response's status is written, before its header goes
-// out, so that the RateLimit fields say what the request left; a cost
+// it: a model call reserves its maximum tokens, and its handler reports the
+// tokens it used with middleware.ReportWeight; the rest goes back to the
+// client's budget (keyrate.Limiter.RefundN). WithRefund gives a whole
+// request back by its status, the way a login counts only failed attempts.
+// Either is settled as the response's status is written, before its header
+// goes out, so that the RateLimit fields say what the request left; a cost
 // reported later, in a streamed body, is settled when the handler returns,
 // and the fields sent said what was reserved.
 //
@@ -85,14 +85,14 @@
 // served, save one whose client has gone; middleware.Event.Shadow marks
 // what enforcement would have refused.
 //
-// The options httplimit and grpclimit share (WithCost, WithTimeBudget,
+// The options httplimit and grpclimit share (WithWeight, WithTimeBudget,
 // WithFailureMode, WithShadow, WithOnDecision, WithOnLimited, WithOnError,
 // WithObserver) mean the same in both, the hooks and the Observer get the
 // same middleware.Event, and an API key is the same identity in both:
 // "x-api-key=alice" from HeaderKey here, from grpclimit.WithMetadataKey
 // there, bounded alike.
 //
-// WithInFlight adds a limit on the requests of a client in flight at once
+// WithConcurrency adds a limit on the requests of a client in flight at once
 // (a keyrate.Concurrency, or the Redis backend's, shared by replicas),
 // advertised with the draft's "concurrent-requests" unit.
 //

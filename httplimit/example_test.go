@@ -136,11 +136,11 @@ func Example_routes() {
 // asks for (max_tokens) and settles what it used: the handler reports its
 // cost, and the rest goes back to the client's budget before the response
 // is sent, so that the RateLimit field says what is left.
-func ExampleReportCost() {
+func ExampleWithWeight() {
 	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, _ := keyrate.New(10_000, time.Minute, keyrate.WithClock(clock))
 	defer l.Close()
-	mw, _ := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithCost(func(r *http.Request) int {
+	mw, _ := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithWeight(func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("max_tokens"))
 		if err != nil {
 			return -1 // never admitted: 413
@@ -149,7 +149,7 @@ func ExampleReportCost() {
 	}))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		used := 1200 // what the model produced, at most max_tokens
-		if err := httplimit.ReportCost(r.Context(), used); err != nil {
+		if err := middleware.ReportWeight(r.Context(), used); err != nil {
 			log.Print(err)
 		}
 		fmt.Fprintln(w, "...")

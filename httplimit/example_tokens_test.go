@@ -34,7 +34,7 @@ func Example_tokenBudget() {
 	generate, err := httplimit.New(budgets,
 		httplimit.WithRoute("generate"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
-		httplimit.WithCost(func(r *http.Request) int { // reserve max_tokens
+		httplimit.WithWeight(func(r *http.Request) int { // reserve max_tokens
 			n, err := strconv.Atoi(r.FormValue("max_tokens"))
 			if err != nil {
 				return -1 // never fits: 413
@@ -48,7 +48,7 @@ func Example_tokenBudget() {
 		panic(err)
 	}
 	h := generate.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		httplimit.ReportCost(r.Context(), 100) // the model used 100 tokens
+		middleware.ReportWeight(r.Context(), 100) // the model used 100 tokens
 	}))
 
 	for _, maxTokens := range []string{"600", "950", "600"} {

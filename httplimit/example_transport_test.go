@@ -12,7 +12,7 @@ import (
 )
 
 // A client of a paid API held to its plan, 3 calls a second and 1,000 a
-// day: the Transport makes a call wait for its turn rather than send it
+// day: the transport makes a call wait for its turn rather than send it
 // over the plan, and pauses when the API answers 429 with a Retry-After.
 // Four calls take a second.
 func ExampleNewTransport() {
@@ -29,7 +29,11 @@ func ExampleNewTransport() {
 		panic(err)
 	}
 	defer plan.Close()
-	client := &http.Client{Transport: httplimit.NewTransport(http.DefaultTransport, plan)}
+	transport, err := httplimit.NewTransport(http.DefaultTransport, plan)
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: transport}
 
 	start := time.Now()
 	for i := range 4 {
@@ -57,8 +61,11 @@ func ExampleWithFailFast() {
 	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	plan, _ := keyrate.New(2, time.Minute, keyrate.WithClock(clock))
 	defer plan.Close()
-	client := &http.Client{Transport: httplimit.NewTransport(nil, plan,
-		httplimit.WithFailFast(), httplimit.WithTransportClock(clock))}
+	transport, err := httplimit.NewTransport(nil, plan, httplimit.WithFailFast(), httplimit.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: transport}
 
 	for range 3 {
 		resp, err := client.Get(api.URL)

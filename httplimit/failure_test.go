@@ -49,7 +49,6 @@ func TestBackendFailure(t *testing.T) {
 					b := failingBackends(release)[bname]
 					var reported []error
 					m, err := httplimit.New(b,
-						httplimit.WithWindow(time.Minute),
 						httplimit.WithTimeBudget(budget),
 						httplimit.WithFailureMode(mode),
 						httplimit.WithOnError(func(e middleware.Event) { reported = append(reported, e.Err) }),
@@ -105,7 +104,7 @@ func TestSlowBackendWithinBudget(t *testing.T) {
 			time.Sleep(249 * time.Millisecond)
 			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}, nil
 		})
-		m, err := httplimit.New(b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(middleware.FailClosed))
+		m, err := httplimit.New(b, httplimit.WithFailureMode(middleware.FailClosed))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +128,6 @@ func TestClientGoneIsNotBudgetExceeded(t *testing.T) {
 		defer func() { close(release); synctest.Wait() }()
 		var reported error
 		m, err := httplimit.New(failingBackends(release)["hangs ignoring its context"],
-			httplimit.WithWindow(time.Minute),
 			httplimit.WithOnError(func(e middleware.Event) { reported = e.Err }))
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +176,7 @@ func TestFallbackDecisionsAreDecisions(t *testing.T) {
 			return d, err
 		})
 		var decided []keyrate.Decision
-		h := newHandler(t, b, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(mode),
+		h := newHandler(t, b, httplimit.WithFailureMode(mode),
 			httplimit.WithOnDecision(func(e middleware.Event) { decided = append(decided, e.Decision) }),
 			httplimit.WithOnError(func(e middleware.Event) { t.Errorf("mode %d: OnError(%v) for a fallback decision", mode, e.Err) }))
 		var codes []int

@@ -69,7 +69,6 @@ func TestGoneClientNeverServed(t *testing.T) {
 				var served atomic.Int64
 				var errs []error
 				opts := []httplimit.Option{
-					httplimit.WithWindow(time.Minute),
 					httplimit.WithFailureMode(s.mode),
 					httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }),
 				}
@@ -148,7 +147,7 @@ func TestGoneClientSlowStore(t *testing.T) {
 					})
 					var served int
 					var errs []error
-					m, err := httplimit.New(store, httplimit.WithWindow(time.Minute), httplimit.WithFailureMode(mode),
+					m, err := httplimit.New(store, httplimit.WithFailureMode(mode),
 						httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 					if err != nil {
 						t.Fatal(err)
@@ -184,7 +183,7 @@ func TestBudgetTimeoutIsNotClientGone(t *testing.T) {
 		defer func() { close(release); synctest.Wait() }()
 		var reported error
 		m, err := httplimit.New(failingBackends(release)["hangs until its context ends"],
-			httplimit.WithWindow(time.Minute), httplimit.WithTimeBudget(100*time.Millisecond),
+			httplimit.WithTimeBudget(100*time.Millisecond),
 			httplimit.WithOnError(func(e middleware.Event) { reported = e.Err }))
 		if err != nil {
 			t.Fatal(err)

@@ -56,7 +56,7 @@ func TestTIsWhenQuotaComesBack(t *testing.T) {
 // On every 429, whatever the instant and the weight, Retry-After equals t.
 func TestRetryAfterEqualsTOnEveryRefusal(t *testing.T) {
 	l, clock := newLimiter(t, 4, 10*time.Second)
-	h := newHandler(t, l, httplimit.WithCost(func(r *http.Request) int {
+	h := newHandler(t, l, httplimit.WithWeight(func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		return n
 	}))
@@ -164,7 +164,7 @@ func TestWindowThatIsNotWholeSecondsHasNoW(t *testing.T) {
 func TestQuotaUnit(t *testing.T) {
 	l, _ := newLimiter(t, 1000, time.Minute)
 	bytes := func(r *http.Request) int { return int(r.ContentLength) }
-	h := newHandler(t, l, httplimit.WithRoute("upload"), httplimit.WithCost(bytes), httplimit.WithQuotaUnit("content-bytes"))
+	h := newHandler(t, l, httplimit.WithRoute("upload"), httplimit.WithWeight(bytes), httplimit.WithQuotaUnit("content-bytes"))
 	r := httptest.NewRequest("PUT", "/", strings.NewReader(strings.Repeat("x", 300)))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
@@ -277,7 +277,7 @@ func TestDraftExamples(t *testing.T) {
 		{"B.2.1: 99 left for the next 50s", func(t *testing.T) *httptest.ResponseRecorder {
 			// One request at 0s; at 10s a request of weight 0 reads the numbers.
 			l, clock := newLimiter(t, 100, time.Minute)
-			h := mw(t, l, route("fixedwindow"), httplimit.WithCost(func(r *http.Request) int {
+			h := mw(t, l, route("fixedwindow"), httplimit.WithWeight(func(r *http.Request) int {
 				n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 				return n
 			}))(okHandler)
@@ -289,7 +289,8 @@ func TestDraftExamples(t *testing.T) {
 			hour := decided{1000, time.Hour, keyrate.Decision{Allowed: true, Remaining: 1000 - 100, RefillAfter: 3000 * time.Second, ResetAfter: time.Hour}}
 			day := decided{5000, 24 * time.Hour, keyrate.Decision{Allowed: true, Remaining: 100, RefillAfter: 36000 * time.Second, ResetAfter: 24 * time.Hour}}
 			rec := get(mw(t, hour, route("hour"))(mw(t, day, route("day"))(okHandler)), "/")
-			// The draft shows the day's member alone; both are sent, and the day's is the example's.
+			// The draft shows the day's member alone; both are sent, and the
+			// day's is the example's.
 			rl := rec.Header().Values("RateLimit")
 			if len(rl) != 2 || rl[1] != `"day";r=100;t=36000` {
 				t.Errorf("RateLimit %q, want the hour's member and then the example's", rl)

@@ -33,16 +33,12 @@ type ipConfig struct {
 }
 
 // TrustHops says that exactly n reverse proxies stand in front of the
-// server, each appending the address it received the request from to
-// X-Forwarded-For, as Express's "trust proxy n" does. The client is then the
-// address n steps back from the socket: the n-th X-Forwarded-For entry from
-// the right (when the header has fewer, the leftmost, which a trusted proxy
-// still wrote). Entries further left were written by the client and are
-// never read. Default: 0, X-Forwarded-For is ignored and the socket's
-// address is the client.
-//
-// Set n to the real number of proxies: one too many hands the choice of key
-// to the client, one too few limits the proxy instead of the client.
+// server, each appending to X-Forwarded-For, as Express's "trust proxy n"
+// does: the client is the n-th entry from the right (the leftmost when
+// there are fewer); entries further left, which the client wrote, are never
+// read. Set n to the real number: one too many hands the choice of key to
+// the client, one too few limits the proxy. Default: 0, the socket's
+// address.
 func TrustHops(n int) IPOption { return func(c *ipConfig) { c.hops = n } }
 
 // TrustProxies says that the addresses in prefixes belong to reverse proxies
@@ -74,18 +70,13 @@ const (
 
 // ClientIP returns a KeyFunc that identifies a request by its client's IP
 // address, grouped by prefix (see GroupIPv6), as text: "192.0.2.1",
-// "2001:db8:1:2::/64". IPv4-mapped IPv6 addresses count as IPv4 and zones
-// are dropped, so neither can mint extra keys for one client.
-//
-// With no trust option the address is the socket's, whatever the request's
-// headers say. With TrustHops or TrustProxies it is read from
-// X-Forwarded-For, and anything unexpected in the part of the header that
-// trusted proxies wrote (an entry that is not an address, an overlong one, a
-// chain longer than 32) falls back to the socket's address, never to a value
-// the client chose. The KeyFunc fails only when RemoteAddr is not an address
-// (a Unix socket: use TrustHops behind a proxy, or your own KeyFunc).
-//
-// Invalid options give an error wrapping keyrate.ErrConfig.
+// "2001:db8:1:2::/64". With no trust option the address is the socket's,
+// whatever the request's headers say; with TrustHops or TrustProxies it is
+// read from X-Forwarded-For, and anything unexpected in the part trusted
+// proxies wrote falls back to the socket's address, never to a value the
+// client chose (see the README, "Identity"). The KeyFunc fails only when
+// RemoteAddr is not an address. Invalid options give an error wrapping
+// keyrate.ErrConfig.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := *defaultIP()
 	for _, o := range opts {
@@ -245,16 +236,11 @@ func parseBare(s string) (netip.Addr, bool) {
 // HeaderKey returns a KeyFunc that identifies a request by the value of the
 // named header (an API key, say) when present and not empty, as
 // "name=value" with the name in lower case ("x-api-key=alice", as
-// grpclimit.WithMetadataKey gives the same key in metadata), and by
-// fallback otherwise (nil: ClientIP's default). The name keeps header
-// values apart from the fallback's identities, which never hold '='; a
-// backend's tier function sees the value alone (see WithKeyFunc). A value
-// of any length is the identity: the middleware limits one over 128 bytes
-// under its digest.
-//
-// The header is taken as given: validate API keys before this middleware
-// runs, or a client can mint fresh budgets by sending new keys (bound the
-// damage with keyrate.WithMaxKeys).
+// grpclimit.WithMetadataKey gives for metadata), and by fallback otherwise
+// (nil: ClientIP's default). A backend's tier function sees the value
+// alone. The value is taken as given: validate API keys before this
+// middleware runs, or a client can mint fresh budgets by sending new keys
+// (see the README, "Identity").
 func HeaderKey(header string, fallback KeyFunc) KeyFunc {
 	name := http.CanonicalHeaderKey(header)
 	prefix := strings.ToLower(name) + "="

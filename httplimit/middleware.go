@@ -10,7 +10,9 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/clientkey"
+	"github.com/keyrate/keyrate/internal/reservation"
 	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -37,9 +39,9 @@ const maxRoute = 256
 // own: a request the inner one refuses has already been counted by the
 // outer one.
 type Middleware struct {
-	backend *middleware.Caller
+	backend *adapter.Caller
 	timed   bool      // a hook or an Observer is set: measure Event.Duration, and tell them
-	reserve bool      // WithCost, and a backend that gives weight back: requests may ReportCost
+	reserve bool      // WithWeight, and a backend that gives weight back: requests may middleware.ReportWeight
 	prefix  string    // route + "\x00", or ""
 	ip      *ipConfig // the default KeyFunc's, built into the key directly; nil for others
 	config
@@ -50,9 +52,9 @@ type Middleware struct {
 	policies []keyrate.Policy // nil when unknown
 	policy   string           // "" when unknown
 	calendar bool             // a policy is a calendar's: policy has no w, so each decision writes its own
-	fallback time.Duration    // the window of a decision that gives none
+	fallback time.Duration    // the window of a decision that gives none: the backend's first policy's
 
-	slots *middleware.SlotGate // WithInFlight's; nil without
+	slots *adapter.SlotGate // WithConcurrency's; nil without
 
 	ownRefusal bool    // no WithLimitedHandler: DefaultLimitedHandler's refusal shares the fields' room
 	room       [2]room // what a response's fields take: admitted or served, and refused by ownRefusal
@@ -60,16 +62,15 @@ type Middleware struct {
 
 // New returns a Middleware that asks b about every request. How b is
 // called depends on what it says of itself: see WithTimeBudget. An invalid
-// option, a nil b, an unknown window, or WithTimeBudget for a
-// keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
+// option, a nil b, or WithTimeBudget for a keyrate.Bounded b gives an
+// error wrapping keyrate.ErrConfig.
 //
 // The RateLimit fields list the policies of each Decision (see
-// DraftHeaders). The policies advertised without one (RateLimit-Policy on a
-// request served while the store is unavailable) are b's own: those its
-// Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (keyrate.Described; with tiers, the default
-// tier's); else none, and WithWindow must give the window for decisions
-// that do not carry one.
+// DraftHeaders), with the window it says (keyrate.Combine sets it; a
+// Decision made by hand without one is advertised without w). Without a
+// decision (the store unavailable) they list b's own policies, when it is
+// keyrate.Described (*keyrate.Limiter, the Redis backend; with tiers, the
+// default tier's); else none.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
 	for _, o := range opts {
@@ -85,8 +86,6 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		policies = l.Policies()
 	}
 	switch {
-	case c.window < 0 || c.window == 0 && len(policies) == 0:
-		return nil, fmt.Errorf("%w: httplimit: window is %v; the backend does not report one, so pass WithWindow", keyrate.ErrConfig, c.window)
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
@@ -113,7 +112,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if ownRefusal {
 		c.limited = DefaultLimitedHandler
 	}
-	caller, err := middleware.NewCaller(b, c.budget)
+	caller, err := adapter.NewCaller(b, c.budget)
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +122,11 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if c.tokens && !caller.CanTakeAll() {
 		return nil, fmt.Errorf("%w: httplimit: WithTokenBudget, but the backend cannot decide two keys at once (TakeAll)", keyrate.ErrConfig)
 	}
-	slots, err := c.inFlight.Gate(c.failure, c.shadow, c.hooks)
-	if err != nil {
-		return nil, err
+	var slots *adapter.SlotGate
+	if c.concurrencySet {
+		if slots, err = adapter.NewSlotGate(c.concurrency, c.concurrencyWait, c.failure, c.shadow, c.hooks); err != nil {
+			return nil, err
+		}
 	}
 	m := &Middleware{
 		backend:  caller,
@@ -133,7 +134,6 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		ip:       ip,
 		config:   c,
 		policies: policies,
-		fallback: c.window,
 	}
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
@@ -143,7 +143,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	m.timed = c.hooks.Timed()
 	m.ownRefusal = ownRefusal
 	m.room = [2]room{m.roomFor(false), m.roomFor(true)}
-	m.reserve = c.cost != nil && caller.CanRefund()
+	m.reserve = c.weight != nil && caller.CanRefund()
 	if c.route != "" {
 		m.prefix = c.route + "\x00"
 	}
@@ -180,14 +180,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	ev := middleware.Event{Route: m.route, Cost: 1, Context: r.Context(), Request: r}
+	ev := middleware.Event{Route: m.route, Weight: 1, Context: r.Context(), Request: r}
 	sent, err := m.identify(r, &ev)
 	if err != nil {
 		m.fail(w, r, next, ev, err)
 		return
 	}
-	if m.cost != nil {
-		ev.Cost = m.cost(r)
+	if m.weight != nil {
+		ev.Weight = m.weight(r)
 	}
 	if m.slots != nil {
 		release, ok := m.holdSlot(w, r, next, ev, sent)
@@ -206,7 +206,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.tokens {
 		ev.Decision, hits, err = m.takeTokens(r, &ev)
 	} else {
-		err = m.backend.TakeInto(r.Context(), ev.Key, sent, ev.Cost, &ev.Decision)
+		err = m.backend.TakeInto(r.Context(), ev.Key, sent, ev.Weight, &ev.Decision)
 	}
 	if m.timed {
 		ev.Duration = time.Since(began)
@@ -223,7 +223,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// allocation for their values, sized in New.
 	refuse := !d.Allowed && !m.shadow
 	f := newFields(m.room[btoi(refuse && m.ownRefusal)])
-	m.setHeaders(&f, h, d, ev.Cost, ev.Budgets)
+	m.setHeaders(&f, h, d, ev.Weight, ev.Budgets)
 	if m.timed {
 		m.hooks.Decided(ev)
 	}
@@ -261,12 +261,12 @@ func btoi(b bool) int {
 // both and the hits, whose keys a settle gives back to.
 func (m *Middleware) takeTokens(r *http.Request, ev *middleware.Event) (keyrate.Decision, *[2]keyrate.Hit, error) {
 	hits := new([2]keyrate.Hit)
-	ds, ok, err := m.backend.TakeAll(r.Context(), middleware.TokenHits(hits, ev.Key, ev.Cost))
+	ds, ok, err := m.backend.TakeAll(r.Context(), adapter.TokenHits(hits, ev.Key, ev.Weight))
 	if err != nil {
 		return keyrate.Decision{}, nil, err
 	}
 	ev.Budgets = ds
-	return middleware.TokenDecision(ds, ok), hits, nil
+	return adapter.TokenDecision(ds, ok), hits, nil
 }
 
 // identify sets ev's Identity and Key for r and returns the identity as
@@ -355,10 +355,10 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 // serveSettled serves an admitted request whose events may be given back:
 // all of them when WithRefund's function says its response's status should
 // not count, or the part of its weight the handler reports it did not use
-// (ReportCost). It settles once, as the status is written, so that the
-// RateLimit fields sent with it say what the request left; a cost the
-// handler reports only after that is settled when it returns. A refund that
-// fails is reported to OnError and the Observer, with an Err wrapping
+// (middleware.ReportWeight). It settles once, as the status is written, so
+// that the RateLimit fields sent with it say what the request left; a cost
+// the handler reports only after that is settled when it returns. A refund
+// that fails is reported to OnError and the Observer, with an Err wrapping
 // middleware.ErrRefundFailed: the request stays counted.
 func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, ev *middleware.Event, hits *[2]keyrate.Hit) {
 	// One allocation for the writer, its copy of the Event and the
@@ -371,7 +371,7 @@ func (m *Middleware) serveSettled(w http.ResponseWriter, r *http.Request, next h
 	}
 	if m.reserve {
 		sw.res = &sw.reservation
-		r = r.WithContext(middleware.ReserveIn(r.Context(), sw.res, ev.Cost))
+		r = r.WithContext(reservation.In(r.Context(), sw.res, ev.Weight))
 	}
 	next.ServeHTTP(sw, r)
 	// A handler that wrote nothing has its header sent after it returns:
@@ -387,14 +387,14 @@ type statusWriter struct {
 
 	m       *Middleware
 	ev      middleware.Event
-	res     *middleware.Reservation // &reservation, or nil: no cost to report
-	given   int                     // the weight given back so far (of the tokens, under a token budget)
-	settled bool                    // the status was known: WithRefund has been asked
+	res     *reservation.Reservation // &reservation, or nil: no cost to report
+	given   int                      // the weight given back so far (of the tokens, under a token budget)
+	settled bool                     // the status was known: WithRefund has been asked
 
 	keys          [2]string // under a token budget: the requests key, the tokens key
 	givenRequests int       // under a token budget: the request given back, 0 or 1
 
-	reservation middleware.Reservation
+	reservation reservation.Reservation
 	f           fields    // the rewritten fields' values, in buf first
 	buf         [128]byte // (see fields)
 }
@@ -452,7 +452,7 @@ func (s *statusWriter) settle(status int, fresh bool) {
 	}
 	s.given += give
 	if fresh {
-		m.resetHeaders(s.fields(), s.Header(), &ev.Decision, ev.Cost, s.given)
+		m.resetHeaders(s.fields(), s.Header(), &ev.Decision, ev.Weight, s.given)
 	}
 }
 
@@ -491,7 +491,7 @@ func (s *statusWriter) settleTokens(status int, fresh bool) {
 		}
 	}
 	if fresh && changed {
-		m.resetTokenFields(s.fields(), s.Header(), ev.Budgets, ev.Cost, s.givenRequests, s.given)
+		m.resetTokenFields(s.fields(), s.Header(), ev.Budgets, ev.Weight, s.givenRequests, s.given)
 	}
 }
 

@@ -263,13 +263,13 @@ func TestConcurrentRequestsExactCount(t *testing.T) {
 	}
 }
 
-func TestCost(t *testing.T) {
+func TestWeight(t *testing.T) {
 	l, _ := newLimiter(t, 3, time.Minute)
 	cost := func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		return n
 	}
-	h := newHandler(t, l, httplimit.WithCost(cost))
+	h := newHandler(t, l, httplimit.WithWeight(cost))
 
 	// Nothing held: no quota is to come back, so no t.
 	if rec := get(h, "/?n=0"); rec.Code != 200 || rec.Header().Get("RateLimit") != `"default";r=3` {
@@ -347,7 +347,7 @@ func TestHooksAndCustomHandler(t *testing.T) {
 	}
 	e := limited[0]
 	if e.Route != "search" || e.Identity != "x-api-key=k" || e.Key != "search\x00x-api-key=k" ||
-		e.Cost != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
+		e.Weight != 1 || e.Decision.Allowed || e.Decision.RetryAfter != time.Minute || e.Request == nil || e.Context != e.Request.Context() {
 		t.Fatalf("event %+v", e)
 	}
 	if len(handled) != 1 || handled[0].Key != e.Key || handled[0].Decision != e.Decision {
@@ -390,7 +390,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		opts []httplimit.Option
 	}{
 		"nil backend":          {nil, nil},
-		"unknown window":       {noWindow, nil},
 		"zero budget":          {l, []httplimit.Option{httplimit.WithTimeBudget(0)}},
 		"unknown failure mode": {l, []httplimit.Option{httplimit.WithFailureMode(7)}},
 		"route with newline":   {l, []httplimit.Option{httplimit.WithRoute("a\nb")}},
@@ -401,8 +400,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Errorf("%s: err = %v, want keyrate.ErrConfig", name, err)
 		}
 	}
-	if _, err := httplimit.New(noWindow, httplimit.WithWindow(time.Minute)); err != nil {
-		t.Errorf("BackendFunc with WithWindow: %v", err)
+	if _, err := httplimit.New(noWindow); err != nil {
+		t.Errorf("a BackendFunc whose decisions carry no window: %v", err)
 	}
 }
 
@@ -413,7 +412,7 @@ func TestPolicyFromDecision(t *testing.T) {
 	b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
 	})
-	h := newHandler(t, b, httplimit.WithWindow(1500*time.Millisecond), httplimit.WithRoute(`a"b`))
+	h := newHandler(t, b, httplimit.WithRoute(`a"b`))
 	rec := get(h, "/")
 	if p, r := rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"); p != `"a\"b";q=5` || r != `"a\"b";r=4;t=2` {
 		t.Fatalf("RateLimit-Policy %q, RateLimit %q", p, r)

@@ -45,7 +45,7 @@ func TestObserverBesideHooks(t *testing.T) {
 		return l.TakeContext(ctx, key, n)
 	})
 	rec := &recorder{}
-	h := newHandler(t, b, httplimit.WithWindow(time.Minute), httplimit.WithObserver(rec),
+	h := newHandler(t, b, httplimit.WithObserver(rec),
 		httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Id"), nil }),
 		httplimit.WithOnDecision(rec.hook("OnDecision")),
 		httplimit.WithOnLimited(rec.hook("OnLimited")),

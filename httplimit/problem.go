@@ -21,22 +21,14 @@ const (
 )
 
 // DefaultLimitedHandler answers a refused request with an RFC 9457
-// application/problem+json body:
-//
-//   - 429 Too Many Requests when the key's budget is spent, with the
-//     draft's problem type for it,
-//     "https://iana.org/assignments/http-problem-types#quota-exceeded", and
-//     its "violated-policies" member naming every policy that refused the
-//     request, as the RateLimit fields name them (see DraftHeaders).
-//     Retry-After is already set, in whole seconds rounded up, never 0:
-//     when the request fits every policy.
-//   - 429 Too Many Requests of type about:blank when the backend tracks too
-//     many keys to take this one (Decision.Overflow): no policy of the
-//     client's was violated, so none is named. Retry-After is one window.
-//   - 413 Content Too Large of type about:blank when the request's cost
-//     exceeds a policy's limit (a refusal with RetryAfter 0), so no wait
-//     would let it through. No Retry-After is sent; retrying the same request is
-//     pointless.
+// application/problem+json body: 429 Too Many Requests with the draft's
+// problem type, "https://iana.org/assignments/http-problem-types#quota-exceeded",
+// and a "violated-policies" member naming every policy that refused it (its
+// Retry-After already set); 429 of type about:blank, naming none, when the
+// backend tracks too many keys to take this one (Decision.Overflow); and
+// 413 Content Too Large, with no Retry-After, when the request's weight
+// exceeds a policy's limit, so that no wait would let it through. See the
+// README, "What a client sees".
 func DefaultLimitedHandler(w http.ResponseWriter, r *http.Request, e middleware.Event) {
 	f := fields{vals: make([]string, 0, 2)}
 	writeLimited(w, &e, &f)

@@ -83,7 +83,7 @@ func TestRefundErrors(t *testing.T) {
 	}
 	defer l.Close()
 	only := keyrate.BackendFunc(l.TakeContext)
-	if _, err := httplimit.New(only, httplimit.WithWindow(time.Minute),
+	if _, err := httplimit.New(only,
 		httplimit.WithRefund(func(int) bool { return true })); !errors.Is(err, keyrate.ErrConfig) {
 		t.Fatalf("a backend without Refund: %v, want ErrConfig", err)
 	}

@@ -22,7 +22,7 @@ func TestFieldRevision(t *testing.T) {
 	run := func(opts ...httplimit.Option) []http.Header {
 		l, clock := newLimiter(t, 5, time.Minute)
 		h := newHandler(t, l, append([]httplimit.Option{httplimit.WithRoute("status"),
-			httplimit.WithCost(func(*http.Request) int { return 2 })}, opts...)...)
+			httplimit.WithWeight(func(*http.Request) int { return 2 })}, opts...)...)
 		var got []http.Header
 		for range 3 {
 			rec := get(h, "/")

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"errors"
+	"github.com/keyrate/keyrate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,19 +13,19 @@ import (
 	"github.com/keyrate/keyrate/httplimit"
 )
 
-// TestReportCostSettles reserves what a request asks for (max_tokens) and
+// TestReportWeightSettles reserves what a request asks for (max_tokens) and
 // settles what it used: the budget is charged the tokens used, whether the
 // handler reports before its response's status (the RateLimit field then
 // says what the request left) or only after it (the field says what was
 // reserved; the budget is settled when the handler returns).
-func TestReportCostSettles(t *testing.T) {
+func TestReportWeightSettles(t *testing.T) {
 	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, err := keyrate.New(1000, time.Minute, keyrate.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	mw, err := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithCost(func(r *http.Request) int {
+	mw, err := httplimit.New(l, httplimit.WithRoute("generate"), httplimit.WithWeight(func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("max_tokens"))
 		return n
 	}))
@@ -35,14 +36,14 @@ func TestReportCostSettles(t *testing.T) {
 		used, _ := strconv.Atoi(r.URL.Query().Get("used"))
 		late := r.URL.Query().Has("late")
 		if !late {
-			if err := httplimit.ReportCost(r.Context(), used); err != nil {
-				t.Errorf("ReportCost(%d): %v", used, err)
+			if err := middleware.ReportWeight(r.Context(), used); err != nil {
+				t.Errorf("middleware.ReportWeight(%d): %v", used, err)
 			}
 		}
 		w.Write([]byte("tokens"))
 		if late {
-			if err := httplimit.ReportCost(r.Context(), used); err != nil {
-				t.Errorf("ReportCost(%d): %v", used, err)
+			if err := middleware.ReportWeight(r.Context(), used); err != nil {
+				t.Errorf("middleware.ReportWeight(%d): %v", used, err)
 			}
 		}
 	}))
@@ -71,9 +72,10 @@ func TestReportCostSettles(t *testing.T) {
 	}
 }
 
-// TestReportCostErrors checks what ReportCost refuses: a cost above the
-// reservation or below 0, and a request with no reservation to settle.
-func TestReportCostErrors(t *testing.T) {
+// TestReportWeightErrors checks what middleware.ReportWeight refuses: a cost
+// above the reservation or below 0, and a request with no reservation to
+// settle.
+func TestReportWeightErrors(t *testing.T) {
 	l, err := keyrate.New(100, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -81,9 +83,9 @@ func TestReportCostErrors(t *testing.T) {
 	defer l.Close()
 	var errs []error
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		errs = append(errs, httplimit.ReportCost(r.Context(), 11), httplimit.ReportCost(r.Context(), -1), httplimit.ReportCost(r.Context(), 10))
+		errs = append(errs, middleware.ReportWeight(r.Context(), 11), middleware.ReportWeight(r.Context(), -1), middleware.ReportWeight(r.Context(), 10))
 	})
-	weighted, err := httplimit.New(l, httplimit.WithCost(func(*http.Request) int { return 10 }))
+	weighted, err := httplimit.New(l, httplimit.WithWeight(func(*http.Request) int { return 10 }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestEventDuration(t *testing.T) {
 		})
 		var events []middleware.Event
 		record := func(e middleware.Event) { events = append(events, e) }
-		h := newHandler(t, b, httplimit.WithWindow(time.Minute), httplimit.WithTimeBudget(100*time.Millisecond),
+		h := newHandler(t, b, httplimit.WithTimeBudget(100*time.Millisecond),
 			httplimit.WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("Id"), nil }),
 			httplimit.WithOnDecision(record), httplimit.WithOnError(record))
 		for _, id := range []string{"a", "b", "slow", ""} {

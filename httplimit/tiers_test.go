@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/httplimit"
@@ -56,7 +55,7 @@ func TestTierSeesIdentityAsSent(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var seen []string
-		opts := []httplimit.Option{httplimit.WithRoute("search"), httplimit.WithWindow(time.Minute)}
+		opts := []httplimit.Option{httplimit.WithRoute("search")}
 		if tc.key != nil {
 			opts = append(opts, httplimit.WithKeyFunc(tc.key))
 		}

@@ -5,22 +5,20 @@ import (
 	"strconv"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
 // WithTokenBudget decides each request against two budgets of the backend
-// at once, as a model API sells them: requests and tokens. The request
-// counts at a weight of 1 against key + middleware.RequestsSuffix and at
-// its cost (WithCost: its max_tokens, say) against key +
-// middleware.TokensSuffix, in one TakeAll, all or nothing: refused by
-// either, it counts against neither. ReportCost gives back what it did not
-// use from the tokens alone; WithRefund gives back both. The backend picks
-// each key's policies with middleware.TokenTier (see the package README
-// for the recipe, in process or in Redis) and must take all:
-// *keyrate.Limiter or middleware.AllTaker, else New fails with
-// keyrate.ErrConfig. The fields list both budgets' policies; see
-// TokenHeaders. Cost: the TakeAll, one key string per budget. Default: off.
+// at once, as a model API sells them: key + "/requests" at 1 and key +
+// "/tokens" at its weight (WithWeight: its max_tokens, say), in one
+// TakeAll, all or nothing. middleware.ReportWeight gives back unused
+// tokens; WithRefund gives back both. The backend must take all
+// (*keyrate.Limiter, the Redis one) and pick its policies with
+// middleware.TokenTier (the README, "Requests and tokens", has the
+// recipe), else New fails with keyrate.ErrConfig. The fields list both
+// budgets' policies; see TokenHeaders. Default: off. Cost: the TakeAll,
+// one key string per budget.
 func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }
 
 // Canonical forms of TokenHeaders' fields.
@@ -105,7 +103,7 @@ func (m *Middleware) setModelFields(f *fields, h http.Header, ds []keyrate.Decis
 		f.set(h, tokenFields[i][0], f.int(int64(d.Limit)))
 		f.set(h, tokenFields[i][1], f.int(int64(max(d.Remaining, 0))))
 		start := len(f.buf)
-		f.buf = middleware.AppendReset(f.buf, d.ResetAfter)
+		f.buf = adapter.AppendReset(f.buf, d.ResetAfter)
 		f.set(h, tokenFields[i][2], f.value(start))
 	}
 }
@@ -123,7 +121,7 @@ func (m *Middleware) resetTokenFields(f *fields, h http.Header, ds []keyrate.Dec
 		replace(h, hRateLimit, old, f.value(start))
 	}
 	given := [2]int{givenRequests, givenTokens}
-	binding := middleware.TokenDecision(ds, true)
+	binding := adapter.TokenDecision(ds, true)
 	for i := range 2 {
 		if given[i] == 0 {
 			continue

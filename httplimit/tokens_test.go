@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -45,7 +46,7 @@ func maxTokens(r *http.Request) int {
 var generating = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query(); q.Has("used") {
 		used, _ := strconv.Atoi(q.Get("used"))
-		if err := httplimit.ReportCost(r.Context(), used); err != nil {
+		if err := middleware.ReportWeight(r.Context(), used); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -62,7 +63,7 @@ func newTokenRoute(t *testing.T, b keyrate.Backend, opts ...httplimit.Option) ht
 	opts = append([]httplimit.Option{
 		httplimit.WithRoute("generate"),
 		httplimit.WithKeyFunc(func(*http.Request) (string, error) { return "alice", nil }),
-		httplimit.WithCost(maxTokens),
+		httplimit.WithWeight(maxTokens),
 		httplimit.WithTokenBudget(),
 	}, opts...)
 	m, err := httplimit.New(b, opts...)
@@ -79,8 +80,8 @@ func send(h http.Handler, query string) *httptest.ResponseRecorder {
 }
 
 const (
-	requestsKey = "generate\x00alice" + middleware.RequestsSuffix
-	tokensKey   = "generate\x00alice" + middleware.TokensSuffix
+	requestsKey = "generate\x00alice" + adapter.RequestsSuffix
+	tokensKey   = "generate\x00alice" + adapter.TokensSuffix
 )
 
 // left returns what each budget of alice's holds now.
@@ -136,9 +137,9 @@ func TestTokenBudgetAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestTokenBudgetSettle: ReportCost gives back the unused tokens from the
-// tokens budget alone, and the fields sent say what the request left;
-// WithRefund gives back both budgets.
+// TestTokenBudgetSettle: middleware.ReportWeight gives back the unused
+// tokens from the tokens budget alone, and the fields sent say what the
+// request left; WithRefund gives back both budgets.
 func TestTokenBudgetSettle(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
 	h := newTokenRoute(t, l, httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.TokenHeaders),
@@ -161,8 +162,8 @@ func TestTokenBudgetSettle(t *testing.T) {
 		t.Errorf("x-ratelimit-remaining-requests %q, want 9", got)
 	}
 
-	// A used above max_tokens is no cost ReportCost takes: the handler
-	// answers 500, which WithRefund gives back whole, both budgets.
+	// A used above max_tokens is no cost middleware.ReportWeight takes: the
+	// handler answers 500, which WithRefund gives back whole, both budgets.
 	if rec := send(h, "max_tokens=100&used=101"); rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status %d, want the handler's 500", rec.Code)
 	}
@@ -214,7 +215,7 @@ func TestTokenBudgetConfig(t *testing.T) {
 	plain := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
-	if _, err := httplimit.New(plain, httplimit.WithWindow(time.Minute), httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
+	if _, err := httplimit.New(plain, httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
 		t.Errorf("a backend without TakeAll: %v, want ErrConfig", err)
 	}
 	l := tokenBudget(t, 1, 1, clockAt())
@@ -223,9 +224,9 @@ func TestTokenBudgetConfig(t *testing.T) {
 	}
 }
 
-// TestTokenBudgetInFlight: the in-flight cap stands beside both budgets; a
+// TestTokenBudgetConcurrency: the in-flight cap stands beside both budgets; a
 // request refused for want of a slot spends neither.
-func TestTokenBudgetInFlight(t *testing.T) {
+func TestTokenBudgetConcurrency(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
 	running, err := keyrate.NewConcurrency(1)
 	if err != nil {
@@ -233,7 +234,7 @@ func TestTokenBudgetInFlight(t *testing.T) {
 	}
 	m, err := httplimit.New(l, httplimit.WithRoute("generate"),
 		httplimit.WithKeyFunc(func(*http.Request) (string, error) { return "alice", nil }),
-		httplimit.WithCost(maxTokens), httplimit.WithTokenBudget(), httplimit.WithInFlight(running, 0))
+		httplimit.WithWeight(maxTokens), httplimit.WithTokenBudget(), httplimit.WithConcurrency(running, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestTokenBudgetInFlight(t *testing.T) {
 			close(inside)
 			<-release
 		}
-		httplimit.ReportCost(r.Context(), 10)
+		middleware.ReportWeight(r.Context(), 10)
 	}))
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- send(h, "max_tokens=100&hold") }()

@@ -14,11 +14,12 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// Transport is an http.RoundTripper that holds the calls a service makes
-// to someone else's API to that API's limits: each upstream (by host, or
-// WithUpstreamKey) to a budget in a keyrate.Backend, and to what the
-// upstream itself says of its limits. Put it in an http.Client; it is safe
-// for concurrent use, and every caller sharing it shares what it learns.
+// transport is the http.RoundTripper NewTransport returns: it holds the
+// calls a service makes to someone else's API to that API's limits: each
+// upstream (by host, or WithUpstreamKey) to a budget in a keyrate.Backend,
+// and to what the upstream itself says of its limits. Put it in an
+// http.Client; it is safe for concurrent use, and every caller sharing it
+// shares what it learns.
 //
 // A request waits for its budget, within its context, before it is sent,
 // so that the upstream never sees more than the backend's policies admit:
@@ -50,21 +51,23 @@ import (
 // begins. (Sharing it would need the store to keep a pause beside the
 // budget, which its decision script does not, or another round trip per
 // request.)
-type Transport struct {
+type transport struct {
 	base      http.RoundTripper
 	backend   keyrate.Backend
 	limiter   *keyrate.Limiter // backend, when it is one: WaitN waits for it
 	upstreams *xsync.MapOf[string, *upstream]
-	err       error // a configuration error, returned by every RoundTrip
 	transportConfig
 }
 
-// NewTransport returns a Transport that sends through base
-// (http.DefaultTransport when nil) the requests b admits. A nil b, or an
-// invalid option, is reported by every RoundTrip, as an error wrapping
-// keyrate.ErrConfig, and nothing is sent.
-func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOption) *Transport {
-	t := &Transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
+// NewTransport returns an http.RoundTripper that sends through base
+// (http.DefaultTransport when nil) the requests b admits, holding each
+// upstream to its budget in b and to what the upstream says of its limits
+// (see the README, "Outbound calls"). Put it in an http.Client; it is safe
+// for concurrent use, and every caller sharing it shares what it learns.
+// It has CloseIdleConnections, for http.Client's. A nil b, or an invalid
+// option, gives an error wrapping keyrate.ErrConfig.
+func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOption) (http.RoundTripper, error) {
+	t := &transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
 	t.key, t.clock, t.maxPause = upstreamHost, wallClock{}, defaultMaxPause
 	for _, o := range opts {
 		if o != nil {
@@ -77,20 +80,20 @@ func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOp
 	t.limiter, _ = b.(*keyrate.Limiter)
 	switch {
 	case b == nil:
-		t.err = fmt.Errorf("%w: httplimit: transport: backend is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: httplimit: transport: backend is nil", keyrate.ErrConfig)
 	case t.keySet && t.key == nil:
-		t.err = fmt.Errorf("%w: httplimit: transport: upstream key function is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: httplimit: transport: upstream key function is nil", keyrate.ErrConfig)
 	case t.clockSet && t.clock == nil:
-		t.err = fmt.Errorf("%w: httplimit: transport: clock is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: httplimit: transport: clock is nil", keyrate.ErrConfig)
 	case t.retries < 0 || t.retries > maxRetries:
-		t.err = fmt.Errorf("%w: httplimit: transport: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
+		return nil, fmt.Errorf("%w: httplimit: transport: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
 	case t.maxPause <= 0:
-		t.err = fmt.Errorf("%w: httplimit: transport: a maximum pause of %v, want one above 0", keyrate.ErrConfig, t.maxPause)
+		return nil, fmt.Errorf("%w: httplimit: transport: a maximum pause of %v, want one above 0", keyrate.ErrConfig, t.maxPause)
 	}
-	return t
+	return t, nil
 }
 
-// LimitedError is the error of a request that a Transport with
+// LimitedError is the error of a request that a transport with
 // WithFailFast did not send: its budget was spent, or the upstream had
 // asked for a pause or had none left. RetryAfter is how long it would
 // have waited.
@@ -109,13 +112,9 @@ func (e *LimitedError) Error() string {
 // with an error wrapping context.DeadlineExceeded), a *LimitedError with
 // WithFailFast, an error wrapping keyrate.ErrExceedsLimit when no request
 // can ever fit the budget, keyrate.ErrInvalidKey for a request with no
-// upstream key, the backend's error when it could not decide, or a
-// configuration error (see NewTransport). Errors never name the key.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.err != nil {
-		closeBody(req)
-		return nil, t.err
-	}
+// upstream key, or the backend's error when it could not decide. Errors
+// never name the key.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key := t.key(req)
 	if key == "" {
 		closeBody(req)
@@ -147,7 +146,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // admit waits until a request for key may be sent: the upstream's pause
 // and hold are over, and the backend admitted it.
-func (t *Transport) admit(ctx context.Context, key string) error {
+func (t *transport) admit(ctx context.Context, key string) error {
 	for {
 		if wait := t.held(key, t.clock.Now()); wait > 0 {
 			if err := t.await(ctx, wait); err != nil {
@@ -168,8 +167,8 @@ func (t *Transport) admit(ctx context.Context, key string) error {
 }
 
 // take takes one request's budget for key, waiting for it unless the
-// Transport fails fast.
-func (t *Transport) take(ctx context.Context, key string) error {
+// transport fails fast.
+func (t *transport) take(ctx context.Context, key string) error {
 	if t.limiter != nil && !t.failFast {
 		if err := t.limiter.WaitN(ctx, key, 1); err != nil {
 			return fmt.Errorf("httplimit: transport: %w", err)
@@ -192,9 +191,9 @@ func (t *Transport) take(ctx context.Context, key string) error {
 	}
 }
 
-// await waits d on the Transport's clock within ctx, or refuses to: with
+// await waits d on the transport's clock within ctx, or refuses to: with
 // WithFailFast, and when ctx's deadline comes first.
-func (t *Transport) await(ctx context.Context, d time.Duration) error {
+func (t *transport) await(ctx context.Context, d time.Duration) error {
 	if t.failFast {
 		return &LimitedError{RetryAfter: d}
 	}
@@ -271,7 +270,7 @@ func closeBody(req *http.Request) {
 // CloseIdleConnections closes the idle connections of the underlying
 // transport, when it has that method, as http.Client.CloseIdleConnections
 // expects of its Transport.
-func (t *Transport) CloseIdleConnections() {
+func (t *transport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}

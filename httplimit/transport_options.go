@@ -7,7 +7,7 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// TransportOption configures a Transport; pass options to NewTransport.
+// TransportOption configures the RoundTripper of NewTransport.
 type TransportOption func(*transportConfig)
 
 type transportConfig struct {
@@ -27,22 +27,18 @@ const maxRetries = 10
 // defaultMaxPause is WithMaxPause's default.
 const defaultMaxPause = time.Minute
 
-// WithUpstreamKey sets the budget a request counts against: the key f
-// returns for it, in the backend. Default: the request's host, in lower
-// case, with its port unless it is the scheme's default
-// ("api.example.com", "127.0.0.1:8080"), so that every call to one API
-// shares one budget. Give a budget per account of a shared API with, say,
-// the host and the account's name. A nil f is an error; a request for
-// which f returns "" is not sent, and RoundTrip returns an error wrapping
-// keyrate.ErrInvalidKey.
-//
-// What the Transport learns from the upstream's answers (a pause, what is
-// left) is kept per key too.
+// WithUpstreamKey sets the budget a request counts against, and what the
+// transport learns of the upstream is kept by: the key f returns for it.
+// Default: the request's host in lower case, with its port unless it is
+// the scheme's default ("api.example.com", "127.0.0.1:8080"). Give a budget
+// per account of a shared API with the host and the account's name, say.
+// A nil f is an error; a request for which f returns "" is not sent, and
+// RoundTrip returns an error wrapping keyrate.ErrInvalidKey.
 func WithUpstreamKey(f func(*http.Request) string) TransportOption {
 	return func(c *transportConfig) { c.key, c.keySet = f, true }
 }
 
-// WithFailFast makes the Transport refuse a request it would otherwise
+// WithFailFast makes the transport refuse a request it would otherwise
 // hold back, instead of waiting: RoundTrip returns a *LimitedError, whose
 // RetryAfter says how long the request would have waited, without sending
 // it. Use it where a caller has something better to do than wait (serve a
@@ -52,29 +48,23 @@ func WithFailFast() TransportOption {
 	return func(c *transportConfig) { c.failFast = true }
 }
 
-// WithRetries lets the Transport send a request again, up to n times,
-// when the upstream answers it 429 Too Many Requests or 503 Service
-// Unavailable with a Retry-After, once that wait is over (and the budget
-// allows), instead of returning the answer. Only requests that are safe
-// to repeat are: those of an idempotent method (GET, HEAD, OPTIONS,
-// TRACE, PUT, DELETE) whose body can be read again (none, or one with
-// GetBody, as http.NewRequest sets for in-memory bodies). Every other
-// request gets the upstream's answer, as it does by default: a
-// non-idempotent request is never sent twice by the Transport. When the
-// retries are spent, the last answer is returned.
-//
-// n must be 0 to 10. Default: 0, no retries.
+// WithRetries lets the transport send a request again, up to n times, when
+// the upstream answers it 429 or 503 with a Retry-After, once that wait is
+// over, instead of returning the answer; when they are spent, the last
+// answer is returned. Only a request safe to repeat is (an idempotent
+// method, a body that can be read again: none, or GetBody); any other is
+// never sent twice. n must be 0 to 10. Default: 0, no retries.
 func WithRetries(n int) TransportOption {
 	return func(c *transportConfig) { c.retries = n }
 }
 
-// WithTransportClock sets the clock the Transport waits on and learns
-// pauses by. Default: the system clock. Give it the clock the backend
-// reads (the keyrate.ManualClock of a test, say), so that both agree on
-// the time; a Clock that has the method After(time.Duration) <-chan
-// time.Time, as keyrate.ManualClock does, wakes the Transport's waits
-// when it is moved. A nil clock is an error.
-func WithTransportClock(c keyrate.Clock) TransportOption {
+// WithClock sets the clock the transport waits on and learns pauses by.
+// Default: the system clock. Give it the clock the backend reads (a test's
+// keyrate.ManualClock, say), so that both agree on the time; a Clock with
+// the method After(time.Duration) <-chan time.Time, as keyrate.ManualClock
+// has, wakes the transport's waits when it is moved. A nil clock is an
+// error.
+func WithClock(c keyrate.Clock) TransportOption {
 	return func(cfg *transportConfig) { cfg.clock, cfg.clockSet = c, true }
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -64,24 +65,26 @@ func TestTransportBoundsThePause(t *testing.T) {
 				opts = append(opts, httplimit.WithMaxPause(maxPause))
 			}
 			t.Run(name+"/"+want.String(), func(t *testing.T) {
-				clock := newSteppedClock()
-				l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
-				require.NoError(t, err)
-				defer l.Close()
-				up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
-					if n == 1 {
-						w.WriteHeader(answer(w.Header(), clock.Now()))
-					}
+				synctest.Test(t, func(t *testing.T) {
+					clock := newBubbleClock()
+					l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
+					require.NoError(t, err)
+					defer l.Close()
+					up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+						if n == 1 {
+							w.WriteHeader(answer(w.Header(), clock.Now()))
+						}
+					})
+					opts := append([]httplimit.TransportOption{httplimit.WithClock(clock)}, opts...)
+					client := &http.Client{Transport: mustTransport(t, nil, l, opts...)}
+					run(func() {
+						for range 2 {
+							_, err := fetch(t, client, up.URL)
+							assert.NoError(t, err)
+						}
+					})
+					assert.Equal(t, []time.Duration{0, want}, up.arrivals())
 				})
-				opts := append([]httplimit.TransportOption{httplimit.WithTransportClock(clock)}, opts...)
-				client := &http.Client{Transport: httplimit.NewTransport(nil, l, opts...)}
-				clock.run(t, func() {
-					for range 2 {
-						_, err := fetch(t, client, up.URL)
-						assert.NoError(t, err)
-					}
-				})
-				assert.Equal(t, []time.Duration{0, want}, up.arrivals())
 			})
 		}
 	}
@@ -91,32 +94,34 @@ func TestTransportBoundsThePause(t *testing.T) {
 // error of a wait that does not fit, at once; with WithFailFast, a
 // *LimitedError of the bounded pause.
 func TestTransportPauseAgainstTheContext(t *testing.T) {
-	clock := newSteppedClock()
-	l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
-	require.NoError(t, err)
-	defer l.Close()
-	up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
-		w.Header().Set("Retry-After", "99999999")
-		w.WriteHeader(http.StatusTooManyRequests)
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBubbleClock()
+		l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
+		require.NoError(t, err)
+		defer l.Close()
+		up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "99999999")
+			w.WriteHeader(http.StatusTooManyRequests)
+		})
+		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+		code, err := fetch(t, client, up.URL)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, code)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
+		_, err = client.Do(req)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's pause does not fit 10s")
+
+		failFast := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		code, err = fetch(t, failFast, up.URL) // each Transport learns for itself
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, code)
+		_, err = fetch(t, failFast, up.URL)
+		var limited *httplimit.LimitedError
+		require.ErrorAs(t, err, &limited)
+		assert.Equal(t, time.Minute, limited.RetryAfter)
+		assert.Len(t, up.arrivals(), 2)
 	})
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
-	code, err := fetch(t, client, up.URL)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusTooManyRequests, code)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
-	_, err = client.Do(req)
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's pause does not fit 10s")
-
-	failFast := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
-	code, err = fetch(t, failFast, up.URL) // each Transport learns for itself
-	require.NoError(t, err)
-	require.Equal(t, http.StatusTooManyRequests, code)
-	_, err = fetch(t, failFast, up.URL)
-	var limited *httplimit.LimitedError
-	require.ErrorAs(t, err, &limited)
-	assert.Equal(t, time.Minute, limited.RetryAfter)
-	assert.Len(t, up.arrivals(), 2)
 }

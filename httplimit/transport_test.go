@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -20,23 +20,25 @@ import (
 	"github.com/keyrate/keyrate/httplimit"
 )
 
-// upstreamServer is a real HTTP server that stamps every request it gets
-// with the test's clock and answers as answer says (200 by default).
+// upstreamServer is an HTTP handler, served in process (memoryNet), that
+// stamps every request it gets with the test's clock and answers as answer
+// says (200 by default).
 type upstreamServer struct {
-	*httptest.Server
+	URL    string
 	clock  keyrate.Clock
+	start  time.Time // the clock's instant when the server was made
 	mu     sync.Mutex
-	stamps []time.Duration // since t0, in arrival order
+	stamps []time.Duration // since start, in arrival order
 	bodies []string
 	answer func(n int, w http.ResponseWriter)
 }
 
 func newUpstream(t *testing.T, clock keyrate.Clock, answer func(n int, w http.ResponseWriter)) *upstreamServer {
-	u := &upstreamServer{clock: clock, answer: answer}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u := &upstreamServer{clock: clock, start: clock.Now(), answer: answer}
+	u.URL = listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
-		u.stamps = append(u.stamps, u.clock.Now().Sub(t0))
+		u.stamps = append(u.stamps, u.clock.Now().Sub(u.start))
 		u.bodies = append(u.bodies, string(body))
 		n, answer := len(u.stamps), u.answer
 		u.mu.Unlock()
@@ -44,7 +46,6 @@ func newUpstream(t *testing.T, clock keyrate.Clock, answer func(n int, w http.Re
 			answer(n, w)
 		}
 	}))
-	t.Cleanup(u.Close)
 	return u
 }
 
@@ -90,40 +91,42 @@ func TestTransportHoldsCallsToTheBudget(t *testing.T) {
 				name = backend + "/concurrent"
 			}
 			t.Run(name, func(t *testing.T) {
-				clock := newSteppedClock()
-				l, err := keyrate.New(5, time.Second, keyrate.WithClock(clock))
-				require.NoError(t, err)
-				defer l.Close()
-				var b keyrate.Backend = l
-				if backend == "BackendFunc" {
-					b = viaBackendFunc(l)
-				}
-				up := newUpstream(t, clock, nil)
-				client := &http.Client{Transport: httplimit.NewTransport(nil, b, httplimit.WithTransportClock(clock))}
-				call := func() {
-					code, err := fetch(t, client, up.URL)
-					assert.NoError(t, err)
-					assert.Equal(t, http.StatusOK, code)
-				}
-				if concurrent {
-					calls := make([]func(), 12)
-					for i := range calls {
-						calls[i] = call
+				synctest.Test(t, func(t *testing.T) {
+					clock := newBubbleClock()
+					l, err := keyrate.New(5, time.Second, keyrate.WithClock(clock))
+					require.NoError(t, err)
+					defer l.Close()
+					var b keyrate.Backend = l
+					if backend == "BackendFunc" {
+						b = viaBackendFunc(l)
 					}
-					clock.run(t, calls...)
-				} else {
-					clock.run(t, func() {
-						for range 12 {
-							call()
+					up := newUpstream(t, clock, nil)
+					client := &http.Client{Transport: mustTransport(t, nil, b, httplimit.WithClock(clock))}
+					call := func() {
+						code, err := fetch(t, client, up.URL)
+						assert.NoError(t, err)
+						assert.Equal(t, http.StatusOK, code)
+					}
+					if concurrent {
+						calls := make([]func(), 12)
+						for i := range calls {
+							calls[i] = call
 						}
-					})
-				}
-				at := up.arrivals()
-				require.Len(t, at, 12)
-				for i := 5; i < len(at); i++ {
-					assert.GreaterOrEqual(t, at[i]-at[i-5], time.Second, "6 calls within a second: %v", at)
-				}
-				assert.Equal(t, 2*time.Second, at[11]-at[0], "12 calls under 5 a second take 2s: %v", at)
+						run(calls...)
+					} else {
+						run(func() {
+							for range 12 {
+								call()
+							}
+						})
+					}
+					at := up.arrivals()
+					require.Len(t, at, 12)
+					for i := 5; i < len(at); i++ {
+						assert.GreaterOrEqual(t, at[i]-at[i-5], time.Second, "6 calls within a second: %v", at)
+					}
+					assert.Equal(t, 2*time.Second, at[11]-at[0], "12 calls under 5 a second take 2s: %v", at)
+				})
 			})
 		}
 	}
@@ -150,35 +153,37 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			clock := newSteppedClock()
-			l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
-			require.NoError(t, err)
-			defer l.Close()
-			up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
-				if n == 1 {
-					refusal(w, clock)
+			synctest.Test(t, func(t *testing.T) {
+				clock := newBubbleClock()
+				l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
+				require.NoError(t, err)
+				defer l.Close()
+				up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+					if n == 1 {
+						refusal(w, clock)
+					}
+				})
+				client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+				var codes []int
+				var mu sync.Mutex
+				call := func() {
+					code, err := fetch(t, client, up.URL)
+					assert.NoError(t, err)
+					mu.Lock()
+					codes = append(codes, code)
+					mu.Unlock()
 				}
+				run(call)
+				require.Len(t, codes, 1)
+				assert.NotEqual(t, http.StatusOK, codes[0], "the refusal reaches its caller, not retried")
+				run(call, call, call) // three callers share the pause
+				at := up.arrivals()
+				require.Len(t, at, 4)
+				for _, a := range at[1:] {
+					assert.GreaterOrEqual(t, a-at[0], time.Second, "a call arrived within the pause: %v", at)
+				}
+				assert.Equal(t, time.Second, at[1]-at[0])
 			})
-			client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
-			var codes []int
-			var mu sync.Mutex
-			call := func() {
-				code, err := fetch(t, client, up.URL)
-				assert.NoError(t, err)
-				mu.Lock()
-				codes = append(codes, code)
-				mu.Unlock()
-			}
-			clock.run(t, call)
-			require.Len(t, codes, 1)
-			assert.NotEqual(t, http.StatusOK, codes[0], "the refusal reaches its caller, not retried")
-			clock.run(t, call, call, call) // three callers share the pause
-			at := up.arrivals()
-			require.Len(t, at, 4)
-			for _, a := range at[1:] {
-				assert.GreaterOrEqual(t, a-at[0], time.Second, "a call arrived within the pause: %v", at)
-			}
-			assert.Equal(t, time.Second, at[1]-at[0])
 		})
 	}
 }
@@ -206,23 +211,25 @@ func TestTransportHeedsWhatIsLeft(t *testing.T) {
 		}, []time.Duration{0, 30 * time.Second, 30 * time.Second, 30 * time.Second}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			clock := newSteppedClock()
-			l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
-			require.NoError(t, err)
-			defer l.Close()
-			up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
-				if n == 1 {
-					tc.header(w.Header(), clock.Now())
-				}
+			synctest.Test(t, func(t *testing.T) {
+				clock := newBubbleClock()
+				l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
+				require.NoError(t, err)
+				defer l.Close()
+				up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+					if n == 1 {
+						tc.header(w.Header(), clock.Now())
+					}
+				})
+				client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+				run(func() {
+					for range 4 {
+						_, err := fetch(t, client, up.URL)
+						assert.NoError(t, err)
+					}
+				})
+				assert.Equal(t, tc.want, up.arrivals())
 			})
-			client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
-			clock.run(t, func() {
-				for range 4 {
-					_, err := fetch(t, client, up.URL)
-					assert.NoError(t, err)
-				}
-			})
-			assert.Equal(t, tc.want, up.arrivals())
 		})
 	}
 }
@@ -231,96 +238,103 @@ func TestTransportHeedsWhatIsLeft(t *testing.T) {
 // cancelled, and one whose deadline comes before its turn does not wait
 // at all; neither reaches the upstream.
 func TestTransportStopsAtTheContext(t *testing.T) {
-	clock := newSteppedClock()
-	l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
-	require.NoError(t, err)
-	defer l.Close()
-	up := newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock))}
-	_, err = fetch(t, client, up.URL)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBubbleClock()
+		l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
+		require.NoError(t, err)
+		defer l.Close()
+		up := newUpstream(t, clock, nil)
+		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+		_, err = fetch(t, client, up.URL)
+		require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", up.URL, nil)
-	errs := make(chan error, 1)
-	go func() {
-		_, err := client.Do(req)
-		errs <- err
-	}()
-	require.Eventually(t, func() bool { return clock.waiting() == 1 }, 10*time.Second, time.Millisecond, "the call waits for its budget")
-	cancel()
-	select {
-	case err := <-errs:
-		assert.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cancelled call still waits")
-	}
-	assert.Equal(t, t0, clock.Now(), "no time passed")
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", up.URL, nil)
+		errs := make(chan error, 1)
+		go func() {
+			_, err := client.Do(req)
+			errs <- err
+		}()
+		synctest.Wait()
+		require.Equal(t, int64(1), clock.waits.Load(), "the call waits for its budget")
+		cancel()
+		select {
+		case err := <-errs:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cancelled call still waits")
+		}
+		assert.Equal(t, up.start, clock.Now(), "no time passed")
 
-	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelShort()
-	req, _ = http.NewRequestWithContext(short, "GET", up.URL, nil)
-	_, err = client.Do(req)
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's wait does not fit 10s")
-	assert.Len(t, up.arrivals(), 1)
+		short, cancelShort := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelShort()
+		req, _ = http.NewRequestWithContext(short, "GET", up.URL, nil)
+		_, err = client.Do(req)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's wait does not fit 10s")
+		assert.Len(t, up.arrivals(), 1)
+	})
 }
 
 func TestTransportFailFast(t *testing.T) {
-	clock := newSteppedClock()
-	l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
-	require.NoError(t, err)
-	defer l.Close()
-	up := newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
-	_, err = fetch(t, client, up.URL)
-	require.NoError(t, err)
-	_, err = fetch(t, client, up.URL)
-	var limited *httplimit.LimitedError
-	require.ErrorAs(t, err, &limited)
-	assert.Equal(t, time.Minute, limited.RetryAfter)
-	assert.Len(t, up.arrivals(), 1)
-	assert.Equal(t, 0, clock.waiting())
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBubbleClock()
+		l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
+		require.NoError(t, err)
+		defer l.Close()
+		up := newUpstream(t, clock, nil)
+		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		_, err = fetch(t, client, up.URL)
+		require.NoError(t, err)
+		_, err = fetch(t, client, up.URL)
+		var limited *httplimit.LimitedError
+		require.ErrorAs(t, err, &limited)
+		assert.Equal(t, time.Minute, limited.RetryAfter)
+		assert.Len(t, up.arrivals(), 1)
+		assert.Zero(t, clock.waits.Load(), "nothing waited")
+	})
 }
 
 // WithRetries sends an idempotent request again once the pause its 429
 // asked for is over, up to the count; a POST gets its 429.
 func TestTransportRetries(t *testing.T) {
-	clock := newSteppedClock()
-	l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
-	require.NoError(t, err)
-	defer l.Close()
-	up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
-		if n <= 2 {
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBubbleClock()
+		l, err := keyrate.New(100, time.Second, keyrate.WithClock(clock))
+		require.NoError(t, err)
+		defer l.Close()
+		up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+			if n <= 2 {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+		})
+		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithRetries(2))}
+		run(func() {
+			req, _ := http.NewRequest("PUT", up.URL, strings.NewReader("same body"))
+			resp, err := client.Do(req)
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode, "served on the third try")
+			}
+		})
+		assert.Equal(t, []time.Duration{0, time.Second, 2 * time.Second}, up.arrivals())
+		up.mu.Lock()
+		assert.Equal(t, []string{"same body", "same body", "same body"}, up.bodies)
+		up.mu.Unlock()
+
+		up.setAnswer(func(n int, w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
-		}
+		})
+		run(func() {
+			resp, err := client.Post(up.URL, "text/plain", strings.NewReader("order"))
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+				assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a POST is never sent twice")
+			}
+		})
+		assert.Len(t, up.arrivals(), 4)
 	})
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithRetries(2))}
-	clock.run(t, func() {
-		req, _ := http.NewRequest("PUT", up.URL, strings.NewReader("same body"))
-		resp, err := client.Do(req)
-		if assert.NoError(t, err) {
-			resp.Body.Close()
-			assert.Equal(t, http.StatusOK, resp.StatusCode, "served on the third try")
-		}
-	})
-	assert.Equal(t, []time.Duration{0, time.Second, 2 * time.Second}, up.arrivals())
-	up.mu.Lock()
-	assert.Equal(t, []string{"same body", "same body", "same body"}, up.bodies)
-	up.mu.Unlock()
-
-	up.setAnswer(func(n int, w http.ResponseWriter) {
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusTooManyRequests)
-	})
-	clock.run(t, func() {
-		resp, err := client.Post(up.URL, "text/plain", strings.NewReader("order"))
-		if assert.NoError(t, err) {
-			resp.Body.Close()
-			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a POST is never sent twice")
-		}
-	})
-	assert.Len(t, up.arrivals(), 4)
 }
 
 func TestTransportErrors(t *testing.T) {
@@ -328,32 +342,34 @@ func TestTransportErrors(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	up := newUpstream(t, keyrate.NewManualClock(t0), nil)
-	for name, tr := range map[string]*httplimit.Transport{
-		"nil backend":   httplimit.NewTransport(nil, nil),
-		"nil key":       httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(nil)),
-		"nil clock":     httplimit.NewTransport(nil, l, httplimit.WithTransportClock(nil)),
-		"11 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(11)),
-		"-1 retries":    httplimit.NewTransport(nil, l, httplimit.WithRetries(-1)),
-		"0 max pause":   httplimit.NewTransport(nil, l, httplimit.WithMaxPause(0)),
-		"-1s max pause": httplimit.NewTransport(nil, l, httplimit.WithMaxPause(-time.Second)),
+	for name, opts := range map[string]struct {
+		b    keyrate.Backend
+		opts []httplimit.TransportOption
+	}{
+		"nil backend":   {nil, nil},
+		"nil key":       {l, []httplimit.TransportOption{httplimit.WithUpstreamKey(nil)}},
+		"nil clock":     {l, []httplimit.TransportOption{httplimit.WithClock(nil)}},
+		"11 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(11)}},
+		"-1 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(-1)}},
+		"0 max pause":   {l, []httplimit.TransportOption{httplimit.WithMaxPause(0)}},
+		"-1s max pause": {l, []httplimit.TransportOption{httplimit.WithMaxPause(-time.Second)}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			body := &closeCounter{Reader: strings.NewReader("x")}
-			req, _ := http.NewRequest("POST", up.URL, body)
-			_, err := tr.RoundTrip(req)
-			assert.ErrorIs(t, err, keyrate.ErrConfig)
-			assert.True(t, body.closed, "the body of a request not sent is closed")
-		})
+		tr, err := httplimit.NewTransport(nil, opts.b, opts.opts...)
+		assert.ErrorIs(t, err, keyrate.ErrConfig, name)
+		assert.Nil(t, tr, name)
 	}
-	tr := httplimit.NewTransport(nil, l, httplimit.WithUpstreamKey(func(*http.Request) string { return "" }))
-	req, _ := http.NewRequest("GET", up.URL, nil)
+	tr := mustTransport(t, nil, l, httplimit.WithUpstreamKey(func(*http.Request) string { return "" }))
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequest("POST", up.URL, body)
 	_, err = tr.RoundTrip(req)
 	assert.ErrorIs(t, err, keyrate.ErrInvalidKey)
+	assert.True(t, body.closed, "the body of a request not sent is closed")
+	req, _ = http.NewRequest("GET", up.URL, nil)
 
 	failing := keyrate.BackendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
 		return keyrate.Decision{}, keyrate.ErrUnavailable
 	})
-	_, err = httplimit.NewTransport(nil, failing).RoundTrip(req)
+	_, err = mustTransport(t, nil, failing).RoundTrip(req)
 	assert.ErrorIs(t, err, keyrate.ErrUnavailable, "a store that cannot answer sends nothing")
 	assert.Empty(t, up.arrivals())
 }
@@ -369,27 +385,41 @@ func (c *closeCounter) Close() error { c.closed = true; return nil }
 // Upstreams are held apart: by host, by default, or by the key a
 // function gives.
 func TestTransportKeys(t *testing.T) {
-	clock := newSteppedClock()
-	l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
-	require.NoError(t, err)
-	defer l.Close()
-	a, b := newUpstream(t, clock, nil), newUpstream(t, clock, nil)
-	client := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast())}
-	for _, u := range []string{a.URL, b.URL} {
-		_, err := fetch(t, client, u)
-		assert.NoError(t, err, "each host has its own budget")
-	}
-	_, err = fetch(t, client, a.URL)
-	assert.True(t, errors.As(err, new(*httplimit.LimitedError)))
-
-	byAccount := &http.Client{Transport: httplimit.NewTransport(nil, l, httplimit.WithTransportClock(clock), httplimit.WithFailFast(),
-		httplimit.WithUpstreamKey(func(r *http.Request) string { return "acct:" + r.Header.Get("X-Account") }))}
-	for _, acct := range []string{"1", "2"} {
-		req, _ := http.NewRequest("GET", a.URL, nil)
-		req.Header.Set("X-Account", acct)
-		resp, err := byAccount.Do(req)
-		if assert.NoError(t, err, "account %s", acct) {
-			resp.Body.Close()
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBubbleClock()
+		l, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
+		require.NoError(t, err)
+		defer l.Close()
+		a, b := newUpstream(t, clock, nil), newUpstream(t, clock, nil)
+		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		for _, u := range []string{a.URL, b.URL} {
+			_, err := fetch(t, client, u)
+			assert.NoError(t, err, "each host has its own budget")
 		}
+		_, err = fetch(t, client, a.URL)
+		assert.True(t, errors.As(err, new(*httplimit.LimitedError)))
+
+		byAccount := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast(),
+			httplimit.WithUpstreamKey(func(r *http.Request) string { return "acct:" + r.Header.Get("X-Account") }))}
+		for _, acct := range []string{"1", "2"} {
+			req, _ := http.NewRequest("GET", a.URL, nil)
+			req.Header.Set("X-Account", acct)
+			resp, err := byAccount.Do(req)
+			if assert.NoError(t, err, "account %s", acct) {
+				resp.Body.Close()
+			}
+		}
+	})
+}
+
+// mustTransport returns NewTransport's RoundTripper, failing t on an
+// error; a nil base is the in-process one (inMemory).
+func mustTransport(t testing.TB, base http.RoundTripper, b keyrate.Backend, opts ...httplimit.TransportOption) http.RoundTripper {
+	t.Helper()
+	if base == nil {
+		base = inMemory{}
 	}
+	tr, err := httplimit.NewTransport(base, b, opts...)
+	require.NoError(t, err)
+	return tr
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
-// upstream is what a Transport has learned of one upstream key: a pause
+// upstream is what a transport has learned of one upstream key: a pause
 // it asked for, and how many requests it has left until its reset. An
 // entry lives while it holds something not yet lapsed.
 type upstream struct {
@@ -43,7 +43,7 @@ func (u *upstream) lapsed(now time.Time) bool {
 
 // held returns how long a request for key must wait at now, from what the
 // upstream said; an entry that has lapsed leaves the map.
-func (t *Transport) held(key string, now time.Time) time.Duration {
+func (t *transport) held(key string, now time.Time) time.Duration {
 	u, ok := t.upstreams.Load(key)
 	if !ok {
 		return 0
@@ -63,7 +63,7 @@ func (t *Transport) held(key string, now time.Time) time.Duration {
 // upstream said it has left, and reports whether it may go: false when a
 // pause began, or the last of what was left went, since held said it
 // could.
-func (t *Transport) spend(key string, now time.Time) bool {
+func (t *transport) spend(key string, now time.Time) bool {
 	u, ok := t.upstreams.Load(key)
 	if !ok {
 		return true
@@ -82,7 +82,7 @@ func (t *Transport) spend(key string, now time.Time) bool {
 // learn reads what resp says of the upstream's limits into key's entry,
 // and reports whether it asked for a pause (a 429 or 503 with a
 // Retry-After), after which a request may be retried.
-func (t *Transport) learn(key string, resp *http.Response) bool {
+func (t *transport) learn(key string, resp *http.Response) bool {
 	now := t.clock.Now()
 	date := now // the upstream's now, for the instants it sends
 	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {

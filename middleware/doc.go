@@ -1,9 +1,10 @@
-// Package middleware holds what keyrate's middleware packages share,
-// declared once: httplimit (net/http) and grpclimit (gRPC) take the same
-// FailureMode, report the same Event to their Hooks and to an Observer,
-// ask their backend through a Caller and take in-flight slots through a
-// SlotGate, so that both bound and classify failures alike. A middleware
-// of your own, for another protocol, can use them too.
+// Package middleware holds what a user of keyrate's middleware packages
+// configures, declared once: httplimit (net/http) and grpclimit (gRPC) take
+// the same FailureMode, report the same Event to their hooks and to an
+// Observer, settle a request's weight through ReportWeight, take the same
+// Concurrency store, and give a token budget's backend the same TokenTier.
+// The machinery both share lives in middleware/adapter, for packages that
+// put a keyrate.Backend behind a protocol.
 //
 // Every request is decided by one atomic call to a keyrate.Backend. What
 // happens when that call gives no decision depends on why:

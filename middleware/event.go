@@ -26,14 +26,15 @@ type Event struct {
 	// Identity, or Identity alone when Route is "". "" when the request
 	// could not be identified, so that the backend was not asked.
 	Key string
-	// Cost is the request's weight.
-	Cost int
+	// Weight is the request's weight (httplimit.WithWeight,
+	// grpclimit.WithWeight): 1 by default.
+	Weight int
 	// Decision is the backend's answer; zero when Err is set. Under a
-	// token budget, the one that stands for both (TokenDecision).
+	// token budget, the one that stands for both.
 	Decision keyrate.Decision
 	// Budgets, under a token budget (httplimit.WithTokenBudget,
 	// grpclimit.WithTokenBudget), are both budgets' Decisions: the
-	// requests budget's, then the tokens budget's, Cost being the tokens
+	// requests budget's, then the tokens budget's, Weight being the tokens
 	// weight; nil otherwise, and when Err is set.
 	Budgets []keyrate.Decision
 	// Err says why no decision could be had; nil for a decision. It

@@ -141,7 +141,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, r := newMetrics(t)
-			h, _ := limited(t, m, tc.b, append(tc.opts, httplimit.WithWindow(time.Minute))...)
+			h, _ := limited(t, m, tc.b, tc.opts...)
 			get(h, "192.0.2.1")
 			assert.Equal(t, 1.0, r.requests("search", "error"))
 			for _, kind := range []string{"timeout", "unavailable", "invalid", "oom", "refund"} {
@@ -336,7 +336,7 @@ func TestDecisionSources(t *testing.T) {
 		d.Fallback = down
 		return d, err
 	})
-	h, _ := limited(t, m, b, httplimit.WithWindow(time.Minute))
+	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
 	assert.Equal(t, 1.0, r.source("search", "store"))
 	assert.Zero(t, r.source("search", "fallback"))

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 )
 
 var (
@@ -61,7 +60,7 @@ func TestHTTPPolicyViolations(t *testing.T) {
 	b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
 	})
-	h, _ := limited(t, m, b, httplimit.WithWindow(time.Second))
+	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
 	refuseDay = true
 	get(h, "192.0.2.1")

@@ -120,7 +120,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, reg := newMetrics(t)
-			h, _ := limited(t, m, tc.b, append(tc.opts, httplimit.WithWindow(time.Minute))...)
+			h, _ := limited(t, m, tc.b, tc.opts...)
 			get(h, "192.0.2.1")
 			if got := requests(t, reg, "search", "error"); got != 1 {
 				t.Errorf("error requests %v, want 1", got)
@@ -427,7 +427,7 @@ func TestDecisionSources(t *testing.T) {
 		d.Fallback = down
 		return d, err
 	})
-	h, _ := limited(t, m, b, httplimit.WithWindow(time.Minute))
+	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
 	if s, f := source(t, reg, "search", "store"), source(t, reg, "search", "fallback"); s != 1 || f != 0 {
 		t.Errorf("store %v, fallback %v; want 1, 0", s, f)

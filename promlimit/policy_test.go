@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
 )
 
 var (
@@ -74,7 +73,7 @@ func TestHTTPPolicyViolations(t *testing.T) {
 	b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
 	})
-	h, _ := limited(t, m, b, httplimit.WithWindow(time.Second))
+	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
 	refuseDay = true
 	get(h, "192.0.2.1")

@@ -3,6 +3,7 @@ package redislimit_test
 import (
 	"context"
 	"errors"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // TestOneBudget checks that a Limiter reports its budget and that the
-// middleware's caller (middleware.Caller) relies on it: given a budget of 1ns,
+// middleware's caller (adapter.Caller) relies on it: given a budget of 1ns,
 // which no call could meet, the caller still gets the Limiter's answer,
 // because it calls a Bounded backend directly and adds no budget of its
 // own; against a server that never answers, the Limiter's budget alone
@@ -27,7 +28,7 @@ func TestOneBudget(t *testing.T) {
 	if got := newLimiter(t, srv.Client(t), 2, time.Hour).TimeBudget(); got != 250*time.Millisecond {
 		t.Fatalf("TimeBudget() without WithTimeout = %v, want the default 250ms", got)
 	}
-	c, err := middleware.NewCaller(l, time.Nanosecond)
+	c, err := adapter.NewCaller(l, time.Nanosecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestOneBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		c, err := middleware.NewCaller(lh, time.Hour)
+		c, err := adapter.NewCaller(lh, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

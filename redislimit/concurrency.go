@@ -137,7 +137,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), 
 	return release, err
 }
 
-// AcquireSlot is the call middleware makes (middleware.InFlight): with
+// AcquireSlot is the call middleware makes (middleware.Concurrency): with
 // wait, Acquire; without, TryAcquire, a key at its limit being a nil
 // release and a nil error. limit is key's number of slots, that of its
 // tier, set with every answer.

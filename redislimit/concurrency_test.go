@@ -22,7 +22,7 @@ import (
 	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
-var _ middleware.InFlight = (*redislimit.Concurrency)(nil)
+var _ middleware.Concurrency = (*redislimit.Concurrency)(nil)
 
 func newSlots(t *testing.T, client redis.UniversalClient, limit int, ttl time.Duration, opts ...redislimit.Option) *redislimit.Concurrency {
 	t.Helper()
@@ -367,7 +367,7 @@ func TestConcurrencyBehindHTTP(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
 		m, err := httplimit.New(l, httplimit.WithRoute("report"),
-			httplimit.WithInFlight(newSlots(t, client, 1, time.Minute, redislimit.WithPrefix(prefix)), 0))
+			httplimit.WithConcurrency(newSlots(t, client, 1, time.Minute, redislimit.WithPrefix(prefix)), 0))
 		require.NoError(t, err)
 		replicas = append(replicas, m.Handler(slow))
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
-// Two replicas call one paid API through httplimit.Transport, each over
+// Two replicas call one paid API through httplimit.NewTransport, each over
 // its own redislimit.Limiter on one Redis: they share one budget of 5 a
 // second, so the API never sees 6 calls within a second from the two
 // together, and 12 calls take 2 seconds, as from one process.
@@ -46,7 +46,9 @@ func TestTransportSharesTheBudgetAcrossReplicas(t *testing.T) {
 		for range 2 {
 			l, err := redislimit.New(client, 5, time.Second, redislimit.WithPrefix(prefix), redislimit.WithClock(wallClock{}))
 			require.NoError(t, err)
-			replica := &http.Client{Transport: httplimit.NewTransport(api, l)}
+			tr, err := httplimit.NewTransport(api, l)
+			require.NoError(t, err)
+			replica := &http.Client{Transport: tr}
 			for range 6 {
 				wg.Go(func() {
 					resp, err := replica.Get("http://api.example/")

@@ -84,7 +84,7 @@ func budgetsOf(e middleware.Event, slots *countedSlots) []live.Budget {
 // slotStore is an in-flight store the demo closes once its server stops:
 // *keyrate.Concurrency or *redislimit.Concurrency.
 type slotStore interface {
-	middleware.InFlight
+	middleware.Concurrency
 	Close() error
 }
 

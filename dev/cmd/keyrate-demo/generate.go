@@ -65,10 +65,10 @@ const maxGenerateBody = 4 << 10
 
 // neverFits is the weight of a request whose max_tokens cannot be read: it
 // can never be admitted, so the middleware answers 413 with no wait that
-// would help (httplimit.WithCost), and the request reserves nothing.
+// would help (httplimit.WithWeight), and the request reserves nothing.
 const neverFits = -1
 
-// reserveMaxTokens is /api/generate's cost (httplimit.WithCost): the
+// reserveMaxTokens is /api/generate's cost (httplimit.WithWeight): the
 // max_tokens of its form, reserved from the client's tokens a minute
 // before the handler runs, as a model call reserves the most it may
 // generate. A max_tokens that is missing or not a whole number from 1 up
@@ -83,7 +83,7 @@ func reserveMaxTokens(r *http.Request) int {
 
 // serveGenerate stands for a model call: it "generates" the tokens the
 // form's used says (by default a quarter of max_tokens, rounded up; never
-// more than max_tokens), reports them with httplimit.ReportCost before it
+// more than max_tokens), reports them with middleware.ReportWeight before it
 // writes its answer, so that the middleware gives back what the request
 // reserved and did not use and the RateLimit fields say what it left, and
 // answers what it reserved and used. settled says whether the report was
@@ -112,7 +112,7 @@ func serveGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	used = min(used, reserved)
-	settled := httplimit.ReportCost(r.Context(), used) == nil
+	settled := middleware.ReportWeight(r.Context(), used) == nil
 	writeJSON(w, map[string]any{"reserved": reserved, "used": used, "settled": settled})
 }
 
@@ -145,7 +145,7 @@ func writeGenerateError(w http.ResponseWriter, err error) {
 // does, but for a max_tokens it cannot read (weighed neverFits), which gets
 // a 413 that says so rather than that the request costs too much.
 func generateLimited(w http.ResponseWriter, r *http.Request, e middleware.Event) {
-	if e.Cost != neverFits {
+	if e.Weight != neverFits {
 		httplimit.DefaultLimitedHandler(w, r, e)
 		return
 	}

@@ -16,7 +16,7 @@
 // failed attempts only, 5 per 15 minutes: a login answered below 400 is
 // given back (httplimit.WithRefund), in process and with -redis alike.
 // GET /api/report, a slow endpoint (2 s a report), holds a client to 2
-// requests in flight beside 20 per 60 s (httplimit.WithInFlight): a third,
+// requests in flight beside 20 per 60 s (httplimit.WithConcurrency): a third,
 // while two run, waits up to a second for a slot, then gets 429.
 //
 // A client is its X-API-Key header when it sends one, else its IP address

@@ -50,7 +50,7 @@ type newIdentities struct {
 
 // handler returns next behind the budget, for the route whose limiter is
 // l. httplimit asks l about route + "\x00" + the bounded identity, and
-// suffix after it: a token budget's requests key (middleware.RequestsSuffix),
+// suffix after it: a token budget's requests key (adapter.RequestsSuffix),
 // which every admitted request counts against, or "".
 func (n *newIdentities) handler(route, suffix string, l *keyrate.Limiter, next http.Handler) http.Handler {
 	prefix := route + "\x00"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"strings"
 	"time"
 
@@ -22,7 +23,7 @@ type refundable interface {
 
 // refundReporter is a budget whose requests the middleware may give back,
 // wholly (httplimit.WithRefund, or a reservation that was not used at
-// all) or in part (httplimit.ReportCost): each refund it makes is
+// all) or in part (middleware.ReportWeight): each refund it makes is
 // published like a decision, so that the log and the page show what the
 // request no longer counts.
 type refundReporter struct {
@@ -47,7 +48,7 @@ func newRefundReporter(b keyrate.Backend, rt route, publish func(decision)) (key
 // TakeAll decides a token budget's request (httplimit.WithTokenBudget)
 // as the budget's own TakeAll does.
 func (r refundReporter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	all, ok := middleware.AllTakerOf(r.refundable)
+	all, ok := adapter.AllTakerOf(r.refundable)
 	if !ok {
 		return nil, false, fmt.Errorf("route %s: a budget of %T cannot decide several keys at once", r.route, r.refundable)
 	}
@@ -73,7 +74,7 @@ func (r refundReporter) published(ctx context.Context, key string, receipt keyra
 	// under a token budget the budget's suffix after it. The page draws
 	// the tokens; the request, given back whole with them, is not shown.
 	identity := strings.TrimPrefix(key, r.route+"\x00")
-	if id, ok := strings.CutSuffix(identity, middleware.TokensSuffix); ok && r.tokens {
+	if id, ok := strings.CutSuffix(identity, adapter.TokensSuffix); ok && r.tokens {
 		identity = id
 	} else if r.tokens {
 		return
@@ -93,7 +94,7 @@ func (r refundReporter) published(ctx context.Context, key string, receipt keyra
 	}
 	if r.tokens {
 		// Both budgets as they now stand, for the page.
-		requests, err := r.TakeContext(ctx, strings.TrimSuffix(key, middleware.TokensSuffix)+middleware.RequestsSuffix, 0)
+		requests, err := r.TakeContext(ctx, strings.TrimSuffix(key, adapter.TokensSuffix)+adapter.RequestsSuffix, 0)
 		if err == nil {
 			d.Budgets = budgetsOf(middleware.Event{Budgets: []keyrate.Decision{requests, after}}, nil)
 		}

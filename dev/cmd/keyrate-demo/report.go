@@ -13,7 +13,7 @@ import (
 // client's reports run while a third waits for one of them.
 const reportTime = 2 * time.Second
 
-// reportRoute is the README's in-flight example (httplimit.WithInFlight),
+// reportRoute is the README's in-flight example (httplimit.WithConcurrency),
 // served: a slow endpoint held to 2 requests in flight per client beside
 // 20 a minute. A third, while two run, waits up to a second for one of
 // them to end, then gets 429 with Retry-After: 1.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"io"
 	"net"
 	"net/http"
@@ -36,16 +37,16 @@ type route struct {
 	// (httplimit.WithTokenBudget); the page draws each budget.
 	Requests []keyrate.Policy
 	// InFlight, when above 0, is how many requests of a client may run
-	// at once (httplimit.WithInFlight); one more waits up to InFlightWait.
+	// at once (httplimit.WithConcurrency); one more waits up to InFlightWait.
 	InFlight     int
 	InFlightWait time.Duration
 	// FailuresOnly counts only the requests answered 400 or above: the
 	// middleware gives back the others' events once they are served
 	// (httplimit.WithRefund), in process and in Redis alike.
 	FailuresOnly bool
-	// Cost, when set, weighs each request (httplimit.WithCost) in Unit,
+	// Cost, when set, weighs each request (httplimit.WithWeight) in Unit,
 	// such as the tokens a model call reserves: its handler reports what
-	// the request really cost (httplimit.ReportCost), and the middleware
+	// the request really cost (middleware.ReportWeight), and the middleware
 	// gives back the rest, where the budget can give part of a decision
 	// back. Burst is the burst size the live page offers for it.
 	Cost  func(*http.Request) int
@@ -296,7 +297,7 @@ func (a *assembly) route(rt route) (http.Handler, error) {
 	if local != nil {
 		suffix := ""
 		if rt.Requests != nil {
-			suffix = middleware.RequestsSuffix // every admitted request counts there
+			suffix = adapter.RequestsSuffix // every admitted request counts there
 		}
 		h = a.newcomers.handler(rt.Name, suffix, local, h)
 	}
@@ -325,7 +326,7 @@ func (a *assembly) options(rt route, b keyrate.Backend) ([]httplimit.Option, key
 			return nil, nil, err
 		}
 		a.stores = append(a.stores, slots)
-		opts = append(opts, httplimit.WithInFlight(slots, rt.InFlightWait))
+		opts = append(opts, httplimit.WithConcurrency(slots, rt.InFlightWait))
 	}
 	if rt.Requests != nil || slots != nil {
 		hook = a.hook(true, slots)
@@ -341,7 +342,7 @@ func (a *assembly) options(rt route, b keyrate.Backend) ([]httplimit.Option, key
 		opts = append(opts, httplimit.WithRefund(countsNot))
 	}
 	if rt.Cost != nil {
-		opts = append(opts, httplimit.WithCost(rt.Cost))
+		opts = append(opts, httplimit.WithWeight(rt.Cost))
 	}
 	if rt.limited != nil {
 		opts = append(opts, httplimit.WithLimitedHandler(rt.limited))
@@ -355,7 +356,7 @@ func (a *assembly) options(rt route, b keyrate.Backend) ([]httplimit.Option, key
 // decision as the request's verdict.
 func (a *assembly) hook(budgets bool, slots *countedSlots) func(middleware.Event) {
 	return func(e middleware.Event) {
-		d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Cost}
+		d := decision{At: time.Now(), Route: e.Route, Key: shownIdentity(e.Identity), Decision: e.Decision, Err: e.Err, Cost: e.Weight}
 		switch {
 		case !budgets:
 		case e.Budgets != nil:

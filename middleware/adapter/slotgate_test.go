@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // failingStore answers every AcquireSlot with err.
@@ -27,31 +28,23 @@ type told []string
 
 func (t *told) hooks() Hooks {
 	return Hooks{
-		OnDecision: func(ev Event) { *t = append(*t, "decision "+ev.Decision.Policy) },
-		OnLimited:  func(ev Event) { *t = append(*t, "limited "+ev.Decision.Policy) },
-		OnError:    func(ev Event) { *t = append(*t, fmt.Sprintf("error shadow=%v", ev.Shadow)) },
-		Observer:   observerFunc(func(ev Event) { *t = append(*t, "observe") }),
+		OnDecision: func(ev middleware.Event) { *t = append(*t, "decision "+ev.Decision.Policy) },
+		OnLimited:  func(ev middleware.Event) { *t = append(*t, "limited "+ev.Decision.Policy) },
+		OnError:    func(ev middleware.Event) { *t = append(*t, fmt.Sprintf("error shadow=%v", ev.Shadow)) },
+		Observer:   observerFunc(func(ev middleware.Event) { *t = append(*t, "observe") }),
 	}
 }
 
-type observerFunc func(Event)
+type observerFunc func(middleware.Event)
 
-func (f observerFunc) Observe(ev Event) { f(ev) }
+func (f observerFunc) Observe(ev middleware.Event) { f(ev) }
 
-func TestSlotConfigGate(t *testing.T) {
-	var none SlotConfig
-	g, err := none.Gate(FailOpen, false, Hooks{})
-	assert.NoError(t, err)
-	assert.Nil(t, g, "no in-flight limit without Set")
-
-	var c SlotConfig
-	c.Set(nil, 0)
-	_, err = c.Gate(FailOpen, false, Hooks{})
+func TestNewSlotGate(t *testing.T) {
+	_, err := NewSlotGate(nil, 0, middleware.FailOpen, false, Hooks{})
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 	conc, err := keyrate.NewConcurrency(1)
 	require.NoError(t, err)
-	c.Set(conc, -time.Second)
-	_, err = c.Gate(FailOpen, false, Hooks{})
+	_, err = NewSlotGate(conc, -time.Second, middleware.FailOpen, false, Hooks{})
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }
 
@@ -63,14 +56,12 @@ func TestSlotGateHold(t *testing.T) {
 		t.Run(fmt.Sprint("shadow=", shadow), func(t *testing.T) {
 			conc, err := keyrate.NewConcurrency(1)
 			require.NoError(t, err)
-			var c SlotConfig
-			c.Set(conc, 0)
 			var log told
-			g, err := c.Gate(FailOpen, shadow, log.hooks())
+			g, err := NewSlotGate(conc, 0, middleware.FailOpen, shadow, log.hooks())
 			require.NoError(t, err)
 			ctx := context.Background()
 
-			ev := Event{Route: "search", Key: "search\x00alice", Context: ctx}
+			ev := middleware.Event{Route: "search", Key: "search\x00alice", Context: ctx}
 			held := g.Hold(ctx, &ev, "alice")
 			require.NoError(t, held.Err)
 			require.NotNil(t, held.Release)
@@ -78,18 +69,18 @@ func TestSlotGateHold(t *testing.T) {
 			assert.Equal(t, keyrate.Policy{Name: "search-inflight", Limit: 1}, held.Policy)
 			assert.Empty(t, log, "a held slot is reported by the rate decision, not here")
 
-			ev = Event{Route: "search", Key: "search\x00alice", Context: ctx}
+			ev = middleware.Event{Route: "search", Key: "search\x00alice", Context: ctx}
 			full := g.Hold(ctx, &ev, "alice")
 			assert.True(t, full.Full)
 			assert.Nil(t, full.Release)
 			assert.NoError(t, full.Err)
 			assert.Equal(t, held.Policy, full.Policy)
-			assert.Equal(t, SlotRefusal("search", 1), ev.Decision)
+			assert.Equal(t, slotRefusal("search", 1), ev.Decision)
 			assert.Equal(t, shadow, ev.Shadow)
 			assert.Equal(t, told{"decision search-inflight", "limited search-inflight", "observe"}, log)
 
 			held.Release()
-			ev = Event{Route: "search", Key: "search\x00alice", Context: ctx}
+			ev = middleware.Event{Route: "search", Key: "search\x00alice", Context: ctx}
 			again := g.Hold(ctx, &ev, "alice")
 			require.NotNil(t, again.Release, "a released slot is free again")
 			again.Release()
@@ -97,35 +88,33 @@ func TestSlotGateHold(t *testing.T) {
 	}
 }
 
-// A store failure goes on without a slot under FailOpen and in shadow
-// mode, reported; FailClosed leaves it to the middleware, unreported. A
-// request that cannot be placed, or whose client has gone, is left to the
-// middleware in every mode.
+// A store failure goes on without a slot under middleware.FailOpen and in
+// shadow mode, reported; middleware.FailClosed leaves it to the middleware,
+// unreported. A request that cannot be placed, or whose client has gone, is
+// left to the middleware in every mode.
 func TestSlotGateFailures(t *testing.T) {
 	down := fmt.Errorf("store down: %w", keyrate.ErrUnavailable)
 	invalid := fmt.Errorf("no key: %w", keyrate.ErrInvalidKey)
 	cases := []struct {
 		name    string
 		err     error
-		failure FailureMode
+		failure middleware.FailureMode
 		shadow  bool
 		goOn    bool
 		told    told
 	}{
-		{"down/FailOpen", down, FailOpen, false, true, told{"error shadow=false", "observe"}},
-		{"down/FailClosed", down, FailClosed, false, false, nil},
-		{"down/FailClosed/shadow", down, FailClosed, true, true, told{"error shadow=true", "observe"}},
-		{"down/FailOpen/shadow", down, FailOpen, true, true, told{"error shadow=false", "observe"}},
-		{"invalid/FailOpen/shadow", invalid, FailOpen, true, false, nil},
+		{"down/FailOpen", down, middleware.FailOpen, false, true, told{"error shadow=false", "observe"}},
+		{"down/FailClosed", down, middleware.FailClosed, false, false, nil},
+		{"down/FailClosed/shadow", down, middleware.FailClosed, true, true, told{"error shadow=true", "observe"}},
+		{"down/FailOpen/shadow", down, middleware.FailOpen, true, true, told{"error shadow=false", "observe"}},
+		{"invalid/FailOpen/shadow", invalid, middleware.FailOpen, true, false, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var c SlotConfig
-			c.Set(failingStore{tc.err}, 0)
 			var log told
-			g, err := c.Gate(tc.failure, tc.shadow, log.hooks())
+			g, err := NewSlotGate(failingStore{tc.err}, 0, tc.failure, tc.shadow, log.hooks())
 			require.NoError(t, err)
-			ev := Event{Route: "r", Key: "r\x00k"}
+			ev := middleware.Event{Route: "r", Key: "r\x00k"}
 			hold := g.Hold(context.Background(), &ev, "k")
 			assert.ErrorIs(t, ev.Err, tc.err)
 			assert.False(t, hold.Full)
@@ -145,34 +134,32 @@ func TestSlotGateFailures(t *testing.T) {
 	t.Run("gone", func(t *testing.T) {
 		conc, err := keyrate.NewConcurrency(1)
 		require.NoError(t, err)
-		var c SlotConfig
-		c.Set(conc, 0)
-		g, err := c.Gate(FailOpen, true, Hooks{})
+		g, err := NewSlotGate(conc, 0, middleware.FailOpen, true, Hooks{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		ev := Event{Route: "r", Key: "r\x00k"}
+		ev := middleware.Event{Route: "r", Key: "r\x00k"}
 		hold := g.Hold(ctx, &ev, "k")
-		assert.ErrorIs(t, hold.Err, ErrClientGone)
+		assert.ErrorIs(t, hold.Err, middleware.ErrClientGone)
 		assert.True(t, errors.Is(ev.Err, context.Canceled))
 		assert.Zero(t, ev.Duration, "no hook is set: nothing is timed")
 	})
 }
 
 // Decided tells OnLimited only of a refusal; Failed tells OnError and the
-// Observer; Timed reports whether anything is told.
+// middleware.Observer; Timed reports whether anything is told.
 func TestHooks(t *testing.T) {
 	assert.False(t, Hooks{}.Timed())
-	Hooks{}.Decided(Event{})
-	Hooks{}.Failed(Event{})
+	Hooks{}.Decided(middleware.Event{})
+	Hooks{}.Failed(middleware.Event{})
 
 	var log told
 	h := log.hooks()
 	assert.True(t, h.Timed())
-	h.Decided(Event{Decision: keyrate.Decision{Allowed: true, Policy: "p"}})
+	h.Decided(middleware.Event{Decision: keyrate.Decision{Allowed: true, Policy: "p"}})
 	assert.Equal(t, told{"decision p", "observe"}, log)
 	log = nil
-	h.Failed(Event{Err: keyrate.ErrUnavailable})
+	h.Failed(middleware.Event{Err: keyrate.ErrUnavailable})
 	assert.Equal(t, told{"error shadow=false", "observe"}, log)
 	assert.True(t, Hooks{Observer: h.Observer}.Timed())
 }

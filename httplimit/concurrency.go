@@ -5,6 +5,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/middleware"
+	"github.com/keyrate/keyrate/middleware/adapter"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -20,7 +21,7 @@ func (m *Middleware) holdSlot(w http.ResponseWriter, r *http.Request, next http.
 	}
 	h := w.Header()
 	if hold.Policy.Name != "" && m.headers&DraftHeaders != 0 {
-		h[hPolicy] = append(h[hPolicy], string(ratelimitfield.AppendPolicies(nil, []keyrate.Policy{hold.Policy}, m.route, middleware.SlotUnit)))
+		h[hPolicy] = append(h[hPolicy], string(ratelimitfield.AppendPolicies(nil, []keyrate.Policy{hold.Policy}, m.route, adapter.SlotUnit)))
 	}
 	if !hold.Full {
 		return hold.Release, true

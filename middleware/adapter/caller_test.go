@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 type ctxKey struct{}
@@ -91,8 +92,8 @@ func TestTake(t *testing.T) {
 		{"non-blocking", func(p probe) keyrate.Backend { return nonBlocking{p} }, 300 * time.Millisecond, false, 300 * time.Millisecond, nil, true, false},
 		{"bounded", func(p probe) keyrate.Backend { return bounded{p} }, 300 * time.Millisecond, false, 300 * time.Millisecond, nil, true, false},
 		{"blocking, within the budget", func(p probe) keyrate.Backend { return p }, 99 * time.Millisecond, false, 99 * time.Millisecond, nil, false, true},
-		{"blocking, ignoring its context", func(p probe) keyrate.Backend { return p }, time.Second, false, budget, ErrBudgetExceeded, false, true},
-		{"blocking, heeding its context", func(p probe) keyrate.Backend { return p }, time.Second, true, budget, ErrBudgetExceeded, false, true},
+		{"blocking, ignoring its context", func(p probe) keyrate.Backend { return p }, time.Second, false, budget, middleware.ErrBudgetExceeded, false, true},
+		{"blocking, heeding its context", func(p probe) keyrate.Backend { return p }, time.Second, true, budget, middleware.ErrBudgetExceeded, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestTakeCallerCancelled(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Millisecond, cancel)
 		_, err := caller.Take(ctx, "k", "k", 1)
-		if !errors.Is(err, ErrClientGone) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrBudgetExceeded) {
+		if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, context.Canceled) || errors.Is(err, middleware.ErrBudgetExceeded) {
 			t.Fatalf("err = %v, want ErrClientGone and context.Canceled", err)
 		}
 	})
@@ -191,16 +192,16 @@ func TestTakeClientGone(t *testing.T) {
 			}
 			switch {
 			case tc.gone != nil:
-				if !errors.Is(err, ErrClientGone) || !errors.Is(err, tc.gone) || d.Allowed {
+				if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, tc.gone) || d.Allowed {
 					t.Errorf("%s, inline %v: %+v, %v; want ErrClientGone matching %v", tc.name, inline, d, err, tc.gone)
 				}
-			case d != tc.d || !errors.Is(err, tc.err) || errors.Is(err, ErrClientGone):
+			case d != tc.d || !errors.Is(err, tc.err) || errors.Is(err, middleware.ErrClientGone):
 				t.Errorf("%s, inline %v: %+v, %v; want the backend's %+v, %v", tc.name, inline, d, err, tc.d, tc.err)
 			}
 		}
 	}
 	// A cause says why the request ended, beside its context's error.
-	if _, err := mustCaller(t, answering{calls: new(int)}, time.Second).Take(cancelled, "k", "k", 1); err == nil || err.Error() != ErrClientGone.Error()+": context canceled: stream reset" {
+	if _, err := mustCaller(t, answering{calls: new(int)}, time.Second).Take(cancelled, "k", "k", 1); err == nil || err.Error() != middleware.ErrClientGone.Error()+": context canceled: stream reset" {
 		t.Errorf("with a cause: %v", err)
 	}
 }
@@ -220,7 +221,7 @@ func TestTakeClientGoneDuringCall(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			_, err := mustCaller(t, b, 100*time.Millisecond).Take(ctx, "k", "k", 1)
-			if !errors.Is(err, ErrClientGone) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBudgetExceeded) || time.Since(start) != 5*time.Millisecond {
+			if !errors.Is(err, middleware.ErrClientGone) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, middleware.ErrBudgetExceeded) || time.Since(start) != 5*time.Millisecond {
 				t.Errorf("%s: %v after %v, want ErrClientGone and DeadlineExceeded after 5ms", name, err, time.Since(start))
 			}
 		}

@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"context"
@@ -11,18 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
-var _ InFlight = (*keyrate.Concurrency)(nil)
+var _ middleware.Concurrency = (*keyrate.Concurrency)(nil)
 
 func TestNewSlots(t *testing.T) {
 	c, err := keyrate.NewConcurrency(1)
 	require.NoError(t, err)
-	_, err = NewSlots(nil, 0)
+	_, err = newSlots(nil, 0)
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = NewSlots(c, -time.Nanosecond)
+	_, err = newSlots(c, -time.Nanosecond)
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = NewSlots(c, 0)
+	_, err = newSlots(c, 0)
 	assert.NoError(t, err)
 }
 
@@ -32,35 +33,35 @@ func TestSlotsAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, err := keyrate.NewConcurrency(1)
 		require.NoError(t, err)
-		s, err := NewSlots(c, 2*time.Second)
+		s, err := newSlots(c, 2*time.Second)
 		require.NoError(t, err)
 		ctx := context.Background()
 
-		hold, limit, err := s.Acquire(ctx, "k", "k", false)
+		hold, limit, err := s.acquire(ctx, "k", "k", false)
 		require.NoError(t, err)
 		require.NotNil(t, hold)
 		assert.Equal(t, 1, limit)
 
 		start := time.Now()
-		release, limit, err := s.Acquire(ctx, "k", "k", false)
+		release, limit, err := s.acquire(ctx, "k", "k", false)
 		assert.NoError(t, err, "a wait that runs out is no error")
 		assert.Nil(t, release)
 		assert.Equal(t, 1, limit)
 		assert.Equal(t, 2*time.Second, time.Since(start), "it waited the whole wait")
 
 		start = time.Now()
-		release, _, err = s.Acquire(ctx, "k", "k", true)
+		release, _, err = s.acquire(ctx, "k", "k", true)
 		assert.NoError(t, err)
 		assert.Nil(t, release)
 		assert.Zero(t, time.Since(start), "shadow mode never waits")
 
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_, _, err = s.Acquire(short, "k", "k", false)
-		assert.ErrorIs(t, err, ErrClientGone, "the request's own deadline came first")
+		_, _, err = s.acquire(short, "k", "k", false)
+		assert.ErrorIs(t, err, middleware.ErrClientGone, "the request's own deadline came first")
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		_, _, err = s.Acquire(short, "k", "k", false)
-		assert.ErrorIs(t, err, ErrClientGone, "a done request is not asked about")
+		_, _, err = s.acquire(short, "k", "k", false)
+		assert.ErrorIs(t, err, middleware.ErrClientGone, "a done request is not asked about")
 
 		hold()
 		assert.Equal(t, 0, c.Len())
@@ -77,18 +78,18 @@ func TestSlotsPassTheIdentity(t *testing.T) {
 	}
 	c, err := keyrate.NewConcurrency(1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 4}}}))
 	require.NoError(t, err)
-	s, err := NewSlots(c, 0)
+	s, err := newSlots(c, 0)
 	require.NoError(t, err)
-	_, limit, err := s.Acquire(context.Background(), "route\x00x-api-key=pro-1", "pro-1", false)
+	_, limit, err := s.acquire(context.Background(), "route\x00x-api-key=pro-1", "pro-1", false)
 	require.NoError(t, err)
 	assert.Equal(t, 4, limit)
 }
 
 func TestSlotRefusal(t *testing.T) {
-	d := SlotRefusal("search", 3)
+	d := slotRefusal("search", 3)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "search-inflight", d.Policy)
 	assert.Equal(t, 3, d.Limit)
 	assert.Equal(t, time.Second, d.RetryAfter)
-	assert.Equal(t, "inflight", SlotPolicy("", 2).Name)
+	assert.Equal(t, "inflight", slotPolicy("", 2).Name)
 }

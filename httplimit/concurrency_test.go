@@ -61,11 +61,11 @@ func serveAsync(h http.Handler, r *http.Request) (rec *httptest.ResponseRecorder
 // refused at once with 429, a Retry-After of a second and the in-flight
 // policy named in its fields and body, without spending rate budget; once
 // one ends, the next is served.
-func TestInFlightRefusesWhenFull(t *testing.T) {
+func TestConcurrencyRefusesWhenFull(t *testing.T) {
 	l, _ := newLimiter(t, 20, time.Minute)
 	c := newConcurrency(t, 2)
 	var limited []middleware.Event
-	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithInFlight(c, 0),
+	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }))
 	require.NoError(t, err)
 	slow := newBlocking()
@@ -102,10 +102,10 @@ func TestInFlightRefusesWhenFull(t *testing.T) {
 
 // The slot goes back when the handler returns, when it panics, and when
 // its client hangs up.
-func TestInFlightReleases(t *testing.T) {
+func TestConcurrencyReleases(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
 	c := newConcurrency(t, 1)
-	m, err := httplimit.New(l, httplimit.WithInFlight(c, 0))
+	m, err := httplimit.New(l, httplimit.WithConcurrency(c, 0))
 	require.NoError(t, err)
 
 	t.Run("return", func(t *testing.T) {
@@ -153,13 +153,13 @@ func TestInFlightReleases(t *testing.T) {
 // A bounded wait: a request for a full key waits for a slot up to the
 // wait, first come first served, and is served when one comes back, or
 // refused when none does.
-func TestInFlightWaits(t *testing.T) {
+func TestConcurrencyWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
 		defer l.Close()
 		c := newConcurrency(t, 1)
-		m, err := httplimit.New(l, httplimit.WithRoute("report"), httplimit.WithInFlight(c, 5*time.Second))
+		m, err := httplimit.New(l, httplimit.WithRoute("report"), httplimit.WithConcurrency(c, 5*time.Second))
 		require.NoError(t, err)
 		slow := newBlocking()
 		h := m.Handler(slow)
@@ -184,14 +184,14 @@ func TestInFlightWaits(t *testing.T) {
 
 // A request whose client hangs up while it waits for a slot is never
 // served, and takes none.
-func TestInFlightClientGoneWhileWaiting(t *testing.T) {
+func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
 		defer l.Close()
 		c := newConcurrency(t, 1)
 		var errs []error
-		m, err := httplimit.New(l, httplimit.WithInFlight(c, time.Minute),
+		m, err := httplimit.New(l, httplimit.WithConcurrency(c, time.Minute),
 			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		require.NoError(t, err)
 		hold, _ := c.TryAcquire("192.0.2.1")
@@ -221,7 +221,7 @@ func (failingSlots) AcquireSlot(context.Context, string, bool) (func(), int, err
 	return nil, 0, fmt.Errorf("slots: %w", keyrate.ErrUnavailable)
 }
 
-func TestInFlightStoreFailure(t *testing.T) {
+func TestConcurrencyStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		mode        middleware.FailureMode
 		shadow      bool
@@ -235,7 +235,7 @@ func TestInFlightStoreFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("mode %d shadow %v", tc.mode, tc.shadow), func(t *testing.T) {
 			l, _ := newLimiter(t, 5, time.Minute)
 			var errs []middleware.Event
-			opts := []httplimit.Option{httplimit.WithInFlight(failingSlots{}, time.Second), httplimit.WithFailureMode(tc.mode),
+			opts := []httplimit.Option{httplimit.WithConcurrency(failingSlots{}, time.Second), httplimit.WithFailureMode(tc.mode),
 				httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e) })}
 			if tc.shadow {
 				opts = append(opts, httplimit.WithShadow())
@@ -255,11 +255,11 @@ func TestInFlightStoreFailure(t *testing.T) {
 // Shadow mode holds no request up: a full key is reported as a shadowed
 // refusal and served, with no rate decision, as enforcing would have
 // refused it before one.
-func TestInFlightShadow(t *testing.T) {
+func TestConcurrencyShadow(t *testing.T) {
 	l, _ := newLimiter(t, 5, time.Minute)
 	c := newConcurrency(t, 1)
 	var events []middleware.Event
-	h := newHandler(t, l, httplimit.WithInFlight(c, time.Hour), httplimit.WithShadow(),
+	h := newHandler(t, l, httplimit.WithConcurrency(c, time.Hour), httplimit.WithShadow(),
 		httplimit.WithOnDecision(func(e middleware.Event) { events = append(events, e) }))
 	hold, _ := c.TryAcquire("192.0.2.1")
 	defer hold()
@@ -274,7 +274,7 @@ func TestInFlightShadow(t *testing.T) {
 
 // The store's tier function sees the client's identity as sent, not the
 // key: a pro API key gets the pro plan's slots, and the field says so.
-func TestInFlightTiers(t *testing.T) {
+func TestConcurrencyTiers(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
 	plan := func(id string) string {
 		if strings.HasPrefix(id, "pro-") {
@@ -283,7 +283,7 @@ func TestInFlightTiers(t *testing.T) {
 		return ""
 	}
 	c := newConcurrency(t, 1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 3}}}))
-	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithInFlight(c, 0),
+	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	require.NoError(t, err)
 	slow := newBlocking()
@@ -306,22 +306,22 @@ func TestInFlightTiers(t *testing.T) {
 	wg.Wait()
 }
 
-func TestInFlightOptionErrors(t *testing.T) {
+func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	_, err := httplimit.New(l, httplimit.WithInFlight(nil, 0))
+	_, err := httplimit.New(l, httplimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = httplimit.New(l, httplimit.WithInFlight(newConcurrency(t, 1), -time.Second))
+	_, err = httplimit.New(l, httplimit.WithConcurrency(newConcurrency(t, 1), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }
 
 // The body of an in-flight refusal is a problem document like a rate
 // refusal's.
-func TestInFlightRefusalBody(t *testing.T) {
+func TestConcurrencyRefusalBody(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	c := newConcurrency(t, 1)
 	hold, _ := c.TryAcquire("192.0.2.1")
 	defer hold()
-	rec := get(newHandler(t, l, httplimit.WithInFlight(c, 0)), "/")
+	rec := get(newHandler(t, l, httplimit.WithConcurrency(c, 0)), "/")
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 	assert.Equal(t, "Rate limit exceeded; retry in 1 seconds.", body["detail"])

@@ -67,12 +67,12 @@ func serveGated(t *testing.T, lim *grpclimit.Limiter, g *gate) *testServer {
 // first runs fails at once with ResourceExhausted and a RetryInfo of a
 // second, lists the in-flight policy beside the rate one, and spends no
 // rate budget; once the first ends, the next is served.
-func TestInFlightUnary(t *testing.T) {
+func TestConcurrencyUnary(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	var limited []middleware.Event
 	g := newGate()
-	ts := serveGated(t, mustNew(t, l, grpclimit.WithInFlight(c, 0),
+	ts := serveGated(t, mustNew(t, l, grpclimit.WithConcurrency(c, 0),
 		grpclimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) })), g)
 	alice := ts.client(t, "127.0.0.1")
 
@@ -101,10 +101,10 @@ func TestInFlightUnary(t *testing.T) {
 }
 
 // A stream holds its slot until it ends.
-func TestInFlightStream(t *testing.T) {
+func TestConcurrencyStream(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
-	ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(c, 0)))
+	ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(c, 0)))
 	alice := ts.client(t, "127.0.0.1")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,10 +131,10 @@ func TestInFlightStream(t *testing.T) {
 
 // The slot goes back when the handler panics (a recovering interceptor
 // outside would answer the call).
-func TestInFlightReleasedOnPanic(t *testing.T) {
+func TestConcurrencyReleasedOnPanic(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
-	unary := mustNew(t, l, grpclimit.WithInFlight(c, 0)).Unary()
+	unary := mustNew(t, l, grpclimit.WithConcurrency(c, 0)).Unary()
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
 	info := &grpc.UnaryServerInfo{FullMethod: check}
 	for range 3 {
@@ -147,11 +147,11 @@ func TestInFlightReleasedOnPanic(t *testing.T) {
 
 // A call whose client goes while it waits for a slot is never served,
 // and fails with its own status.
-func TestInFlightClientGoneWhileWaiting(t *testing.T) {
+func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
 	c := newConcurrency(t, 1)
 	errs := make(chan error, 1)
-	ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(c, time.Hour),
+	ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(c, time.Hour),
 		grpclimit.WithOnError(func(e middleware.Event) { errs <- e.Err })))
 	alice := ts.client(t, "127.0.0.1")
 	hold, ok := c.TryAcquire(check + "\x00127.0.0.1")
@@ -177,7 +177,7 @@ func (failingSlots) AcquireSlot(context.Context, string, bool) (func(), int, err
 	return nil, 0, fmt.Errorf("slots: %w", keyrate.ErrUnavailable)
 }
 
-func TestInFlightStoreFailure(t *testing.T) {
+func TestConcurrencyStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		mode middleware.FailureMode
 		code codes.Code
@@ -188,7 +188,7 @@ func TestInFlightStoreFailure(t *testing.T) {
 		t.Run(fmt.Sprint(tc.mode), func(t *testing.T) {
 			l, _ := manualLimiter(t, 5, time.Minute)
 			var errs []error
-			ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(failingSlots{}, 0), grpclimit.WithFailureMode(tc.mode),
+			ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(failingSlots{}, 0), grpclimit.WithFailureMode(tc.mode),
 				grpclimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) })))
 			res := callCheck(t, ts.client(t, "127.0.0.1"))
 			assert.Equal(t, tc.code, res.code, res.msg)
@@ -201,10 +201,10 @@ func TestInFlightStoreFailure(t *testing.T) {
 	}
 }
 
-func TestInFlightOptionErrors(t *testing.T) {
+func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := manualLimiter(t, 1, time.Minute)
-	_, err := grpclimit.New(l, grpclimit.WithInFlight(nil, 0))
+	_, err := grpclimit.New(l, grpclimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = grpclimit.New(l, grpclimit.WithInFlight(newConcurrency(t, 1), -time.Second))
+	_, err = grpclimit.New(l, grpclimit.WithConcurrency(newConcurrency(t, 1), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }

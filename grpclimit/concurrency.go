@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"github.com/keyrate/keyrate/middleware/adapter"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -31,7 +32,7 @@ func (l *Limiter) holdSlot(ctx context.Context, r *route, ev middleware.Event, s
 	case hold.Policy.Name == "": // on without a slot
 		return hold.Release, "", false, nil, nil
 	}
-	member = string(ratelimitfield.AppendPolicies(nil, []keyrate.Policy{hold.Policy}, r.method, middleware.SlotUnit))
+	member = string(ratelimitfield.AppendPolicies(nil, []keyrate.Policy{hold.Policy}, r.method, adapter.SlotUnit))
 	if !hold.Full {
 		return hold.Release, member, false, nil, nil
 	}
@@ -46,10 +47,10 @@ func (l *Limiter) holdSlot(ctx context.Context, r *route, ev middleware.Event, s
 }
 
 // slotRefusal is the error of a call refused for want of a slot:
-// ResourceExhausted, with a RetryInfo of middleware.SlotRetryAfter.
+// ResourceExhausted, with a RetryInfo of adapter.SlotRetryAfter.
 func slotRefusal(method string) error {
-	st := status.Newf(codes.ResourceExhausted, "keyrate: in-flight limit of %s reached; retry in %v", method, middleware.SlotRetryAfter)
-	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(middleware.SlotRetryAfter)}); err == nil {
+	st := status.Newf(codes.ResourceExhausted, "keyrate: in-flight limit of %s reached; retry in %v", method, adapter.SlotRetryAfter)
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(adapter.SlotRetryAfter)}); err == nil {
 		st = withInfo // err is never set: RetryInfo always marshals
 	}
 	return st.Err()

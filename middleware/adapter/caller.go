@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"context"
@@ -7,22 +7,8 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
-
-// ErrBudgetExceeded is wrapped by the error of a backend call that
-// outlived the time budget a Caller bounds it by. That error also matches
-// context.DeadlineExceeded. It is a store failure, answered per the
-// FailureMode.
-var ErrBudgetExceeded = errors.New("keyrate: backend exceeded its time budget")
-
-// ErrClientGone is wrapped by the error of a request whose context was
-// done before it could be decided: the client hung up, reset the stream,
-// or its deadline passed. That error also wraps the context's own error
-// (context.Canceled or context.DeadlineExceeded). The store is not at
-// fault, so it is no store failure; and the request must not be served,
-// whatever the FailureMode, or a client could have work done over its
-// limit by giving up on its requests.
-var ErrClientGone = errors.New("keyrate: the request ended before it was decided")
 
 // Caller asks one backend for decisions as httplimit and grpclimit do: on
 // the request's goroutine when the backend bounds its own calls, else on a
@@ -60,7 +46,7 @@ func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
 		inline:    bounded,
 		identity:  tiered(b),
 		budget:    budget,
-		budgetErr: fmt.Errorf("%w (%v): %w", ErrBudgetExceeded, budget, context.DeadlineExceeded),
+		budgetErr: fmt.Errorf("%w (%v): %w", middleware.ErrBudgetExceeded, budget, context.DeadlineExceeded),
 	}, nil
 }
 
@@ -71,10 +57,10 @@ type result struct {
 
 // Take asks the backend about a request of weight n for key, made by the
 // client identity names as it sent it (see keyrate.ContextWithIdentity: an
-// API key without the route and header name the key adds to it); ctx is
-// the request's. A request whose ctx is done is not asked about at all,
-// and one whose ctx ends before the backend answers fails too: both with
-// an error wrapping ErrClientGone. An answer that came in time stands,
+// API key without the route and header name the key adds to it); ctx is the
+// request's. A request whose ctx is done is not asked about at all, and one
+// whose ctx ends before the backend answers fails too: both with an error
+// wrapping middleware.ErrClientGone. An answer that came in time stands,
 // admitted or not, even if ctx has ended since.
 func (c *Caller) Take(ctx context.Context, key, identity string, n int) (keyrate.Decision, error) {
 	var d keyrate.Decision
@@ -114,9 +100,9 @@ func (c *Caller) TakeInto(ctx context.Context, key, identity string, n int, d *k
 func gone(ctx context.Context) error {
 	err := ctx.Err()
 	if cause := context.Cause(ctx); cause != err {
-		return fmt.Errorf("%w: %w: %w", ErrClientGone, err, cause)
+		return fmt.Errorf("%w: %w: %w", middleware.ErrClientGone, err, cause)
 	}
-	return fmt.Errorf("%w: %w", ErrClientGone, err)
+	return fmt.Errorf("%w: %w", middleware.ErrClientGone, err)
 }
 
 // bounded calls the backend, which does not bound its own calls, under the
@@ -143,11 +129,6 @@ func (c *Caller) bounded(ctx context.Context, key string, n int) (keyrate.Decisi
 	}
 }
 
-// ErrRefundFailed is wrapped by the error of a refund the backend could
-// not make (see Caller.Refund). The request was decided and served; its
-// events stay counted, which errs on the side of the limit.
-var ErrRefundFailed = errors.New("keyrate: refund failed")
-
 // tiered reports whether b may read the identity a context carries: when
 // it says so (keyrate.Described), or when it says nothing.
 func tiered(b keyrate.Backend) bool {
@@ -165,17 +146,12 @@ func (c *Caller) CanRefund() bool {
 	return ok
 }
 
-// Refund gives back the events the admitted decision *d recorded for key,
-// once its request has been served, and consumes d's Receipt. It runs even
-// when ctx is done (the client may hang up after its response), under the
-// budget when the backend does not bound its own calls. Its error wraps
-// ErrRefundFailed.
-func (c *Caller) Refund(ctx context.Context, key string, d *keyrate.Decision) error {
-	return c.RefundN(ctx, key, d, d.Receipt.N())
-}
-
-// RefundN is Refund of n of the decision's events, the part of a
-// reservation its request did not use (see Reservation).
+// RefundN gives back n of the events the admitted decision *d recorded
+// for key (d.Receipt.N() of them: the whole decision; fewer: the part of a
+// Reservation its request did not use), once its request has been served.
+// It runs even when ctx is done (the client may hang up after its
+// response), under the budget when the backend does not bound its own
+// calls. Its error wraps middleware.ErrRefundFailed.
 func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	ctx = context.WithoutCancel(ctx)
 	if !c.inline {
@@ -185,10 +161,10 @@ func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n
 	}
 	r, ok := c.backend.(keyrate.Refunder)
 	if !ok {
-		return fmt.Errorf("%w: the backend cannot refund", ErrRefundFailed)
+		return fmt.Errorf("%w: the backend cannot refund", middleware.ErrRefundFailed)
 	}
 	if err := r.RefundContext(ctx, key, d, n); err != nil {
-		return fmt.Errorf("%w: %w", ErrRefundFailed, err)
+		return fmt.Errorf("%w: %w", middleware.ErrRefundFailed, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"context"
@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/middleware"
 )
 
 // Hooks are what a middleware tells of its Events, as httplimit's and
 // grpclimit's WithOnDecision, WithOnLimited, WithOnError and WithObserver
 // set them. Any of them may be nil.
 type Hooks struct {
-	OnDecision, OnLimited, OnError func(Event)
-	Observer                       Observer
+	OnDecision, OnLimited, OnError func(middleware.Event)
+	Observer                       middleware.Observer
 }
 
 // Timed reports whether anything is told of an Event, so that its Duration
@@ -24,7 +25,7 @@ func (h Hooks) Timed() bool {
 
 // Decided tells OnDecision, then OnLimited when ev's Decision is a
 // refusal, then the Observer, of a decision.
-func (h Hooks) Decided(ev Event) {
+func (h Hooks) Decided(ev middleware.Event) {
 	if h.OnDecision != nil {
 		h.OnDecision(ev)
 	}
@@ -38,7 +39,7 @@ func (h Hooks) Decided(ev Event) {
 
 // Failed tells OnError, then the Observer, of a request that got no
 // decision, or whose refund failed: ev.Err says why.
-func (h Hooks) Failed(ev Event) {
+func (h Hooks) Failed(ev middleware.Event) {
 	if h.OnError != nil {
 		h.OnError(ev)
 	}
@@ -47,43 +48,25 @@ func (h Hooks) Failed(ev Event) {
 	}
 }
 
-// SlotGate is the in-flight step of a middleware, as httplimit.WithInFlight
-// and grpclimit.WithInFlight take it: it asks Slots for a request's slot
-// before anything else, answers for the failure mode and shadow mode, and
-// reports what no later step of the request will. It is safe for
-// concurrent use.
+// SlotGate is the concurrency step of a middleware, as
+// httplimit.WithConcurrency and grpclimit.WithConcurrency take it: it asks
+// the store for a request's slot before anything else, answers for the
+// failure mode and shadow mode, and reports what no later step of the
+// request will. It is safe for concurrent use.
 type SlotGate struct {
-	slots   *Slots
-	failure FailureMode
+	slots   *slots
+	failure middleware.FailureMode
 	shadow  bool
 	hooks   Hooks
 	timed   bool
 }
 
-// SlotConfig is the in-flight part of a middleware's configuration, as
-// httplimit.WithInFlight and grpclimit.WithInFlight record it. The zero
-// value sets no in-flight limit.
-type SlotConfig struct {
-	store InFlight
-	wait  time.Duration
-	set   bool
-}
-
-// Set records an in-flight limit over s, waiting up to wait for a slot
-// (see NewSlots).
-func (c *SlotConfig) Set(s InFlight, wait time.Duration) {
-	c.store, c.wait, c.set = s, wait, true
-}
-
-// Gate returns the SlotGate of the recorded limit, for a middleware with
-// the given failure mode, shadow mode and hooks; nil without one (Set was
-// never called). A nil store or a negative wait give NewSlots's error,
-// wrapping keyrate.ErrConfig.
-func (c *SlotConfig) Gate(failure FailureMode, shadow bool, hooks Hooks) (*SlotGate, error) {
-	if !c.set {
-		return nil, nil
-	}
-	slots, err := NewSlots(c.store, c.wait)
+// NewSlotGate returns the SlotGate of a concurrency limit over s, waiting
+// up to wait for a slot (0: not at all) within each request's context, for
+// a middleware with the given failure mode, shadow mode and hooks. A nil s
+// or a negative wait give an error wrapping keyrate.ErrConfig.
+func NewSlotGate(s middleware.Concurrency, wait time.Duration, failure middleware.FailureMode, shadow bool, hooks Hooks) (*SlotGate, error) {
+	slots, err := newSlots(s, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +80,7 @@ type SlotHold struct {
 	// been served. It does nothing for a request that goes on without a
 	// slot, and is nil for one that does not go on (Full, or Err set).
 	Release func()
-	// Policy is the in-flight limit's, SlotPolicy(ev.Route, limit) with the
+	// Policy is the in-flight limit's, the concurrency limit's policy with the
 	// key's limit, for the RateLimit-Policy field; zero when the store did
 	// not answer.
 	Policy keyrate.Policy
@@ -105,7 +88,7 @@ type SlotHold struct {
 	// want of a slot, with no rate decision (so that the refusal costs no
 	// rate budget), or, in shadow mode, served without a slot and without
 	// a rate decision. It has been reported as a refusal by
-	// SlotRefusal(ev.Route, limit), with Event.Shadow in shadow mode.
+	// slotRefusal(ev.Route, limit), with Event.Shadow in shadow mode.
 	Full bool
 	// Err, when set, says why no slot could be had where the request must
 	// be answered as one whose rate decision failed (the client has gone,
@@ -123,31 +106,31 @@ type SlotHold struct {
 // slot, under FailOpen or in shadow mode (Event.Shadow set where enforcing
 // would have refused it); any other failure is left to the middleware, in
 // SlotHold.Err.
-func (g *SlotGate) Hold(ctx context.Context, ev *Event, identity string) SlotHold {
+func (g *SlotGate) Hold(ctx context.Context, ev *middleware.Event, identity string) SlotHold {
 	var began time.Time
 	if g.timed {
 		began = time.Now()
 	}
-	release, limit, err := g.slots.Acquire(ctx, ev.Key, identity, g.shadow)
+	release, limit, err := g.slots.acquire(ctx, ev.Key, identity, g.shadow)
 	if g.timed {
 		ev.Duration = time.Since(began)
 	}
 	if err != nil {
 		ev.Err = err
-		goOn := !errors.Is(err, ErrClientGone) && !errors.Is(err, keyrate.ErrInvalidKey) &&
-			(g.failure == FailOpen || g.shadow)
+		goOn := !errors.Is(err, middleware.ErrClientGone) && !errors.Is(err, keyrate.ErrInvalidKey) &&
+			(g.failure == middleware.FailOpen || g.shadow)
 		if !goOn {
 			return SlotHold{Err: err}
 		}
-		ev.Shadow = g.shadow && g.failure == FailClosed
+		ev.Shadow = g.shadow && g.failure == middleware.FailClosed
 		g.hooks.Failed(*ev)
 		return SlotHold{Release: noSlot}
 	}
-	hold := SlotHold{Release: release, Policy: SlotPolicy(ev.Route, limit)}
+	hold := SlotHold{Release: release, Policy: slotPolicy(ev.Route, limit)}
 	if release != nil {
 		return hold
 	}
-	ev.Decision = SlotRefusal(ev.Route, limit)
+	ev.Decision = slotRefusal(ev.Route, limit)
 	ev.Shadow = g.shadow
 	g.hooks.Decided(*ev)
 	hold.Full = true

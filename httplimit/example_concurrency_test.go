@@ -26,7 +26,7 @@ func reports(mux *http.ServeMux, reportHandler http.Handler) error {
 	report, err := httplimit.New(rate,
 		httplimit.WithRoute("report"),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)),
-		httplimit.WithInFlight(running, time.Second), // 2 at once, a bounded wait for a third
+		httplimit.WithConcurrency(running, time.Second), // 2 at once, a bounded wait for a third
 	)
 	if err != nil {
 		return err
@@ -37,7 +37,7 @@ func reports(mux *http.ServeMux, reportHandler http.Handler) error {
 
 // Two reports of alice's run; a third waits its second and is refused,
 // with the in-flight limit beside the rate in its fields.
-func Example_inFlight() {
+func Example_concurrency() {
 	started, finish := make(chan struct{}), make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
