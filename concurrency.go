@@ -66,11 +66,15 @@ func NewConcurrency(limit int, opts ...Option) (*Concurrency, error) {
 
 // TryAcquire takes one of key's slots if one is free and no one waits for
 // one, and returns the function that gives it back (call it once the request
-// ends; calls after the first do nothing); ok is false otherwise. The tier
-// function sees key.
-func (c *Concurrency) TryAcquire(key string) (release func(), ok bool) {
-	release, _ = c.acquire(key, c.limitFor(key), nil)
-	return release, release != nil
+// ends; calls after the first do nothing); ok is false otherwise. It fails
+// only with ctx's error, when ctx is done, and still answers after Close.
+// The tier function sees ctx's identity.
+func (c *Concurrency) TryAcquire(ctx context.Context, key string) (release func(), ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	release, _ = c.acquire(key, c.limitFor(c.tierKey(ctx, key)), nil)
+	return release, release != nil, nil
 }
 
 // Acquire takes one of key's slots, waiting until ctx is done, and returns its

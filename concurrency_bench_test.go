@@ -20,7 +20,7 @@ func BenchmarkConcurrencyTakeRelease(b *testing.B) {
 	b.ReportAllocs()
 	held := 0
 	for b.Loop() {
-		if release, ok := c.TryAcquire("client-00000001"); ok {
+		if release, ok, _ := c.TryAcquire(context.Background(), "client-00000001"); ok {
 			held++
 			release()
 		}
@@ -32,7 +32,7 @@ func BenchmarkConcurrencyTakeRelease(b *testing.B) {
 // runs: its entry stays, and each take and release only counts.
 func BenchmarkConcurrencyHeldKey(b *testing.B) {
 	c, _ := NewConcurrency(3)
-	running, _ := c.TryAcquire("client-00000001")
+	running, _, _ := c.TryAcquire(context.Background(), "client-00000001")
 	defer running()
 	b.ReportAllocs()
 	held := 0
@@ -56,7 +56,7 @@ func BenchmarkConcurrencyParallelKeys(b *testing.B) {
 		own := keys[int(next.Add(1)-1)%runtime.GOMAXPROCS(0)*1000:][:1000]
 		i := 0
 		for pb.Next() {
-			if release, ok := c.TryAcquire(own[i%len(own)]); ok {
+			if release, ok, _ := c.TryAcquire(context.Background(), own[i%len(own)]); ok {
 				held.Add(1)
 				release()
 			}
@@ -76,7 +76,7 @@ func BenchmarkConcurrencyHotKey(b *testing.B) {
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if release, ok := c.TryAcquire("hot"); ok {
+			if release, ok, _ := c.TryAcquire(context.Background(), "hot"); ok {
 				held.Add(1)
 				release()
 			}

@@ -81,7 +81,7 @@ func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 						hold(release)
 					}
 				case 1:
-					if release, ok := c.TryAcquire("k"); ok {
+					if release, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
 						hold(release)
 					} else {
 						refused.Add(1)
@@ -104,22 +104,22 @@ func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 	assert.Equal(t, int64(goroutines*rounds), taken.Load()+refused.Load(), "every call either held a slot or was refused")
 	assert.Equal(t, 0, c.Len(), "no entry left once every slot is back")
 	for range limit {
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok, "every slot came back")
 	}
-	_, ok := c.TryAcquire("k")
+	_, ok, _ := c.TryAcquire(context.Background(), "k")
 	assert.False(t, ok, "and no more than the limit")
 }
 
 func TestConcurrencyReleaseTwiceIsHarmless(t *testing.T) {
 	c := mustConcurrency(t, 1)
-	release, ok := c.TryAcquire("k")
+	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	release()
 	release()
-	first, ok := c.TryAcquire("k")
+	first, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
-	_, ok = c.TryAcquire("k")
+	_, ok, _ = c.TryAcquire(context.Background(), "k")
 	assert.False(t, ok, "a second release gave back a slot that was not held")
 	first()
 	assert.Equal(t, 0, c.Len())
@@ -127,22 +127,22 @@ func TestConcurrencyReleaseTwiceIsHarmless(t *testing.T) {
 
 func TestConcurrencyReleaseFromAnotherGoroutine(t *testing.T) {
 	c := mustConcurrency(t, 1)
-	release, ok := c.TryAcquire("k")
+	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	done := make(chan struct{})
 	go func() { release(); close(done) }()
 	<-done
-	_, ok = c.TryAcquire("k")
+	_, ok, _ = c.TryAcquire(context.Background(), "k")
 	assert.True(t, ok)
 }
 
 func TestConcurrencyKeysAreSeparate(t *testing.T) {
 	c := mustConcurrency(t, 2)
 	for _, key := range []string{"a", "a", "b", "b", ""} {
-		_, ok := c.TryAcquire(key)
+		_, ok, _ := c.TryAcquire(context.Background(), key)
 		require.True(t, ok, key)
 	}
-	_, ok := c.TryAcquire("a")
+	_, ok, _ := c.TryAcquire(context.Background(), "a")
 	assert.False(t, ok)
 	assert.Equal(t, 3, c.Len())
 }
@@ -152,7 +152,7 @@ func TestConcurrencyKeysAreSeparate(t *testing.T) {
 func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := mustConcurrency(t, 1)
-		release, ok := c.TryAcquire("k")
+		release, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok)
 		var mu sync.Mutex
 		var order []int
@@ -170,7 +170,7 @@ func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 			})
 			awaitWaiters(t, c, "k", i+1) // queue them in a known order
 		}
-		_, ok = c.TryAcquire("k")
+		_, ok, _ = c.TryAcquire(context.Background(), "k")
 		assert.False(t, ok, "TryAcquire does not jump the queue")
 		release()
 		wg.Wait()
@@ -182,7 +182,7 @@ func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -200,7 +200,7 @@ func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		ctx, cancel := context.WithCancel(context.Background())
 		errs := make(chan error)
 		go func() {
@@ -213,7 +213,7 @@ func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 		assert.ErrorIs(t, <-errs, context.Canceled)
 		assert.Zero(t, time.Since(start), "it returned at once")
 		release()
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "the cancelled waiter took no slot")
 	})
 }
@@ -237,7 +237,7 @@ func TestConcurrencyAcquireWithDoneContextTakesNothing(t *testing.T) {
 func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 	for i := range 100 {
 		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		w := &waiter{ready: make(chan struct{})}
 		_, g := c.acquire("k", 1, w)
 		require.NotNil(t, g)
@@ -255,7 +255,7 @@ func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 			assert.Nil(t, r, "an error comes with no slot")
 		}
 		require.Equal(t, 0, c.Len(), "the slot came back")
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok)
 		cancel()
 	}
@@ -266,7 +266,7 @@ func TestConcurrencyClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, err := NewConcurrency(1)
 		require.NoError(t, err)
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		errs := make(chan error)
 		go func() {
 			_, err := c.Acquire(context.Background(), "k")
@@ -280,10 +280,10 @@ func TestConcurrencyClose(t *testing.T) {
 		assert.ErrorIs(t, err, ErrClosed)
 		_, _, err = c.AcquireSlot(context.Background(), "j", false)
 		assert.ErrorIs(t, err, ErrClosed)
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.False(t, ok, "TryAcquire still answers after Close")
 		release()
-		r, ok := c.TryAcquire("k")
+		r, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "slots given back after Close come back")
 		r()
 		assert.Equal(t, 0, c.Len())
@@ -314,7 +314,7 @@ func TestConcurrencyIdleKeysLeaveNoEntry(t *testing.T) {
 	c := mustConcurrency(t, 3)
 	var releases []func()
 	for i := range 10_000 {
-		r, ok := c.TryAcquire("client-" + strconv.Itoa(i))
+		r, ok, _ := c.TryAcquire(context.Background(), "client-"+strconv.Itoa(i))
 		require.True(t, ok)
 		releases = append(releases, r)
 	}
@@ -324,9 +324,9 @@ func TestConcurrencyIdleKeysLeaveNoEntry(t *testing.T) {
 	}
 	assert.Equal(t, 0, c.Len())
 
-	r, _ := c.TryAcquire("k")
-	c.TryAcquire("k")
-	c.TryAcquire("k")
+	r, _, _ := c.TryAcquire(context.Background(), "k")
+	c.TryAcquire(context.Background(), "k")
+	c.TryAcquire(context.Background(), "k")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	_, err := c.Acquire(ctx, "k")
@@ -350,7 +350,7 @@ func TestConcurrencyTiers(t *testing.T) {
 	c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
 	count := func(key string) (n int) {
 		for {
-			if _, ok := c.TryAcquire(key); !ok {
+			if _, ok, _ := c.TryAcquire(context.Background(), key); !ok {
 				return n
 			}
 			n++
@@ -386,7 +386,7 @@ func TestConcurrencyTierChangeGrantsWaiters(t *testing.T) {
 			return ""
 		}
 		c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		got := make(chan error)
 		go func() {
 			_, err := c.Acquire(context.Background(), "k")
@@ -394,7 +394,7 @@ func TestConcurrencyTierChangeGrantsWaiters(t *testing.T) {
 		}()
 		awaitWaiters(t, c, "k", 1)
 		pro.Store(true)
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "the third slot of the pro plan")
 		assert.NoError(t, <-got, "the waiter got the second")
 		release()
@@ -443,7 +443,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 
 // TryAcquire and release against a model: a count per key. Every answer
 // is the model's, and the entries in memory are the keys holding slots.
-func TestConcurrencyModel(t *testing.T) {
+func TestModelConcurrency(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		limit := rapid.IntRange(1, 4).Draw(t, "limit")
 		c, err := NewConcurrency(limit)
@@ -469,7 +469,7 @@ func TestConcurrencyModel(t *testing.T) {
 				}
 			} else {
 				key := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "key")
-				release, ok := c.TryAcquire(key)
+				release, ok, _ := c.TryAcquire(context.Background(), key)
 				require.Equal(t, model[key] < limit, ok, "TryAcquire(%q) with %d held", key, model[key])
 				if ok {
 					model[key]++

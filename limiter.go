@@ -237,8 +237,8 @@ func (l *Limiter) RefundN(key string, d *Decision, n int) error {
 
 // Hit is one key of a TakeAll request and the weight it counts against it.
 type Hit struct {
-	Key string
-	N   int
+	Key    string
+	Weight int
 }
 
 // TakeAll decides a request that counts against several keys, each at its
@@ -270,11 +270,11 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 		h := hits[i]
 		if k := len(places) - 1; k >= 0 && places[k].key == h.Key {
 			if p := &places[k]; p.weight >= 0 {
-				p.weight = addWeights(p.weight, h.N)
+				p.weight = addWeights(p.weight, h.Weight)
 			}
 			continue
 		}
-		places = append(places, place{key: h.Key, weight: addWeights(0, h.N), t: l.tierFor(h.Key), d: &ds[i]})
+		places = append(places, place{key: h.Key, weight: addWeights(0, h.Weight), t: l.tierFor(h.Key), d: &ds[i]})
 	}
 	admissible := func(p *place) bool { return p.weight >= 1 && p.weight <= p.t.minLimit }
 	now := l.now()

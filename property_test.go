@@ -685,8 +685,8 @@ func drawWeight(t *rapid.T, policies []Policy) int {
 	return rapid.SampledFrom([]int{limit, limit - 1, limit/2 + 1, limit + 1, math.MaxInt32}).Draw(t, "heavy n")
 }
 
-// TestMatchesReferenceModel drives a limiter and the model with one random
-// sequence of every operation that changes a key's state, together: Take,
+// TestModel drives a limiter and the model with one random sequence of
+// every operation that changes a key's state, together: Take,
 // AllowN and Peek at weights from -1 to 2^31-1, TakeAll, Refund and RefundN
 // (of fresh, old, expired, refunded, stale and other keys' decisions, of
 // part of one, of more than is left), Reset, the janitor's sweep, evictions
@@ -698,7 +698,7 @@ func drawWeight(t *rapid.T, policies []Policy) int {
 // 100µs (WithMaxWindow).
 //
 // Run it long with -rapid.checks=1000000 (see CONTRIBUTING.md).
-func TestMatchesReferenceModel(t *testing.T) {
+func TestModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		algorithm := rapid.SampledFrom([]Algorithm{SlidingLog, SlidingLog, FixedWindow, GCRA}).Draw(t, "algorithm")
 		calendars := rapid.IntRange(0, 2).Draw(t, "calendars") > 0
@@ -993,7 +993,7 @@ func (m *model) takeAll(hits []Hit, now int64) ([]Decision, bool, map[string]int
 		if !seen {
 			order = append(order, h.Key)
 		}
-		weight[h.Key] = addWeights(w, h.N)
+		weight[h.Key] = addWeights(w, h.Weight)
 		if seen && w < 0 {
 			weight[h.Key] = -1
 		}
@@ -1269,10 +1269,10 @@ func drawWindows(t *rapid.T) []Policy {
 	return policies
 }
 
-// TestMatchesReferenceModelOnTicks is TestMatchesReferenceModel for windows
+// TestModelOnTicks is TestModel for windows
 // of any length, whose logs count in ticks of up to 50µs: at instants that
 // are whole ticks, an exact log decides exactly as the naive model does.
-func TestMatchesReferenceModelOnTicks(t *testing.T) {
+func TestModelOnTicks(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		policies := drawWindows(t)
 		c := NewManualClock(t0)

@@ -154,7 +154,7 @@ func TestInFlightClientGoneWhileWaiting(t *testing.T) {
 	ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(c, time.Hour),
 		grpclimit.WithOnError(func(e middleware.Event) { errs <- e.Err })))
 	alice := ts.client(t, "127.0.0.1")
-	hold, ok := c.TryAcquire(check + "\x00127.0.0.1")
+	hold, ok, _ := c.TryAcquire(context.Background(), check+"\x00127.0.0.1")
 	require.True(t, ok)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

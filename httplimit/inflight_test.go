@@ -194,7 +194,7 @@ func TestInFlightClientGoneWhileWaiting(t *testing.T) {
 		m, err := httplimit.New(l, httplimit.WithInFlight(c, time.Minute),
 			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		require.NoError(t, err)
-		hold, _ := c.TryAcquire("192.0.2.1")
+		hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 		served := false
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -261,7 +261,7 @@ func TestInFlightShadow(t *testing.T) {
 	var events []middleware.Event
 	h := newHandler(t, l, httplimit.WithInFlight(c, time.Hour), httplimit.WithShadow(),
 		httplimit.WithOnDecision(func(e middleware.Event) { events = append(events, e) }))
-	hold, _ := c.TryAcquire("192.0.2.1")
+	hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 	defer hold()
 	rec := get(h, "/")
 	assert.Equal(t, http.StatusOK, rec.Code)
@@ -319,7 +319,7 @@ func TestInFlightOptionErrors(t *testing.T) {
 func TestInFlightRefusalBody(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	c := newConcurrency(t, 1)
-	hold, _ := c.TryAcquire("192.0.2.1")
+	hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 	defer hold()
 	rec := get(newHandler(t, l, httplimit.WithInFlight(c, 0)), "/")
 	var body map[string]any

@@ -169,8 +169,8 @@ func neverFits(d *keyrate.Decision) bool { return d.RetryAfter == 0 && !d.Overfl
 // for key, into hits: key + RequestsSuffix at 1, key + TokensSuffix at
 // tokens.
 func TokenHits(hits *[2]keyrate.Hit, key string, tokens int) []keyrate.Hit {
-	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, N: 1}
-	hits[1] = keyrate.Hit{Key: key + TokensSuffix, N: tokens}
+	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, Weight: 1}
+	hits[1] = keyrate.Hit{Key: key + TokensSuffix, Weight: tokens}
 	return hits[:]
 }
 

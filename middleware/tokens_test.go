@@ -34,7 +34,7 @@ func TestCallerTakeAll(t *testing.T) {
 			t.Fatal("an AllTaker cannot take all")
 		}
 		start := time.Now()
-		_, _, err := c.TakeAll(t.Context(), []keyrate.Hit{{Key: "a", N: 1}})
+		_, _, err := c.TakeAll(t.Context(), []keyrate.Hit{{Key: "a", Weight: 1}})
 		if !errors.Is(err, ErrBudgetExceeded) || time.Since(start) != 50*time.Millisecond {
 			t.Errorf("a stuck backend: %v after %v, want ErrBudgetExceeded after the budget", err, time.Since(start))
 		}
@@ -55,7 +55,7 @@ func TestCallerTakeAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ds, ok, err := mustCaller(t, l, 0).TakeAll(t.Context(), []keyrate.Hit{{Key: "a", N: 1}, {Key: "b", N: 2}})
+	ds, ok, err := mustCaller(t, l, 0).TakeAll(t.Context(), []keyrate.Hit{{Key: "a", Weight: 1}, {Key: "b", Weight: 2}})
 	if err != nil || ok || len(ds) != 2 || !ds[0].Allowed || ds[1].Allowed {
 		t.Errorf("the Limiter's TakeAll through the Caller: %v %v %+v, want b refusing, a as it stands", ok, err, ds)
 	}

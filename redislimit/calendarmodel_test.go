@@ -257,18 +257,18 @@ func (r *calendarRef) Take(k string, n int) keyrate.Decision {
 func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
 	room := true
 	for _, h := range hits {
-		room = room && r.calRoom(h.Key, r.policies(h.Key), h.N, r.instant(h.Key))
+		room = room && r.calRoom(h.Key, r.policies(h.Key), h.Weight, r.instant(h.Key))
 	}
 	ds := make([]keyrate.Decision, len(hits))
 	if room {
 		cs, ok := r.core.TakeAll(hits)
 		for i, h := range hits {
 			ps, now := r.policies(h.Key), r.instant(h.Key)
-			ds[i] = r.combine(h.Key, ps, cs[i], h.N, ok, now)
-			if ok && h.N > 0 {
-				r.record(h.Key, ps, h.N, now)
+			ds[i] = r.combine(h.Key, ps, cs[i], h.Weight, ok, now)
+			if ok && h.Weight > 0 {
+				r.record(h.Key, ps, h.Weight, now)
 			}
-			r.decided(h.Key, now, ok && h.N > 0)
+			r.decided(h.Key, now, ok && h.Weight > 0)
 		}
 		return ds, ok
 	}
@@ -277,7 +277,7 @@ func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
 		// with room as it stands, which for its policies with room is
 		// the same.
 		now := r.instant(h.Key)
-		ds[i] = r.combine(h.Key, r.policies(h.Key), r.described(h.Key, h.N), h.N, false, now)
+		ds[i] = r.combine(h.Key, r.policies(h.Key), r.described(h.Key, h.Weight), h.Weight, false, now)
 		r.decided(h.Key, now, false)
 	}
 	return ds, false

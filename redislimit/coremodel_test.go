@@ -298,7 +298,7 @@ func TestMatchesCore(t *testing.T) {
 				ks := slices.Clone(keys)
 				hits := make([]keyrate.Hit, rapid.IntRange(2, 3).Draw(t, "hits"))
 				for i := range hits {
-					hits[i] = keyrate.Hit{Key: ks[i], N: weight("n")}
+					hits[i] = keyrate.Hit{Key: ks[i], Weight: weight("n")}
 					before(ks[i])
 				}
 				cs, cok := core.TakeAll(hits)

@@ -224,7 +224,7 @@ func TestRefundNTakeAllAndDenyCache(t *testing.T) {
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
 	l := newLimiter(t, client, 10, time.Minute, redislimit.WithClock(clock), redislimit.WithDenyCache(10))
-	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", N: 8}, {Key: "b", N: 4}})
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", Weight: 8}, {Key: "b", Weight: 4}})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.False(t, mustTake(t, l, "a", 5).Allowed, "held by the deny cache from now")

@@ -62,7 +62,7 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 		l.failAll(ds, keys)
 		return ds, false, errClosed("take all")
 	}
-	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.N > 0 {
+	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.Weight > 0 {
 		// One key: from its lease. Several decide in Redis, each key
 		// looking back window + d as every decision does.
 		tr := l.tierFor(ctx, h.Key)
@@ -70,7 +70,7 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 			l.failAll(ds, keys)
 			return ds, false, err
 		}
-		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.N)
+		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.Weight)
 		ds[0] = d
 		return ds, d.Allowed && err == nil, err
 	}
@@ -80,7 +80,7 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	at := make([]int, len(hits))
 	seen := make(map[string]int, len(hits))
 	for i, h := range hits {
-		key, n := h.Key, h.N
+		key, n := h.Key, h.Weight
 		if p, ok := seen[key]; ok {
 			at[i] = p
 			places[p].w = addWeight(places[p].w, n)
@@ -221,7 +221,7 @@ func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decis
 	// its place's: the same request as the one given.
 	hits := make([]keyrate.Hit, len(places))
 	for i := range places {
-		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), N: places[i].w}
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), Weight: places[i].w}
 	}
 	pds, ok := l.fallback.lim.TakeAll(hits)
 	ds := make([]keyrate.Decision, len(at))
