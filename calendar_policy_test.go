@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -99,13 +100,13 @@ func TestCalendarPolicyConfig(t *testing.T) {
 		{keyrate.Policy{Limit: 1, Window: time.Hour, Calendar: keyrate.Daily(time.UTC)}, "policies[0].Window"},
 		{keyrate.Policy{Limit: 0, Calendar: keyrate.Daily(time.UTC)}, "policies[0].Limit"},
 	} {
-		err := keyrate.CheckPolicies("policies", []keyrate.Policy{c.policy})
+		err := backend.CheckPolicies("policies", []keyrate.Policy{c.policy})
 		require.ErrorIs(t, err, keyrate.ErrConfig, "%+v", c.policy)
 		assert.Contains(t, err.Error(), c.field)
 		_, err = keyrate.NewPolicies([]keyrate.Policy{c.policy})
 		require.ErrorIs(t, err, keyrate.ErrConfig)
 	}
-	require.NoError(t, keyrate.CheckPolicies("policies", []keyrate.Policy{{Limit: 1, Calendar: keyrate.Monthly(31, time.UTC)}}))
+	require.NoError(t, backend.CheckPolicies("policies", []keyrate.Policy{{Limit: 1, Calendar: keyrate.Monthly(31, time.UTC)}}))
 
 	// SetTier adds calendars to a limiter made with one, not to another.
 	plan := func(string) string { return "pro" }
@@ -277,15 +278,15 @@ func TestCalendarTakeAll(t *testing.T) {
 		keyrate.WithTiers(plan, map[string][]keyrate.Policy{"org": {{Name: "month", Limit: 8, Calendar: keyrate.Monthly(1, time.UTC)}}}))
 	require.NoError(t, err)
 	defer l.Close()
-	_, ok := l.TakeAll([]keyrate.Hit{{Key: "ann", Weight: 4}, {Key: "org", Weight: 4}})
+	_, ok, _ := l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 4}, {Key: "org", Weight: 4}})
 	require.True(t, ok)
-	ds, ok := l.TakeAll([]keyrate.Hit{{Key: "ann", Weight: 2}, {Key: "org", Weight: 2}})
+	ds, ok, _ := l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 2}, {Key: "org", Weight: 2}})
 	require.False(t, ok, "ann's day has 1 left")
 	assert.Equal(t, 12*time.Hour, ds[0].RetryAfter)
-	_, ok = l.TakeAll([]keyrate.Hit{{Key: "bob", Weight: 4}, {Key: "org", Weight: 4}})
+	_, ok, _ = l.TakeAll(context.Background(), []keyrate.Hit{{Key: "bob", Weight: 4}, {Key: "org", Weight: 4}})
 	require.True(t, ok, "ann's refusal counted against neither")
 	c.Advance(12 * time.Hour)
-	ds, ok = l.TakeAll([]keyrate.Hit{{Key: "ann", Weight: 1}, {Key: "org", Weight: 1}})
+	ds, ok, _ = l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 1}, {Key: "org", Weight: 1}})
 	require.False(t, ok, "the organisation's month is spent")
 	assert.Equal(t, 20*24*time.Hour, ds[1].RetryAfter, "until July")
 	assert.Equal(t, 4, l.Peek("ann").Remaining, "ann's new day is untouched")

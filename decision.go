@@ -57,9 +57,9 @@ type Receipt struct {
 	full [MaxPolicies]uint32
 }
 
-// NewReceipt returns the Receipt of n events recorded at instant at, in the
-// store a backend other than *Limiter calls id.
-func NewReceipt(at time.Time, n int, id uint64) Receipt {
+// newReceipt returns the Receipt of n events recorded at instant at, in the
+// store a backend other than *Limiter calls id (backend.NewReceipt).
+func newReceipt(at time.Time, n int, id uint64) Receipt {
 	return Receipt{at: at.UnixNano(), n: n, id: id}
 }
 
@@ -86,7 +86,7 @@ type PolicyDecision struct {
 	RetryAfter, ResetAfter, RefillAfter time.Duration
 	// Period is a calendar policy's current period, its length (23 to 25
 	// hours for a day across daylight saving, 28 to 31 days for a month);
-	// 0 for a sliding window. A backend sets it for Combine.
+	// 0 for a sliding window. A backend sets it for backend.Combine.
 	Period time.Duration
 }
 
@@ -96,9 +96,10 @@ func (d *Decision) Policies() []PolicyDecision {
 	return d.parts[:d.nparts:d.nparts]
 }
 
-// Combine makes a backend's Decision from each policy's part, by the binding
-// rule every backend shares; no parts make the zero Decision, a refusal.
-func Combine(parts ...PolicyDecision) Decision {
+// combine makes a backend's Decision from each policy's part, by the binding
+// rule every backend shares; no parts make the zero Decision, a refusal
+// (backend.Combine).
+func combine(parts ...PolicyDecision) Decision {
 	var d Decision
 	if len(parts) == 0 {
 		return d
@@ -113,7 +114,7 @@ func Combine(parts ...PolicyDecision) Decision {
 	return d
 }
 
-// binding returns the index of the binding part (see Combine).
+// binding returns the index of the binding part (see combine).
 func binding(parts []PolicyDecision, allowed bool) int {
 	b := -1
 	for i := range parts {

@@ -237,7 +237,7 @@ func ExampleLimiter_TakeAll() {
 	defer limiter.Close()
 
 	limiter.AllowN("org:acme", 3) // the organisation has spent its minute
-	ds, ok := limiter.TakeAll([]keyrate.Hit{{Key: "user:alice", Weight: 1}, {Key: "org:acme", Weight: 1}})
+	ds, ok, _ := limiter.TakeAll(context.Background(), []keyrate.Hit{{Key: "user:alice", Weight: 1}, {Key: "org:acme", Weight: 1}})
 	fmt.Println("allowed:", ok, "| alice has room:", ds[0].Allowed, "| acme has room:", ds[1].Allowed)
 	fmt.Println("alice's remaining, nothing recorded:", limiter.Peek("user:alice").Remaining+1)
 	// Output:

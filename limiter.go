@@ -54,7 +54,7 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 }
 
 // NewPolicies returns a Limiter that admits an event only when each of its
-// policies (see CheckPolicies) has room, then records it against all: a
+// policies (see backend.CheckPolicies) has room, then records it against all: a
 // request one refuses counts against none. One log per key serves them all,
 // at the memory of the largest, each policy O(1) amortised.
 func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
@@ -246,11 +246,15 @@ type Hit struct {
 // all, atomically; refused, it records nothing, and a key with room is
 // described as it stands. A key given twice counts its weights' sum, under
 // one Decision. With WithMaxKeys full and nothing to evict, a new key is
-// refused with Overflow.
-func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
+// refused with Overflow. It fails only with ctx's error, when ctx is done
+// (backend.AllTaker).
+func (l *Limiter) TakeAll(ctx context.Context, hits []Hit) ([]Decision, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
 	ds := make([]Decision, len(hits))
 	if len(hits) == 0 {
-		return ds, true
+		return ds, true, nil
 	}
 	order := make([]int, len(hits)) // indices of hits, sorted by key
 	for i := range order {
@@ -361,7 +365,7 @@ func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
 			ds[j] = ds[order[i]]
 		}
 	}
-	return ds, allowed
+	return ds, allowed, nil
 }
 
 // addWeights returns the weight of a key given twice, a+b, or -1 (never

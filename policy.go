@@ -116,13 +116,9 @@ type tier struct {
 	periods [MaxPolicies]atomic.Pointer[period]
 }
 
-// CheckPolicies returns why policies cannot be a tier, naming the field at
-// fault (field is "policies", `tiers["pro"]`, or "" for New's arguments) in
-// an error wrapping ErrConfig; or nil: 1 to MaxPolicies policies, each with
-// a Limit of 1 to math.MaxInt32, a positive Window or else a valid Calendar
-// (never both), and a Name of its own when there are several. Every backend
-// checks its policies with it.
-func CheckPolicies(field string, policies []Policy) error {
+// checkPolicies returns why policies cannot be a tier, naming the field at
+// fault in an error wrapping ErrConfig, or nil (see backend.CheckPolicies).
+func checkPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
 		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
@@ -153,7 +149,7 @@ func CheckPolicies(field string, policies []Policy) error {
 	return nil
 }
 
-// policyField returns how CheckPolicies names the Limit, Window, Name and
+// policyField returns how checkPolicies names the Limit, Window, Name and
 // Calendar of the i-th policy of field in its errors: "limit", "window", ""
 // and "calendar" when field is "", else `tiers["pro"][1].Limit` and the
 // like.
@@ -165,9 +161,9 @@ func policyField(field string, i int) (limit, window, name, calendar string) {
 	return at + "Limit", at + "Window", at + "Name", at + "Calendar"
 }
 
-// newTier validates policies (see CheckPolicies) and builds their tier.
+// newTier validates policies (see checkPolicies) and builds their tier.
 func newTier(field string, policies []Policy) (*tier, error) {
-	if err := CheckPolicies(field, policies); err != nil {
+	if err := checkPolicies(field, policies); err != nil {
 		return nil, err
 	}
 	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}

@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -827,7 +828,7 @@ func TestModel(t *testing.T) {
 					hits[j] = Hit{k, drawWeight(t, ps)}
 				}
 				want, wantOK, ids := m.takeAll(hits, now)
-				got, ok := l.TakeAll(hits)
+				got, ok, _ := l.TakeAll(context.Background(), hits)
 				require.Equal(t, wantOK, ok, "%s: TakeAll(%v)", at, hits)
 				for j := range hits {
 					require.Equal(t, want[j], noReceipt(got[j]), "%s: TakeAll(%v), hit %d", at, hits, j)

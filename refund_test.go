@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -94,7 +95,7 @@ func TestRefundUnderPolicies(t *testing.T) {
 // TestRefundTakeAll refunds each key of an admitted request.
 func TestRefundTakeAll(t *testing.T) {
 	l, _ := newManual(t, 3, time.Minute)
-	ds, ok := l.TakeAll([]Hit{{"user", 2}, {"org", 2}})
+	ds, ok, _ := l.TakeAll(context.Background(), []Hit{{"user", 2}, {"org", 2}})
 	require.True(t, ok)
 	require.NoError(t, l.Refund("user", &ds[0]))
 	require.NoError(t, l.Refund("org", &ds[1]))

@@ -68,7 +68,7 @@ func (tab *tierTable) with(name string, t *tier) (*tierTable, error) {
 // calendar policy on a limiter made without one, and a named tier without
 // WithTiers.
 func (l *Limiter) SetTier(name string, policies []Policy) error {
-	field, err := TierField(name, l.tierOf != nil)
+	field, err := tierField(name, l.tierOf != nil)
 	if err != nil {
 		return err
 	}
@@ -95,9 +95,9 @@ func (l *Limiter) SetTier(name string, policies []Policy) error {
 	return nil
 }
 
-// TierField returns SetTier's name for tier name's policies in errors, or why
+// tierField returns SetTier's name for tier name's policies in errors, or why
 // a backend without tiers (tiered false) cannot have that tier.
-func TierField(name string, tiered bool) (string, error) {
+func tierField(name string, tiered bool) (string, error) {
 	switch {
 	case name == "":
 		return "policies", nil
@@ -137,10 +137,10 @@ func (l *Limiter) namedTier(key string) *tier {
 	return tab.def
 }
 
-// TierOf returns the tier the tier function tier names for the request of key
-// under ctx: for the identity ctx carries, else key; "" (the default) when
-// tier panics. Every backend with tiers asks through it.
-func TierOf(ctx context.Context, tier func(string) string, key string) string {
+// tierOfContext returns the tier the tier function tier names for the
+// request of key under ctx: for the identity ctx carries, else key; "" (the
+// default) when tier panics (backend.TierOf).
+func tierOfContext(ctx context.Context, tier func(string) string, key string) string {
 	if id, ok := IdentityFromContext(ctx); ok {
 		key = id
 	}

@@ -65,7 +65,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 // (now-window, now] plus n fit in its limit. Settling at the longest window
 // leaves exactly that window's events in the log; a shorter window holds the
 // newest of them, found by a binary search among the newest entries. Each
-// policy's part is worked out in place in *d, and Combine's binding rule
+// policy's part is worked out in place in *d, and combine's binding rule
 // picks the policy the Decision describes.
 //
 // An event counts from the end of its tick, up to a tick after it was
@@ -157,7 +157,7 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 	d.fill(&d.parts[b.index(allowed)], allowed)
 }
 
-// binder works out Combine's binding part (binding) as the parts are made,
+// binder works out combine's binding part (binding) as the parts are made,
 // one look at each, rather than in a pass of its own once they are done.
 // An admitted request takes every part's Remaining down by the same n, so
 // the least Remaining is the same part before and after.

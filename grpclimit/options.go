@@ -73,7 +73,7 @@ func WithCost(f func(ctx context.Context, fullMethod string, req any) int) Optio
 	return func(c *config) { c.cost = f }
 }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
+// WithTimeBudget bounds each call to a backend that is not backend.Bounded.
 // A call that outlives it is a store failure (an error matching
 // middleware.ErrBudgetExceeded, answered per the failure mode), and the
 // gRPC call waits no longer, even for a backend that ignores its context:
@@ -206,7 +206,7 @@ func WithInFlight(s middleware.InFlight, wait time.Duration) Option {
 // middleware.TokensSuffix, in one TakeAll, all or nothing. ReportCost gives
 // back what the call did not use from the tokens alone; WithRefund gives
 // back both. Every backend (New's and WithMethod's) must take all
-// (*keyrate.Limiter, or a middleware.AllTaker such as the Redis backend),
+// (*keyrate.Limiter, or a backend.AllTaker such as the Redis backend),
 // else New fails with keyrate.ErrConfig; each picks a key's policies with
 // middleware.TokenTier. The metadata lists both budgets' policies, and
 // adds what httplimit.TokenHeaders adds as fields:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/ratelimitfield"
@@ -61,13 +62,13 @@ type Middleware struct {
 // New returns a Middleware that asks b about every request. How b is
 // called depends on what it says of itself: see WithTimeBudget. An invalid
 // option, a nil b, an unknown window, or WithTimeBudget for a
-// keyrate.Bounded b gives an error wrapping keyrate.ErrConfig.
+// backend.Bounded b gives an error wrapping keyrate.ErrConfig.
 //
 // The RateLimit fields list the policies of each Decision (see
 // DraftHeaders). The policies advertised without one (RateLimit-Policy on a
 // request served while the store is unavailable) are b's own: those its
 // Policies method lists, when it has one, as *keyrate.Limiter and the
-// Redis backend do (keyrate.Described; with tiers, the default
+// Redis backend do (backend.Described; with tiers, the default
 // tier's); else none, and WithWindow must give the window for decisions
 // that do not carry one.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
@@ -81,7 +82,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
 	var policies []keyrate.Policy
-	if l, ok := b.(keyrate.Described); ok {
+	if l, ok := b.(backend.Described); ok {
 		policies = l.Policies()
 	}
 	switch {
@@ -90,7 +91,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
-		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
+		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(backend.Bounded).TimeBudget())
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	case len(c.route) > maxRoute:
@@ -162,7 +163,7 @@ func printable(s string) bool {
 }
 
 func isBounded(b keyrate.Backend) bool {
-	_, ok := b.(keyrate.Bounded)
+	_, ok := b.(backend.Bounded)
 	return ok
 }
 

@@ -155,7 +155,7 @@ func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.sk
 // enforced as it is but not advertised (see DraftHeaders).
 func WithWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded.
+// WithTimeBudget bounds each call to a backend that is not backend.Bounded.
 // A call that outlives it is a store failure (an error matching
 // middleware.ErrBudgetExceeded, answered per the failure mode), and the
 // request waits no longer, even for a backend that ignores its context:

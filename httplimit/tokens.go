@@ -18,7 +18,7 @@ import (
 // use from the tokens alone; WithRefund gives back both. The backend picks
 // each key's policies with middleware.TokenTier (see the package README
 // for the recipe, in process or in Redis) and must take all:
-// *keyrate.Limiter or middleware.AllTaker, else New fails with
+// *keyrate.Limiter or backend.AllTaker, else New fails with
 // keyrate.ErrConfig. The fields list both budgets' policies; see
 // TokenHeaders. Cost: the TakeAll, one key string per budget. Default: off.
 func WithTokenBudget() Option { return func(c *config) { c.tokens = true } }

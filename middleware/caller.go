@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // ErrBudgetExceeded is wrapped by the error of a backend call that
@@ -33,14 +34,14 @@ var ErrClientGone = errors.New("keyrate: the request ended before it was decided
 // safe for concurrent use.
 type Caller struct {
 	backend   keyrate.Backend
-	all       AllTaker // the backend as one (AllTakerOf); nil when it cannot be
-	inline    bool     // the backend is keyrate.Bounded: no goroutine, no timer
-	identity  bool     // the backend may read the identity: pass it
+	all       backend.AllTaker // the backend as one; nil when it is not
+	inline    bool             // the backend is backend.Bounded: no goroutine, no timer
+	identity  bool             // the backend may read the identity: pass it
 	budget    time.Duration
 	budgetErr error // what a call that outlives the budget fails with
 }
 
-// NewCaller returns a Caller for b. A keyrate.Bounded b (the in-process
+// NewCaller returns a Caller for b. A backend.Bounded b (the in-process
 // *keyrate.Limiter, which never waits, or the Redis backend, which bounds
 // its own calls) is called under its own budget alone, and budget is not
 // used. Any other is called under budget, which must then be positive. A
@@ -49,11 +50,11 @@ func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: middleware: backend is nil", keyrate.ErrConfig)
 	}
-	_, bounded := b.(keyrate.Bounded)
+	_, bounded := b.(backend.Bounded)
 	if !bounded && budget <= 0 {
 		return nil, fmt.Errorf("%w: middleware: time budget is %v, want > 0", keyrate.ErrConfig, budget)
 	}
-	all, _ := AllTakerOf(b)
+	all, _ := b.(backend.AllTaker)
 	return &Caller{
 		backend:   b,
 		all:       all,
@@ -149,19 +150,19 @@ func (c *Caller) bounded(ctx context.Context, key string, n int) (keyrate.Decisi
 var ErrRefundFailed = errors.New("keyrate: refund failed")
 
 // tiered reports whether b may read the identity a context carries: when
-// it says so (keyrate.Described), or when it says nothing.
+// it says so (backend.Described), or when it says nothing.
 func tiered(b keyrate.Backend) bool {
-	if d, ok := b.(keyrate.Described); ok {
+	if d, ok := b.(backend.Described); ok {
 		return d.Tiered()
 	}
 	return true
 }
 
 // CanRefund reports whether the backend can give back a decision's events,
-// in whole or in part: whether it is a keyrate.Refunder, as
+// in whole or in part: whether it is a backend.Refunder, as
 // *keyrate.Limiter and the Redis backend are.
 func (c *Caller) CanRefund() bool {
-	_, ok := c.backend.(keyrate.Refunder)
+	_, ok := c.backend.(backend.Refunder)
 	return ok
 }
 
@@ -183,7 +184,7 @@ func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n
 		ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
 		defer cancel()
 	}
-	r, ok := c.backend.(keyrate.Refunder)
+	r, ok := c.backend.(backend.Refunder)
 	if !ok {
 		return fmt.Errorf("%w: the backend cannot refund", ErrRefundFailed)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // InFlight is a store of in-flight slots: how many requests of a key may
@@ -119,5 +120,5 @@ func SlotPolicy(route string, limit int) keyrate.Policy {
 // of one of limit slots on route: refused by SlotPolicy(route, limit),
 // none remaining, with a RetryAfter of SlotRetryAfter.
 func SlotRefusal(route string, limit int) keyrate.Decision {
-	return keyrate.Combine(keyrate.PolicyDecision{Policy: SlotPolicy(route, limit), RetryAfter: SlotRetryAfter})
+	return backend.Combine(keyrate.PolicyDecision{Policy: SlotPolicy(route, limit), RetryAfter: SlotRetryAfter})
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/otellimit"
@@ -316,7 +317,7 @@ func TestOwnHooksBesideMetrics(t *testing.T) {
 // request it was for once, as decided.
 func TestRefundFailure(t *testing.T) {
 	m, r := newMetrics(t)
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
+	d := backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d,
 		Err: fmt.Errorf("%w: store unavailable", middleware.ErrRefundFailed)})

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
@@ -370,7 +371,7 @@ func TestRefundFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
+	d := backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d,
 		Err: fmt.Errorf("%w: store unavailable", middleware.ErrRefundFailed)})

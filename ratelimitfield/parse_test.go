@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -73,7 +74,7 @@ func TestParseRateLimitReadsWhatIsWritten(t *testing.T) {
 			}
 			parts[i].ResetAfter = parts[i].RefillAfter
 		}
-		d := keyrate.Combine(parts...)
+		d := backend.Combine(parts...)
 		route := rapid.StringMatching(`[a-z]{0,8}`).Draw(t, "route")
 		got, err := ratelimitfield.ParseRateLimit([]string{string(ratelimitfield.AppendRateLimit(nil, &d, route))})
 		require.NoError(t, err)

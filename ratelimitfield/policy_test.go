@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 func TestAppendPolicies(t *testing.T) {
@@ -41,7 +42,7 @@ func TestAppendPolicies(t *testing.T) {
 		if len(parts) == 0 {
 			continue
 		}
-		d := keyrate.Combine(parts...)
+		d := backend.Combine(parts...)
 		if got := string(AppendPolicy([]byte("x"), &d, c.route, c.unit)); got != "x"+c.want {
 			t.Errorf("%s, from a Decision: %s\nwant %s", c.name, got[1:], c.want)
 		}

@@ -1,10 +1,12 @@
 package redislimit_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // reference is what TestMatchesCore compares a redislimit.Limiter with:
@@ -12,7 +14,7 @@ import (
 // while the core does not count them itself, a calendarRef.
 type reference interface {
 	Take(key string, n int) keyrate.Decision
-	TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool)
+	TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
 	RefundN(key string, d *keyrate.Decision, n int) error
 	SetTier(name string, policies []keyrate.Policy) error
 	Reset(key string)
@@ -191,7 +193,7 @@ func (r *calendarRef) combine(k string, ps []keyrate.Policy, core keyrate.Decisi
 		}
 		parts = append(parts, r.part(k, p, n, admitted && n > 0, now))
 	}
-	d := keyrate.Combine(parts...)
+	d := backend.Combine(parts...)
 	if admitted && n > 0 {
 		var cals []keyrate.Policy
 		for _, p := range ps {
@@ -200,7 +202,7 @@ func (r *calendarRef) combine(k string, ps []keyrate.Policy, core keyrate.Decisi
 			}
 		}
 		r.made = append(r.made, &calDecision{key: k, life: r.key(k).life, at: now, core: core, left: n, cals: cals})
-		d.Receipt = keyrate.NewReceipt(now, n, uint64(len(r.made)))
+		d.Receipt = backend.NewReceipt(now, n, uint64(len(r.made)))
 	}
 	return d
 }
@@ -254,14 +256,14 @@ func (r *calendarRef) Take(k string, n int) keyrate.Decision {
 	return d
 }
 
-func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
+func (r *calendarRef) TakeAll(_ context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	room := true
 	for _, h := range hits {
 		room = room && r.calRoom(h.Key, r.policies(h.Key), h.Weight, r.instant(h.Key))
 	}
 	ds := make([]keyrate.Decision, len(hits))
 	if room {
-		cs, ok := r.core.TakeAll(hits)
+		cs, ok, _ := r.core.TakeAll(context.Background(), hits)
 		for i, h := range hits {
 			ps, now := r.policies(h.Key), r.instant(h.Key)
 			ds[i] = r.combine(h.Key, ps, cs[i], h.Weight, ok, now)
@@ -270,7 +272,7 @@ func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
 			}
 			r.decided(h.Key, now, ok && h.Weight > 0)
 		}
-		return ds, ok
+		return ds, ok, nil
 	}
 	for i, h := range hits {
 		// Refused: a key with no room is described at its weight, one
@@ -280,7 +282,7 @@ func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
 		ds[i] = r.combine(h.Key, r.policies(h.Key), r.described(h.Key, h.Weight), h.Weight, false, now)
 		r.decided(h.Key, now, false)
 	}
-	return ds, false
+	return ds, false, nil
 }
 
 func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
@@ -311,7 +313,7 @@ func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
 	id := d.Receipt.ID()
 	d.Receipt = keyrate.Receipt{}
 	if m.left > 0 {
-		d.Receipt = keyrate.NewReceipt(m.at, m.left, id)
+		d.Receipt = backend.NewReceipt(m.at, m.left, id)
 	}
 	return nil
 }

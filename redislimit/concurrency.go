@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -301,7 +302,7 @@ func (c *Concurrency) limitFor(ctx context.Context, key string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[keyrate.TierOf(ctx, c.tierOf, key)]; ok {
+	if n, ok := c.tiers[backend.TierOf(ctx, c.tierOf, key)]; ok {
 		return n
 	}
 	return c.limit

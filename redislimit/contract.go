@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Tiered reports whether the Limiter has a tier function (WithTiers): its
@@ -11,7 +12,7 @@ import (
 // (keyrate.ContextWithIdentity), which middleware hands it.
 func (l *Limiter) Tiered() bool { return l.tierOf != nil }
 
-// RefundContext is RefundN under keyrate.Refunder's name, for middleware.
+// RefundContext is RefundN under backend.Refunder's name, for middleware.
 func (l *Limiter) RefundContext(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	return l.RefundN(ctx, key, d, n)
 }
@@ -22,7 +23,7 @@ func (c *Concurrency) Tiered() bool { return c.tierOf != nil }
 
 var (
 	_ keyrate.Backend   = (*Limiter)(nil)
-	_ keyrate.Refunder  = (*Limiter)(nil)
-	_ keyrate.Described = (*Limiter)(nil)
-	_ keyrate.Bounded   = (*Limiter)(nil)
+	_ backend.Refunder  = (*Limiter)(nil)
+	_ backend.Described = (*Limiter)(nil)
+	_ backend.Bounded   = (*Limiter)(nil)
 )

@@ -301,7 +301,7 @@ func TestMatchesCore(t *testing.T) {
 					hits[i] = keyrate.Hit{Key: ks[i], Weight: weight("n")}
 					before(ks[i])
 				}
-				cs, cok := core.TakeAll(hits)
+				cs, cok, _ := core.TakeAll(context.Background(), hits)
 				ds, ok, err := l.TakeAll(ctx, hits)
 				if err != nil {
 					t.Fatal(err)

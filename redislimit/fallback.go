@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // WithLocalFallback makes the Limiter decide in this process when Redis
@@ -176,7 +177,7 @@ func (l *Limiter) fallbackKey(ctx context.Context, key, id string) string {
 	if l.tierOf == nil {
 		return id
 	}
-	name := keyrate.TierOf(ctx, l.tierOf, key)
+	name := backend.TierOf(ctx, l.tierOf, key)
 	if _, ok := l.tiers.Load().named[name]; !ok {
 		name = "" // the default tier, as tierFor finds it
 	}

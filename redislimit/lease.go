@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/redis/go-redis/v9"
 )
@@ -362,8 +363,8 @@ func (t *leaseTerm) spent(n int, now int64, full bool) keyrate.Decision {
 		p.ResetAfter = max(p.ResetAfter-el, 0)
 		p.RefillAfter = max(p.RefillAfter-el, 0)
 	}
-	d := keyrate.Combine(parts[:k]...)
-	d.Receipt = keyrate.NewReceipt(t.rec.At(), n, t.rec.ID())
+	d := backend.Combine(parts[:k]...)
+	d.Receipt = backend.NewReceipt(t.rec.At(), n, t.rec.ID())
 	return d
 }
 
@@ -382,7 +383,7 @@ func countedDown(d *keyrate.Decision, el time.Duration) keyrate.Decision {
 		p.ResetAfter = max(countDown(p.ResetAfter, el), 0)
 		p.RefillAfter = max(countDown(p.RefillAfter, el), 0)
 	}
-	if c := keyrate.Combine(parts[:k]...); !c.Allowed {
+	if c := backend.Combine(parts[:k]...); !c.Allowed {
 		return c
 	}
 	return *d // not reached while el < d.RetryAfter: a held refusal never admits
@@ -436,7 +437,7 @@ func (ls *leases) refundLeased(id string, d *keyrate.Decision, n int, now int64)
 		}
 	}
 	if left := r.N() - n; left > 0 {
-		d.Receipt = keyrate.NewReceipt(r.At(), left, r.ID())
+		d.Receipt = backend.NewReceipt(r.At(), left, r.ID())
 	} else {
 		d.Receipt = keyrate.Receipt{}
 	}

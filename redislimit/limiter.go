@@ -77,7 +77,7 @@
 // the caller's context. A stopped, paused or unreachable Redis makes
 // TakeContext return an error within that budget instead of hanging the
 // request; the caller decides whether to fail open or closed. That is the
-// only budget: a Limiter is a keyrate.Bounded (TimeBudget), so middleware
+// only budget: a Limiter is a backend.Bounded (TimeBudget), so middleware
 // such as httplimit calls it directly, with no goroutine and no budget of
 // its own.
 //
@@ -119,6 +119,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -290,7 +291,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 
 // TimeBudget returns the time budget of every call (WithTimeout):
 // TakeContext returns by its end whatever Redis does. It makes a Limiter a
-// keyrate.Bounded, so middleware calls it directly and adds no budget of
+// backend.Bounded, so middleware calls it directly and adds no budget of
 // its own: one budget, in one place.
 func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 
@@ -554,7 +555,7 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 			parts[i].Period = end.Sub(start)
 		}
 	}
-	d := keyrate.Combine(parts[:len(t.policies)]...)
+	d := backend.Combine(parts[:len(t.policies)]...)
 	if d.Allowed != admitted {
 		return keyrate.Decision{}, fmt.Errorf("script answered admitted=%v, its policies' numbers say %v", admitted, d.Allowed)
 	}

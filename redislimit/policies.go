@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,7 +65,7 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 			check[i].Window, check[i].Calendar = time.Hour, keyrate.Calendar{}
 		}
 	}
-	if err := keyrate.CheckPolicies(field, check); err != nil {
+	if err := backend.CheckPolicies(field, check); err != nil {
 		return nil, err
 	}
 	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies)),
@@ -141,7 +142,7 @@ func (t *tier) checkResolution(res time.Duration) error {
 }
 
 // windowField names the Window of the i-th policy of field in errors, as
-// keyrate.CheckPolicies does.
+// backend.CheckPolicies does.
 func windowField(field string, i int) string {
 	if field == "" {
 		return "window"

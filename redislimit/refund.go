@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -101,7 +102,7 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 	default:
 		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's weight", keyRef(t), ErrNothingToRefund)
 	}
-	d.Receipt = keyrate.NewReceipt(r.At(), r.N()-n, r.ID())
+	d.Receipt = backend.NewReceipt(r.At(), r.N()-n, r.ID())
 	if d.Receipt.N() == 0 {
 		d.Receipt = keyrate.Receipt{}
 	}
@@ -185,7 +186,7 @@ func newReceipt(n int, now, rid, gen int64) keyrate.Receipt {
 	// instant that far; the refund then finds no entry, and says so.
 	// GCRA's ledger stops below 2^48 already.
 	off := min(max(rid, 0), maxOffset)
-	return keyrate.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
+	return backend.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
 }
 
 // newGen is the Lua expression of a new generation for a key's state:

@@ -48,7 +48,7 @@ import (
 // n above a policy's limit has none, that policy's retryAfter 0. Each
 // policy's retryAfter is 0 when it has room for n (or can never fit it),
 // else how long until it has; which policy binds is left to the caller
-// (keyrate.Combine).
+// (backend.Combine).
 //
 // The reply is one string, each request's record in turn, little-endian:
 //

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -177,7 +178,7 @@ func (l *Limiter) keyTier(key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierOf(context.Background(), l.tierOf, key)]; ok {
+	if t, ok := tab.named[backend.TierOf(context.Background(), l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
@@ -223,7 +224,7 @@ func (l *Limiter) fallbackTakeAll(places []takePlace, at []int) ([]keyrate.Decis
 	for i := range places {
 		hits[i] = keyrate.Hit{Key: l.fallbackKey(context.Background(), places[i].key, places[i].id), Weight: places[i].w}
 	}
-	pds, ok := l.fallback.lim.TakeAll(hits)
+	pds, ok, _ := l.fallback.lim.TakeAll(context.Background(), hits)
 	ds := make([]keyrate.Decision, len(at))
 	for i, p := range at {
 		ds[i] = pds[p]

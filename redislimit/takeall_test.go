@@ -96,7 +96,7 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 				hits[i].Weight = weights[rng.IntN(len(weights))]
 			}
 		}
-		want, wantOK := model.TakeAll(hits)
+		want, wantOK, _ := model.TakeAll(context.Background(), hits)
 		got, ok, err := l.TakeAll(context.Background(), hits)
 		if err != nil {
 			t.Fatalf("step %d: TakeAll(%v): %v", step, hits, err)

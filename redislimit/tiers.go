@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // WithTiers gives keys different policies, such as one set for a free plan
@@ -104,7 +105,7 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 // WithLeases, or a name other than "" on a limiter made without WithTiers
 // (no key could ever be in that tier).
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
-	field, err := keyrate.TierField(name, l.tierOf != nil)
+	field, err := backend.TierField(name, l.tierOf != nil)
 	if err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierOf(ctx, l.tierOf, key)]; ok {
+	if t, ok := tab.named[backend.TierOf(ctx, l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def

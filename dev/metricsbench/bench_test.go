@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/otellimit"
@@ -48,10 +49,10 @@ var (
 // a gRPC method under two policies: admitted, refused by both, and a store
 // that failed.
 func BenchmarkObserve(b *testing.B) {
-	refused := keyrate.Combine(
+	refused := backend.Combine(
 		keyrate.PolicyDecision{Policy: perSecond, RetryAfter: time.Second},
 		keyrate.PolicyDecision{Policy: perDay, RetryAfter: time.Hour})
-	admitted := keyrate.Combine(
+	admitted := backend.Combine(
 		keyrate.PolicyDecision{Policy: perSecond, Allowed: true, Remaining: 9},
 		keyrate.PolicyDecision{Policy: perDay, Allowed: true, Remaining: 999})
 	events := []struct {

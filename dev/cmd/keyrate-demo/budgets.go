@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -141,5 +142,5 @@ func slidingOf(d *keyrate.Decision) keyrate.Decision {
 			parts = append(parts, p)
 		}
 	}
-	return keyrate.Combine(parts...)
+	return backend.Combine(parts...)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -15,9 +16,9 @@ import (
 // list their policies, which the middleware reads.
 type refundable interface {
 	keyrate.Backend
-	keyrate.Refunder
-	keyrate.Bounded
-	keyrate.Described
+	backend.Refunder
+	backend.Bounded
+	backend.Described
 }
 
 // refundReporter is a budget whose requests the middleware may give back,
@@ -47,7 +48,7 @@ func newRefundReporter(b keyrate.Backend, rt route, publish func(decision)) (key
 // TakeAll decides a token budget's request (httplimit.WithTokenBudget)
 // as the budget's own TakeAll does.
 func (r refundReporter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	all, ok := middleware.AllTakerOf(r.refundable)
+	all, ok := r.refundable.(backend.AllTaker)
 	if !ok {
 		return nil, false, fmt.Errorf("route %s: a budget of %T cannot decide several keys at once", r.route, r.refundable)
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Route describes one limited route to the page: what to request and the
@@ -371,7 +372,7 @@ func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after k
 	e := newEvent(route, key, after, at, r)
 	e.Weight, e.Given, e.Budgets = r.N(), n, budgets
 	if n < r.N() {
-		e.Rest = receiptID(keyrate.NewReceipt(r.At(), r.N()-n, r.ID()))
+		e.Rest = receiptID(backend.NewReceipt(r.At(), r.N()-n, r.ID()))
 	}
 	h.publish("refund", e)
 }
