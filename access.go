@@ -8,6 +8,9 @@ func init() {
 	access.CheckPolicies = checkPolicies
 	access.Combine = combine
 	access.NewReceipt = newReceipt
+	access.ReceiptAt = receiptAt
+	access.ReceiptID = receiptID
+	access.Period = Calendar.bounds
 	access.TierField = tierField
 	access.TierOf = tierOfContext
 }

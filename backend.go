@@ -16,22 +16,9 @@ type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
 }
 
-// BackendFunc adapts a function to Backend. It lists no policies and bounds
-// no call, so middleware needs a window and a budget of its own for it.
-type BackendFunc func(ctx context.Context, key string, n int) (Decision, error)
-
-// TakeContext calls f(ctx, key, n).
-func (f BackendFunc) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
-	return f(ctx, key, n)
-}
-
 // ErrInvalidKey is wrapped by a backend's error for a key it cannot place:
 // the request's fault, so middleware refuses it in every failure mode.
 var ErrInvalidKey = errors.New("keyrate: invalid key")
-
-// ErrOutOfMemory is wrapped by a backend's error when its store is out of
-// memory and cannot record (a Redis at maxmemory): a store failure.
-var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
 // ErrUnavailable is wrapped by a backend's error when its store could not be
 // asked or did not answer (unreachable, past the budget, known to be down):
@@ -45,15 +32,4 @@ func (l *Limiter) TimeBudget() time.Duration { return 0 }
 // backend.Described asks.
 func (l *Limiter) Tiered() bool { return l.tierOf != nil }
 
-// RefundContext is RefundN, as backend.Refunder names it.
-func (l *Limiter) RefundContext(ctx context.Context, key string, d *Decision, n int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return l.RefundN(key, d, n)
-}
-
-var (
-	_ Backend = (*Limiter)(nil)
-	_ Backend = BackendFunc(nil)
-)
+var _ Backend = (*Limiter)(nil)

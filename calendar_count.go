@@ -14,8 +14,8 @@ import (
 // do; a policy whose calendar changed keeps it while the new period began
 // before the counted one ended: a changed policy counts only from then on.
 type calendarCounts struct {
-	end [MaxPolicies]int64 // the instant the counted period turns, from the limiter's base
-	n   [MaxPolicies]uint32
+	end [maxPolicies]int64 // the instant the counted period turns, from the limiter's base
+	n   [maxPolicies]uint32
 }
 
 // calendarLog is the log of a limiter with calendar policies: an eventLog
@@ -58,7 +58,7 @@ func (t *tier) period(i int, now int64) period {
 	if p := t.periods[i].Load(); p != nil && p.start <= now && now < p.end {
 		return *p
 	}
-	s, e := t.policies[i].Calendar.Period(time.Unix(0, t.wall+now))
+	s, e := t.policies[i].Calendar.bounds(time.Unix(0, t.wall+now))
 	p := &period{s.UnixNano() - t.wall, e.UnixNano() - t.wall}
 	t.periods[i].Store(p)
 	return *p

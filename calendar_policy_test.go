@@ -79,7 +79,7 @@ func TestCalendarPolicyBoundaries(t *testing.T) {
 			d = l.Take("k", 3)
 			require.True(t, d.Allowed, "the first instant of the next period")
 			assert.Zero(t, d.Remaining)
-			_, end := c.cal.Period(c.turn)
+			_, end := backend.Period(c.cal, c.turn)
 			assert.Equal(t, end.Sub(c.turn), d.ResetAfter, "the next period's end")
 			assert.Equal(t, end.Sub(c.turn), d.Window)
 		})
@@ -199,7 +199,7 @@ func TestCalendarBesideSlidingConcurrent(t *testing.T) {
 	require.Positive(t, refusedBy["day"], "the day's limit was reached")
 	perDay := map[time.Time]int{}
 	for _, e := range events {
-		s, _ := keyrate.Daily(ny).Period(e.at)
+		s, _ := backend.Period(keyrate.Daily(ny), e.at)
 		perDay[s] += e.n
 		in := 0
 		for _, f := range events {
@@ -225,20 +225,20 @@ func TestCalendarRefunds(t *testing.T) {
 	d := l.Take("k", 6)
 	require.True(t, d.Allowed)
 	clock.Advance(90 * time.Second) // the minute has let it go; the month still holds it
-	require.NoError(t, l.RefundN("k", &d, 2))
+	require.NoError(t, l.RefundN(context.Background(), "k", &d, 2))
 	peek := l.Peek("k")
 	assert.Equal(t, 5, peek.Policies()[1].Remaining, "the month got 2 back: 4 held, and Peek's own")
 	e := l.Take("k", 4)
 	require.True(t, e.Allowed)
 	clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC)) // a new month, the minute still holding e
-	require.NoError(t, l.RefundN("k", &e, 1), "the minute gives 1 back")
+	require.NoError(t, l.RefundN(context.Background(), "k", &e, 1), "the minute gives 1 back")
 	peek = l.Peek("k")
 	p := peek.Policies()
 	assert.Equal(t, 6, p[0].Remaining, "the minute: 3 of e held, and Peek's own")
 	assert.Equal(t, 9, p[1].Remaining, "the new month: Peek's own alone")
 	require.True(t, l.Take("k", 2).Allowed, "the new month counts 2")
 	clock.Advance(time.Hour)
-	err := l.Refund("k", &d)
+	err := l.Refund(context.Background(), "k", &d)
 	require.ErrorIs(t, err, keyrate.ErrNothingToRefund, "the month that held d is over, the minute let it go")
 	peek = l.Peek("k")
 	assert.Equal(t, 7, peek.Policies()[1].Remaining, "the new month gave nothing back for d: 2 held, and Peek's own")

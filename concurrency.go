@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // Concurrency limits how many requests of each key are in flight at once (a
@@ -266,7 +268,7 @@ func (c *Concurrency) tierKey(ctx context.Context, key string) string {
 	if c.tierOf == nil {
 		return key
 	}
-	if id, ok := IdentityFromContext(ctx); ok {
+	if id, ok := identity.From(ctx); ok {
 		return id
 	}
 	return key

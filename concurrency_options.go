@@ -88,7 +88,7 @@ func slotLimit(name string, policies []Policy) (int, error) {
 	switch {
 	case p.Window != 0:
 		return 0, fmt.Errorf("%w: %s[0].Window is %v, want 0: an in-flight limit has no window", ErrConfig, field, p.Window)
-	case !p.Calendar.IsZero():
+	case p.Calendar != (Calendar{}):
 		return 0, fmt.Errorf("%w: %s[0].Calendar is %v, want none: an in-flight limit has no period", ErrConfig, field, p.Calendar)
 	case p.Name != "":
 		return 0, fmt.Errorf("%w: %s[0].Name is %q, want none: an in-flight limit's name is the caller's", ErrConfig, field, p.Name)

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // waiting returns how many callers wait for key's slots, and whether key
@@ -362,7 +364,7 @@ func TestConcurrencyTiers(t *testing.T) {
 
 	// Behind middleware the key is composed; the tier goes by the identity.
 	key := "search\x00x-api-key=pro-2"
-	ctx := ContextWithIdentity(context.Background(), "pro-2")
+	ctx := identity.With(context.Background(), "pro-2")
 	for i := range 3 {
 		r, limit, err := c.AcquireSlot(ctx, key, false)
 		require.NoError(t, err)

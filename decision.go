@@ -36,7 +36,7 @@ type Decision struct {
 	// Receipt names what an admitted decision recorded, for Refund.
 	Receipt Receipt
 
-	parts  [MaxPolicies]PolicyDecision
+	parts  [maxPolicies]PolicyDecision
 	nparts int
 }
 
@@ -54,7 +54,7 @@ type Receipt struct {
 	// *Limiter's under GCRA: each policy's TAT the decision left, in ticks
 	// from its instant's, which its ResetAfter, capped at the window, may
 	// not tell.
-	full [MaxPolicies]uint32
+	full [maxPolicies]uint32
 }
 
 // newReceipt returns the Receipt of n events recorded at instant at, in the
@@ -63,14 +63,16 @@ func newReceipt(at time.Time, n int, id uint64) Receipt {
 	return Receipt{at: at.UnixNano(), n: n, id: id}
 }
 
-// At returns the instant the events were decided at, on the backend's clock.
-func (r Receipt) At() time.Time { return time.Unix(0, r.at) }
-
 // N returns how much of the weight recorded is left to give back.
 func (r Receipt) N() int { return r.n }
 
-// ID returns what the backend calls the store that holds the events.
-func (r Receipt) ID() uint64 { return r.id }
+// receiptAt returns the instant r's events were decided at, on the
+// backend's clock (backend.ReceiptAt).
+func receiptAt(r Receipt) time.Time { return time.Unix(0, r.at) }
+
+// receiptID returns what the backend calls the store that holds r's events
+// (backend.ReceiptID).
+func receiptID(r Receipt) uint64 { return r.id }
 
 // PolicyDecision is one policy's part of a Decision, after the decision:
 // with the request's events when it was admitted, without them when it was
@@ -180,7 +182,7 @@ func (d Decision) Format(f fmt.State, verb rune) {
 	parts := make([]any, d.nparts)
 	for i, p := range d.Policies() {
 		parts[i] = p
-		if p.Calendar.IsZero() {
+		if p.Calendar == (Calendar{}) {
 			parts[i] = part{window{p.Name, p.Limit, p.Window}, p.Allowed, p.Remaining, p.RetryAfter, p.ResetAfter, p.RefillAfter}
 		}
 	}
@@ -190,7 +192,7 @@ func (d Decision) Format(f fmt.State, verb rune) {
 			N  int
 		}{}, parts}
 	if d.Receipt.n > 0 {
-		v.Receipt.At, v.Receipt.N = d.Receipt.At(), d.Receipt.n
+		v.Receipt.At, v.Receipt.N = receiptAt(d.Receipt), d.Receipt.n
 	}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }

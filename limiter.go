@@ -88,12 +88,6 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Limit returns the default tier's first policy's limit: New's.
-func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
-
-// Window returns the default tier's first policy's window: New's.
-func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
-
 // Policies returns a copy of the default tier's policies, in order.
 func (l *Limiter) Policies() []Policy {
 	return append([]Policy(nil), l.tiers.Load().def.policies...)
@@ -195,11 +189,11 @@ var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 // Refund gives back all the weight *d recorded for key and has left: RefundN
 // of d.Receipt.N(). Refunding what should not count (a successful login)
 // makes "count only the failures" exact.
-func (l *Limiter) Refund(key string, d *Decision) error {
+func (l *Limiter) Refund(ctx context.Context, key string, d *Decision) error {
 	if d == nil {
 		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
 	}
-	return l.RefundN(key, d, d.Receipt.n)
+	return l.RefundN(ctx, key, d, d.Receipt.n)
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
@@ -207,9 +201,13 @@ func (l *Limiter) Refund(key string, d *Decision) error {
 // cost. The events leave from the decision's own instant, in every policy
 // (FixedWindow: while their window lasts; GCRA: the tokens not yet refilled),
 // and d's Receipt falls by n. n outside 1 to d.Receipt.N() wraps
-// ErrExceedsLimit, a decision no longer held ErrNothingToRefund; errors change
-// nothing. Refund through one pointer: a copy still holds the Receipt.
-func (l *Limiter) RefundN(key string, d *Decision, n int) error {
+// ErrExceedsLimit, a decision no longer held ErrNothingToRefund, a done ctx
+// its error; errors change nothing. Refund through one pointer: a copy still
+// holds the Receipt. It is backend.Refunder's method.
+func (l *Limiter) RefundN(ctx context.Context, key string, d *Decision, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	switch {
 	case d == nil || d.Receipt.n <= 0:
 		return fmt.Errorf("%w: the decision recorded nothing, or was given back already", ErrNothingToRefund)
@@ -430,7 +428,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 
 // TakeContext is Take for the Backend interface: ctx's error when ctx is
 // done, ErrClosed after Close; the tier function sees ctx's identity
-// (ContextWithIdentity), else key.
+// (backend.ContextWithIdentity), else key.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err

@@ -221,14 +221,14 @@ func TestCombine(t *testing.T) {
 		assert.Equal(t, Decision{}, d)
 		assert.Empty(t, d.Policies())
 	})
-	t.Run("more than MaxPolicies", func(t *testing.T) {
+	t.Run("more than maxPolicies", func(t *testing.T) {
 		parts := []PolicyDecision{p("a", true, 5, 0), p("b", true, 5, 0), p("c", true, 5, 0), p("d", true, 5, 0), p("e", false, 0, 3)}
-		require.Greater(t, len(parts), MaxPolicies)
+		require.Greater(t, len(parts), maxPolicies)
 		d := combine(parts...)
 		assert.False(t, d.Allowed, "every part counts")
 		assert.Equal(t, "e", d.Policy)
 		assert.Equal(t, time.Duration(3), d.RetryAfter)
-		assert.Equal(t, parts[:MaxPolicies], d.Policies())
+		assert.Equal(t, parts[:maxPolicies], d.Policies())
 	})
 	t.Run("Policies does not let appends write into the Decision", func(t *testing.T) {
 		d := combine(p("a", true, 1, 0))
@@ -286,8 +286,8 @@ func TestTiers(t *testing.T) {
 	require.NoError(t, l.SetTier("", []Policy{{Name: "minute", Limit: 4, Window: minute}}))
 	assert.Equal(t, 1, admitted("free-a"))
 	assert.Equal(t, []Policy{{Name: "minute", Limit: 4, Window: minute}}, l.Policies())
-	assert.Equal(t, 4, l.Limit())
-	assert.Equal(t, minute, l.Window())
+	assert.Equal(t, 4, l.Policies()[0].Limit)
+	assert.Equal(t, minute, l.Policies()[0].Window)
 }
 
 // TestTierChangeKeepsOnlyRetainedEvents moves a key from a tier of short

@@ -3,6 +3,7 @@ package keyrate
 import (
 	"errors"
 	"fmt"
+	"github.com/keyrate/keyrate/internal/access"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -26,9 +27,10 @@ type Policy struct {
 	Calendar Calendar
 }
 
-// MaxPolicies is the most policies a Limiter or one of its tiers enforces
-// together: a Decision carries each one's numbers inline, with no allocation.
-const MaxPolicies = 4
+// maxPolicies is the most policies a Limiter or one of its tiers enforces
+// together (backend.MaxPolicies): a Decision carries each one's numbers
+// inline, with no allocation.
+const maxPolicies = access.MaxPolicies
 
 // ErrConfig is wrapped by every error for an invalid argument or option, of
 // New, NewPolicies, NewConcurrency and SetTier; it names the field at fault.
@@ -89,17 +91,17 @@ type tier struct {
 	// window's ticks number if that is less.
 	scale   scale
 	entries int
-	spans   [MaxPolicies]uint32
+	spans   [maxPolicies]uint32
 	// ticks[i] is policy i's window in ticks when it is a whole number of
 	// them (as every whole millisecond is), else 0: its windowAge is then
 	// read off the decision's own tick, with no division (see lims).
-	ticks [MaxPolicies]uint32
+	ticks [maxPolicies]uint32
 	// longTicks is the longest window in ticks, when whole, else 0.
 	longTicks uint32
 	// cursors[i] is the inline slot of a log that keeps policy i's cursor
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
-	cursors [MaxPolicies]int8
+	cursors [maxPolicies]int8
 	// cacheable reports that no cursor takes inline slot 0, where a narrow
 	// log keeps its oldest entry's tick (eventLog.cache).
 	cacheable bool
@@ -109,11 +111,11 @@ type tier struct {
 	// refills.
 	algorithm Algorithm
 	wall      int64
-	refill    [MaxPolicies]int64
+	refill    [maxPolicies]int64
 	// cals has bit i set when policy i is a calendar policy, counted per
 	// period (see calendarCounts); periods[i] caches its current period.
 	cals    uint8
-	periods [MaxPolicies]atomic.Pointer[period]
+	periods [maxPolicies]atomic.Pointer[period]
 }
 
 // checkPolicies returns why policies cannot be a tier, naming the field at
@@ -121,9 +123,9 @@ type tier struct {
 func checkPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
-		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
-	case len(policies) > MaxPolicies:
-		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, maxPolicies)
+	case len(policies) > maxPolicies:
+		return fmt.Errorf("%w: %s has %d policies, want at most %d (backend.MaxPolicies)", ErrConfig, field, len(policies), maxPolicies)
 	}
 	for i, p := range policies {
 		limit, window, name, calendar := policyField(field, i)
@@ -133,9 +135,9 @@ func checkPolicies(field string, policies []Policy) error {
 			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
 		case err != nil:
 			return fmt.Errorf("%w: %s is %w", ErrConfig, calendar, err)
-		case !p.Calendar.IsZero() && p.Window != 0:
+		case p.Calendar != (Calendar{}) && p.Window != 0:
 			return fmt.Errorf("%w: %s is %v beside %s %v, want 0: a policy has a window or a calendar, not both", ErrConfig, window, p.Window, calendar, p.Calendar)
-		case p.Calendar.IsZero() && p.Window <= 0:
+		case p.Calendar == (Calendar{}) && p.Window <= 0:
 			return fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
 		case p.Name == "" && len(policies) > 1:
 			return fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
@@ -170,7 +172,7 @@ func newTier(field string, policies []Policy) (*tier, error) {
 	copy(t.policies, policies)
 	for i, p := range t.policies {
 		t.minLimit = min(t.minLimit, p.Limit)
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (Calendar{}) {
 			t.cals |= 1 << i
 			continue // counted per period, not in the log
 		}

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"maps"
 	"math"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // WithTiers gives keys their plan's policies: tier names a key's tier, tiers
 // maps names to policies; a key in no tier of the map gets the default. tier
 // runs on every decision, so it must be cheap and safe for concurrent use; a
 // panic in it means the default tier. It sees the client's identity as sent
-// (ContextWithIdentity, as httplimit and grpclimit set it), else the key.
+// (backend.ContextWithIdentity, as httplimit and grpclimit set it), else
+// the key.
 // Default: no tiers.
 func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
 	return func(cfg *config) {
@@ -141,7 +144,7 @@ func (l *Limiter) namedTier(key string) *tier {
 // request of key under ctx: for the identity ctx carries, else key; "" (the
 // default) when tier panics (backend.TierOf).
 func tierOfContext(ctx context.Context, tier func(string) string, key string) string {
-	if id, ok := IdentityFromContext(ctx); ok {
+	if id, ok := identity.From(ctx); ok {
 		key = id
 	}
 	return tierName(tier, key)
@@ -173,7 +176,7 @@ func (l *Limiter) tierKey(ctx context.Context, key string) string {
 	if l.tierOf == nil {
 		return key
 	}
-	if id, ok := IdentityFromContext(ctx); ok {
+	if id, ok := identity.From(ctx); ok {
 		return id
 	}
 	return key

@@ -708,7 +708,7 @@ func TestDecisionFormat(t *testing.T) {
 // with a wait and refused for good, with equal numbers among them.
 func TestBinderMatchesBinding(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		parts := make([]PolicyDecision, rapid.IntRange(1, MaxPolicies).Draw(t, "parts"))
+		parts := make([]PolicyDecision, rapid.IntRange(1, maxPolicies).Draw(t, "parts"))
 		b := binder{wait: -1, never: -1}
 		allowed := true
 		for i := range parts {

@@ -12,7 +12,6 @@ package backend
 
 import (
 	"context"
-	"time"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/access"
@@ -22,7 +21,6 @@ import (
 var (
 	checkPolicies = access.CheckPolicies.(func(string, []keyrate.Policy) error)
 	combine       = access.Combine.(func(...keyrate.PolicyDecision) keyrate.Decision)
-	newReceipt    = access.NewReceipt.(func(time.Time, int, uint64) keyrate.Receipt)
 )
 
 // CheckPolicies returns why policies cannot be a tier, naming the field at
@@ -40,12 +38,6 @@ func CheckPolicies(field string, policies []keyrate.Policy) error {
 // Decision, a refusal.
 func Combine(parts ...keyrate.PolicyDecision) keyrate.Decision {
 	return combine(parts...)
-}
-
-// NewReceipt returns the Receipt of n events recorded at instant at, in the
-// store a backend other than *keyrate.Limiter calls id.
-func NewReceipt(at time.Time, n int, id uint64) keyrate.Receipt {
-	return newReceipt(at, n, id)
 }
 
 // TierField returns SetTier's name for tier name's policies in errors, or why

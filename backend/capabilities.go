@@ -12,7 +12,7 @@ import (
 // d's Receipt by n; errors as keyrate.Limiter.RefundN's, each changing
 // nothing. Middleware refunds through it.
 type Refunder interface {
-	RefundContext(ctx context.Context, key string, d *keyrate.Decision, n int) error
+	RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error
 }
 
 // Described is a Backend that tells middleware what it enforces: its default

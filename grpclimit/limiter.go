@@ -149,7 +149,7 @@ func newRoute(method string, b *backend, kept bool) *route {
 	r := &route{backend: b, method: method, prefix: method + "\x00"}
 	// A calendar policy's w is its current period's length: each decision
 	// writes its own.
-	calendar := slices.ContainsFunc(r.policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
+	calendar := slices.ContainsFunc(r.policies, func(p keyrate.Policy) bool { return p.Calendar != (keyrate.Calendar{}) })
 	if kept && !calendar {
 		r.policy = r.defaultPolicy()
 	}

@@ -38,7 +38,7 @@ type config struct {
 // not a valid metadata key. An identity over 128 bytes is limited under
 // its SHA-256 digest (clientkey.Bound), as httplimit limits one, so a
 // client cannot make the store hold a large key; a backend's tier function
-// still sees the value itself, as sent (see keyrate.ContextWithIdentity).
+// still sees the value itself, as sent (see backend.ContextWithIdentity).
 // Default: the peer address alone.
 //
 // The value is taken as given: validate API keys before this interceptor

@@ -77,7 +77,7 @@
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it, not the key: the API key for HeaderKey, whatever
 // its length, the address for ClientIP, and what your own KeyFunc returns
-// (see keyrate.ContextWithIdentity). The route, the header's name and the
+// (see backend.ContextWithIdentity). The route, the header's name and the
 // digest of a long identity stay in the key.
 //
 // WithShadow tries a limit out without enforcing it: every request is

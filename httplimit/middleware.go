@@ -139,7 +139,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
-		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
+		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return p.Calendar != (keyrate.Calendar{}) })
 	}
 	m.timed = c.hooks.Timed()
 	m.ownRefusal = ownRefusal

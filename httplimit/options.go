@@ -113,7 +113,7 @@ func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 // name for them, such as "anonymous".
 //
 // A backend's tier function sees the identity as the client sent it (see
-// keyrate.ContextWithIdentity), before the 128-byte bound: the address for
+// backend.ContextWithIdentity), before the 128-byte bound: the address for
 // ClientIP; the header's value alone for HeaderKey; what your own KeyFunc
 // returns, whole, for it and for Join (save an identity in HeaderKey's
 // form, "name=value" for a header a HeaderKey reads and the request
@@ -148,7 +148,7 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
 // WithWindow sets the window reported in RateLimit-Policy for a backend
-// that reports none: a keyrate.BackendFunc whose decisions leave
+// that reports none: a backend.Func whose decisions leave
 // Decision.Window 0. A backend's own windows win: those of each Decision
 // and of its Policies method (see New). Default: none; New then needs one
 // from the backend. A window that is not a whole number of seconds is

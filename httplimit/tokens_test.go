@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -211,7 +212,7 @@ func TestTokenHeaders(t *testing.T) {
 // TestTokenBudgetConfig: the option needs a backend that takes all, and
 // TokenHeaders need the option.
 func TestTokenBudgetConfig(t *testing.T) {
-	plain := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	plain := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	if _, err := httplimit.New(plain, httplimit.WithWindow(time.Minute), httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {

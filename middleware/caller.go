@@ -71,7 +71,7 @@ type result struct {
 }
 
 // Take asks the backend about a request of weight n for key, made by the
-// client identity names as it sent it (see keyrate.ContextWithIdentity: an
+// client identity names as it sent it (see backend.ContextWithIdentity: an
 // API key without the route and header name the key adds to it); ctx is
 // the request's. A request whose ctx is done is not asked about at all,
 // and one whose ctx ends before the backend answers fails too: both with
@@ -96,7 +96,7 @@ func (c *Caller) TakeInto(ctx context.Context, key, identity string, n int, d *k
 	// identity equal to the key costs nothing.
 	bctx := ctx
 	if c.identity && identity != key {
-		bctx = keyrate.ContextWithIdentity(ctx, identity)
+		bctx = backend.ContextWithIdentity(ctx, identity)
 	}
 	var err error
 	if c.inline {
@@ -188,7 +188,7 @@ func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n
 	if !ok {
 		return fmt.Errorf("%w: the backend cannot refund", ErrRefundFailed)
 	}
-	if err := r.RefundContext(ctx, key, d, n); err != nil {
+	if err := r.RefundN(ctx, key, d, n); err != nil {
 		return fmt.Errorf("%w: %w", ErrRefundFailed, err)
 	}
 	return nil

@@ -26,12 +26,12 @@ import (
 // unavailable (wrapping keyrate.ErrUnavailable) or closed
 // (keyrate.ErrClosed), or key could not be placed (keyrate.ErrInvalidKey).
 // The tier function of a store with tiers sees the identity ctx carries
-// (keyrate.ContextWithIdentity).
+// (backend.ContextWithIdentity).
 type InFlight interface {
 	AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error)
 	// Tiered reports whether the store chooses a key's limit by the
 	// client's identity: then Slots hands it the identity in the context
-	// (keyrate.ContextWithIdentity), and otherwise spares the allocation.
+	// (backend.ContextWithIdentity), and otherwise spares the allocation.
 	Tiered() bool
 }
 
@@ -85,7 +85,7 @@ func (s *Slots) Acquire(ctx context.Context, key, identity string, shadow bool) 
 	}
 	sctx := ctx
 	if s.identity && identity != key {
-		sctx = keyrate.ContextWithIdentity(ctx, identity)
+		sctx = backend.ContextWithIdentity(ctx, identity)
 	}
 	wait := s.wait > 0 && !shadow
 	if wait {

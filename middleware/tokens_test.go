@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // stuckAll is an AllTaker that is not Bounded and answers only when its
@@ -44,7 +45,7 @@ func TestCallerTakeAll(t *testing.T) {
 			t.Errorf("a gone client: %v, want ErrClientGone", err)
 		}
 	})
-	plain := mustCaller(t, keyrate.BackendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
+	plain := mustCaller(t, backend.Func(func(context.Context, string, int) (keyrate.Decision, error) {
 		return keyrate.Decision{}, nil
 	}), time.Second)
 	if _, _, err := plain.TakeAll(t.Context(), nil); plain.CanTakeAll() || !errors.Is(err, keyrate.ErrConfig) {

@@ -63,7 +63,7 @@ func TestParseRateLimitErrors(t *testing.T) {
 // name, r and t.
 func TestParseRateLimitReadsWhatIsWritten(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(1, keyrate.MaxPolicies).Draw(t, "policies")
+		n := rapid.IntRange(1, backend.MaxPolicies).Draw(t, "policies")
 		parts := make([]keyrate.PolicyDecision, n)
 		for i := range parts {
 			parts[i] = keyrate.PolicyDecision{

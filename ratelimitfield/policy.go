@@ -41,7 +41,7 @@ func AppendPolicies(b []byte, policies []keyrate.Policy, route, unit string) []b
 // window returns the span the w parameter gives for p: its Window, or a
 // calendar policy's current period.
 func window(p *keyrate.PolicyDecision) time.Duration {
-	if !p.Calendar.IsZero() {
+	if p.Calendar != (keyrate.Calendar{}) {
 		return p.Period
 	}
 	return p.Window

@@ -49,7 +49,7 @@ func TestAppendPolicies(t *testing.T) {
 	}
 }
 
-// A Decision filled in by hand, as a keyrate.BackendFunc may return it,
+// A Decision filled in by hand, as a backend.Func may return it,
 // speaks for its binding policy's own fields.
 func TestDecisionByHand(t *testing.T) {
 	d := keyrate.Decision{Policy: "burst", Allowed: true, Limit: 5, Window: 90 * time.Second, Remaining: 4, ResetAfter: time.Minute}

@@ -15,7 +15,7 @@ import (
 type reference interface {
 	Take(key string, n int) keyrate.Decision
 	TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
-	RefundN(key string, d *keyrate.Decision, n int) error
+	RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error
 	SetTier(name string, policies []keyrate.Policy) error
 	Reset(key string)
 	Close() error
@@ -98,7 +98,7 @@ func newCalendarRef(def []keyrate.Policy, tiers map[string][]keyrate.Policy, tie
 func slidingOf(ps []keyrate.Policy) []keyrate.Policy {
 	var out []keyrate.Policy
 	for _, p := range ps {
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			out = append(out, p)
 		}
 	}
@@ -127,7 +127,7 @@ func (r *calendarRef) instant(k string) time.Time {
 // count returns what calendar c has admitted for k in its period holding
 // now, and that period's end.
 func (r *calendarRef) count(k string, c keyrate.Calendar, now time.Time) (int, time.Time) {
-	_, end := c.Period(now)
+	_, end := backend.Period(c, now)
 	if cc := r.key(k).counts[c.String()]; cc != nil && cc.end.Equal(end) {
 		return cc.n, end
 	}
@@ -140,7 +140,7 @@ func (r *calendarRef) calRoom(k string, ps []keyrate.Policy, n int, now time.Tim
 		return true
 	}
 	for _, p := range ps {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			if c, _ := r.count(k, p.Calendar, now); n < 0 || n > p.Limit || c+n > p.Limit {
 				return false
 			}
@@ -172,7 +172,7 @@ func (r *calendarRef) part(k string, p keyrate.Policy, n int, admitted bool, now
 func (r *calendarRef) record(k string, ps []keyrate.Policy, n int, now time.Time) {
 	s, seen := r.key(k), map[string]bool{}
 	for _, p := range ps {
-		if p.Calendar.IsZero() || seen[p.Calendar.String()] {
+		if p.Calendar == (keyrate.Calendar{}) || seen[p.Calendar.String()] {
 			continue // two policies of one calendar count the same events
 		}
 		seen[p.Calendar.String()] = true
@@ -187,7 +187,7 @@ func (r *calendarRef) combine(k string, ps []keyrate.Policy, core keyrate.Decisi
 	parts := make([]keyrate.PolicyDecision, 0, len(ps))
 	sliding := core.Policies()
 	for _, p := range ps {
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			parts, sliding = append(parts, sliding[0]), sliding[1:]
 			continue
 		}
@@ -197,7 +197,7 @@ func (r *calendarRef) combine(k string, ps []keyrate.Policy, core keyrate.Decisi
 	if admitted && n > 0 {
 		var cals []keyrate.Policy
 		for _, p := range ps {
-			if !p.Calendar.IsZero() {
+			if p.Calendar != (keyrate.Calendar{}) {
 				cals = append(cals, p)
 			}
 		}
@@ -227,7 +227,7 @@ func (r *calendarRef) described(k string, n int) keyrate.Decision {
 	if !c.Allowed || n <= 0 {
 		return c
 	}
-	if err := r.core.RefundN(k, &c, n); err != nil {
+	if err := r.core.RefundN(context.Background(), k, &c, n); err != nil {
 		panic(fmt.Sprintf("taking back the core's admission of %d for %q: %v", n, k, err))
 	}
 	return r.core.Take(k, 0)
@@ -285,20 +285,20 @@ func (r *calendarRef) TakeAll(_ context.Context, hits []keyrate.Hit) ([]keyrate.
 	return ds, false, nil
 }
 
-func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
+func (r *calendarRef) RefundN(_ context.Context, k string, d *keyrate.Decision, n int) error {
 	if d == nil || d.Receipt.N() <= 0 {
 		return fmt.Errorf("%w: nothing left", keyrate.ErrNothingToRefund)
 	}
 	if left := d.Receipt.N(); n < 1 || n > left {
 		return fmt.Errorf("%w: %d of %d", keyrate.ErrExceedsLimit, n, left)
 	}
-	m := r.made[d.Receipt.ID()-1]
-	coreErr := r.core.RefundN(k, &m.core, n)
+	m := r.made[backend.ReceiptID(d.Receipt)-1]
+	coreErr := r.core.RefundN(context.Background(), k, &m.core, n)
 	gave, seen := false, map[string]bool{}
 	if s := r.key(k); m.key == k && m.life == s.life {
 		now := r.instant(k)
 		for _, p := range m.cals {
-			_, end := p.Calendar.Period(m.at)
+			_, end := backend.Period(p.Calendar, m.at)
 			if cc := s.counts[p.Calendar.String()]; !seen[p.Calendar.String()] && cc != nil && cc.end.Equal(end) && end.After(now) && cc.n > 0 {
 				seen[p.Calendar.String()] = true
 				cc.n -= min(n, cc.n)
@@ -310,7 +310,7 @@ func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
 		return coreErr
 	}
 	m.left -= n
-	id := d.Receipt.ID()
+	id := backend.ReceiptID(d.Receipt)
 	d.Receipt = keyrate.Receipt{}
 	if m.left > 0 {
 		d.Receipt = backend.NewReceipt(m.at, m.left, id)

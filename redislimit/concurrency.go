@@ -127,7 +127,7 @@ func NewConcurrency(client redis.UniversalClient, limit int, ttl time.Duration, 
 // goroutine. It returns ok false when key holds its limit of live leases.
 //
 // The tier function (WithTiers) sees the identity ctx carries
-// (keyrate.ContextWithIdentity), else key. It returns an error wrapping
+// (backend.ContextWithIdentity), else key. It returns an error wrapping
 // ErrInvalidKey for an empty key; ctx's error if ctx is done, before the
 // call (no slot is taken for a caller that has gone) or before Redis
 // answers; one wrapping keyrate.ErrUnavailable when Redis does not answer

@@ -60,7 +60,7 @@ func slotLimits(tiers map[string][]keyrate.Policy) (map[string]int, error) {
 			return nil, fmt.Errorf("%w: %s: the default tier is NewConcurrency's limit", keyrate.ErrConfig, field)
 		case len(policies) != 1:
 			return nil, fmt.Errorf("%w: %s has %d policies, want one: an in-flight limit is one number", keyrate.ErrConfig, field, len(policies))
-		case !policies[0].Calendar.IsZero():
+		case policies[0].Calendar != (keyrate.Calendar{}):
 			return nil, fmt.Errorf("%w: %s[0].Calendar is %s, want none: an in-flight limit has no period", keyrate.ErrConfig, field, policies[0].Calendar)
 		case policies[0].Window != 0:
 			return nil, fmt.Errorf("%w: %s[0].Window is %v, want 0: an in-flight limit has no window", keyrate.ErrConfig, field, policies[0].Window)

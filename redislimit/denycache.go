@@ -148,7 +148,7 @@ func (c *denyCache) refuse(key string, t *tier, n int, now int64) (keyrate.Decis
 		c.mu.Unlock()
 		return keyrate.Decision{}, false
 	}
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	k := copy(parts[:], e.d.Policies())
 	c.mu.Unlock()
 	// Every positive duration is at least the hold, which el has not

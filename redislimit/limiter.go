@@ -133,8 +133,8 @@ var ErrInvalidKey = keyrate.ErrInvalidKey
 // ErrOutOfMemory is wrapped by the error TakeContext and Allow return when
 // Redis refuses to record an admission because it is at its maxmemory with
 // the noeviction policy ("OOM command not allowed"). It is
-// keyrate.ErrOutOfMemory.
-var ErrOutOfMemory = keyrate.ErrOutOfMemory
+// backend.ErrOutOfMemory.
+var ErrOutOfMemory = backend.ErrOutOfMemory
 
 // Limiter is a rate limiter whose per-key state lives in Redis. It is safe
 // for concurrent use, holds no state of its own beyond its configuration,
@@ -529,7 +529,7 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 	if want := 3 + 4*len(t.policies); len(v) != want {
 		return keyrate.Decision{}, fmt.Errorf("script returned %d values for a key, want %d", len(v), want)
 	}
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	for i, p := range t.policies {
 		r := v.policy(i)
 		// The sliding log rounds instants up (to its tick, its
@@ -551,7 +551,7 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 			// them.
 			parts[i].ResetAfter = time.Duration(r[2]) * time.Microsecond
 			parts[i].RefillAfter = time.Duration(r[3]) * time.Microsecond
-			start, end := p.Calendar.Period(time.UnixMicro(v.now()))
+			start, end := backend.Period(p.Calendar, time.UnixMicro(v.now()))
 			parts[i].Period = end.Sub(start)
 		}
 	}

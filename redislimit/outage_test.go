@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
@@ -493,7 +494,7 @@ func TestFallbackTiers(t *testing.T) {
 	if n := admit(context.Background(), long); n != 5 {
 		t.Errorf("a pro key over 128 bytes: admitted %d, want 5", n)
 	}
-	if n := admit(keyrate.ContextWithIdentity(context.Background(), "pro-b"), "route\x00b"); n != 5 {
+	if n := admit(backend.ContextWithIdentity(context.Background(), "pro-b"), "route\x00b"); n != 5 {
 		t.Errorf("a key whose identity is pro: admitted %d, want 5", n)
 	}
 	if err := l.SetTier("pro", []keyrate.Policy{{Limit: 20, Window: time.Hour}}); err != nil {

@@ -21,7 +21,7 @@ import (
 // the longest window, which serve every shorter one, so a key costs the
 // memory of its longest window's events, not the sum.
 //
-// It takes 1 to keyrate.MaxPolicies policies; each needs a Limit of 1 to
+// It takes 1 to backend.MaxPolicies policies; each needs a Limit of 1 to
 // math.MaxInt32 and a Window of at least 1ms in whole microseconds (the
 // scripts count in the microseconds of Redis TIME) or, with Window 0, a
 // Calendar (see "Calendar quotas" in the README; the sliding log alone
@@ -61,7 +61,7 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 	// window: the calendar is checked here.
 	check := make([]keyrate.Policy, len(policies))
 	for i, p := range policies {
-		if check[i] = p; !p.Calendar.IsZero() {
+		if check[i] = p; p.Calendar != (keyrate.Calendar{}) {
 			check[i].Window, check[i].Calendar = time.Hour, keyrate.Calendar{}
 		}
 	}
@@ -72,7 +72,7 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 		ids: make([]uint32, len(policies))}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			if err := checkCalendar(field, i, p); err != nil {
 				return nil, err
 			}
@@ -133,7 +133,7 @@ func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0]
 // twice its window.
 func (t *tier) checkResolution(res time.Duration) error {
 	for i, p := range t.policies {
-		if p.Window >= res || !p.Calendar.IsZero() {
+		if p.Window >= res || p.Calendar != (keyrate.Calendar{}) {
 			continue
 		}
 		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, res)

@@ -571,7 +571,7 @@ func TestClockSteppedBackAfterPrune(t *testing.T) {
 	}
 	clock.Set(start.Add(9 * time.Second)) // back
 	d := mustTakeReceipt(t, l, "p", 1)
-	if !d.Allowed || d.RefillAfter != time.Second || !d.Receipt.At().Equal(start.Add(14*time.Second)) {
+	if !d.Allowed || d.RefillAfter != time.Second || !backend.ReceiptAt(d.Receipt).Equal(start.Add(14*time.Second)) {
 		t.Fatalf("at +9s after a step back: got %+v, want admitted at 14s, the event of 5s leaving in 1s", d)
 	}
 	if d := mustTake(t, l, "p", 1); d.Allowed || d.RetryAfter != time.Second {

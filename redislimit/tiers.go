@@ -22,7 +22,7 @@ import (
 // consulted, so a key that changes plan is decided under its new policies
 // from its next request on. It sees the client's identity as the client
 // sent it, as the in-process tier function does: the identity TakeContext's
-// context carries (keyrate.ContextWithIdentity), which httplimit and
+// context carries (backend.ContextWithIdentity), which httplimit and
 // grpclimit put there (an API key as its header or metadata holds it,
 // whatever its length; never a route, a header name or a digest), and the
 // key as given to TakeContext when the context carries none. It must be
@@ -40,7 +40,7 @@ import (
 // count per window length: a policy whose window length the key has not
 // been under lately starts from 0.
 //
-// Each tier has 1 to keyrate.MaxPolicies policies, validated as
+// Each tier has 1 to backend.MaxPolicies policies, validated as
 // NewPolicies'. A nil tier function, an invalid policy or a tier named ""
 // (the default tier is NewPolicies') make the constructor return an error
 // wrapping keyrate.ErrConfig. Default: no tiers, every key under the

@@ -146,7 +146,7 @@ func TestFieldsParse(t *testing.T) {
 // least 0, t or w when the window holds something, c the weight admitted.
 func TestFieldsParseAnyDecision(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, keyrate.MaxPolicies).Draw(rt, "policies")
+		n := rapid.IntRange(1, backend.MaxPolicies).Draw(rt, "policies")
 		parts := make([]keyrate.PolicyDecision, n)
 		for i := range parts {
 			parts[i] = keyrate.PolicyDecision{

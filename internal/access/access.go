@@ -21,6 +21,11 @@ var (
 	Combine any
 	// NewReceipt is func(at time.Time, n int, id uint64) keyrate.Receipt.
 	NewReceipt any
+	// ReceiptAt is func(keyrate.Receipt) time.Time, ReceiptID
+	// func(keyrate.Receipt) uint64.
+	ReceiptAt, ReceiptID any
+	// Period is func(keyrate.Calendar, time.Time) (start, end time.Time).
+	Period any
 
 	// TierField names tier name's policies in errors (see backend.TierField).
 	TierField func(name string, tiered bool) (string, error)

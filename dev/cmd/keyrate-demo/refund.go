@@ -55,12 +55,12 @@ func (r refundReporter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyr
 	return all.TakeAll(ctx, hits)
 }
 
-// RefundContext gives back n of the events of the admitted decision *d
+// RefundN gives back n of the events of the admitted decision *d
 // for key, as the budget's own does, and publishes that it did, with the
 // key's budget as it then stands.
-func (r refundReporter) RefundContext(ctx context.Context, key string, d *keyrate.Decision, n int) error {
+func (r refundReporter) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	receipt := d.Receipt // the refund lowers it
-	if err := r.refundable.RefundContext(ctx, key, d, n); err != nil {
+	if err := r.refundable.RefundN(ctx, key, d, n); err != nil {
 		return err
 	}
 	r.published(ctx, key, receipt, n)

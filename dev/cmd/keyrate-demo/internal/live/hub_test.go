@@ -63,7 +63,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"duplicate name":        {good, good},
 		"relative path":         with(func(r *Route) { r.Path = "a" }),
 		"no policy":             with(func(r *Route) { r.Policies = nil }),
-		"too many policies":     with(func(r *Route) { r.Policies = make([]keyrate.Policy, keyrate.MaxPolicies+1) }),
+		"too many policies":     with(func(r *Route) { r.Policies = make([]keyrate.Policy, backend.MaxPolicies+1) }),
 		"zero limit":            with(func(r *Route) { r.Policies[0].Limit = 0 }),
 		"negative limit":        with(func(r *Route) { r.Policies[0].Limit = -3 }),
 		"zero window":           with(func(r *Route) { r.Policies[0].Window = 0 }),
