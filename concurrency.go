@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -49,19 +50,18 @@ type waiter struct {
 }
 
 // NewConcurrency returns a Concurrency of limit slots per key (1 to
-// math.MaxInt32). It takes WithTiers alone, each tier one Policy of a Limit
-// only, its slots: {"pro": {{Limit: 10}}}. Any other option is an ErrConfig
-// error, as no other means anything for slots.
-func NewConcurrency(limit int, opts ...Option) (*Concurrency, error) {
-	t, err := newSlotTiers(limit, opts)
-	if err != nil {
+// math.MaxInt32). With a tier function, tier and tiers are as WithTiers',
+// each tier its number of slots: a key in no tier of the map gets limit.
+// nil, nil: no tiers. An invalid argument is an ErrConfig error.
+func NewConcurrency(limit int, tier func(key string) string, tiers map[string]int) (*Concurrency, error) {
+	if err := checkConcurrency(limit, tier, tiers); err != nil {
 		return nil, err
 	}
 	return &Concurrency{
 		keys:   xsync.NewMapOf[string, *slots](),
 		limit:  limit,
-		tierOf: t.tierOf,
-		tiers:  t.limits,
+		tierOf: tier,
+		tiers:  maps.Clone(tiers),
 		done:   make(chan struct{}),
 	}, nil
 }

@@ -16,7 +16,7 @@ import (
 // over and over by one caller: the entry is made and dropped each time, as
 // for a client that sends one request at a time.
 func BenchmarkConcurrencyTakeRelease(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	b.ReportAllocs()
 	held := 0
 	for b.Loop() {
@@ -31,7 +31,7 @@ func BenchmarkConcurrencyTakeRelease(b *testing.B) {
 // BenchmarkConcurrencyHeldKey is the same, while another request of the key
 // runs: its entry stays, and each take and release only counts.
 func BenchmarkConcurrencyHeldKey(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	running, _, _ := c.TryAcquire(context.Background(), "client-00000001")
 	defer running()
 	b.ReportAllocs()
@@ -48,7 +48,7 @@ func BenchmarkConcurrencyHeldKey(b *testing.B) {
 // BenchmarkConcurrencyParallelKeys is every goroutine on keys of its own,
 // 1,000 each: distinct keys share no lock.
 func BenchmarkConcurrencyParallelKeys(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	keys := makeKeys(1000 * runtime.GOMAXPROCS(0))
 	var next, held atomic.Int64
 	b.ReportAllocs()
@@ -70,7 +70,7 @@ func BenchmarkConcurrencyParallelKeys(b *testing.B) {
 // limit of 3: more callers than slots, so that some takes are refused, and
 // held/op says how many got one.
 func BenchmarkConcurrencyHotKey(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	var held atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(4)

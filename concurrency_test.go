@@ -42,9 +42,9 @@ func awaitWaiters(t *testing.T, c *Concurrency, key string, n int) {
 	require.Equal(t, n, got, "waiters of %q", key)
 }
 
-func mustConcurrency(t *testing.T, limit int, opts ...Option) *Concurrency {
+func mustConcurrency(t *testing.T, limit int, tier func(string) string, tiers map[string]int) *Concurrency {
 	t.Helper()
-	c, err := NewConcurrency(limit, opts...)
+	c, err := NewConcurrency(limit, tier, tiers)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -57,7 +57,7 @@ func mustConcurrency(t *testing.T, limit int, opts ...Option) *Concurrency {
 func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const goroutines, rounds, limit = 20, 300, 3
-	c := mustConcurrency(t, limit)
+	c := mustConcurrency(t, limit, nil, nil)
 	var inside, most, taken, refused atomic.Int64
 	hold := func(release func()) {
 		n := inside.Add(1)
@@ -114,7 +114,7 @@ func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 }
 
 func TestConcurrencyReleaseTwiceIsHarmless(t *testing.T) {
-	c := mustConcurrency(t, 1)
+	c := mustConcurrency(t, 1, nil, nil)
 	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	release()
@@ -128,7 +128,7 @@ func TestConcurrencyReleaseTwiceIsHarmless(t *testing.T) {
 }
 
 func TestConcurrencyReleaseFromAnotherGoroutine(t *testing.T) {
-	c := mustConcurrency(t, 1)
+	c := mustConcurrency(t, 1, nil, nil)
 	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	done := make(chan struct{})
@@ -139,7 +139,7 @@ func TestConcurrencyReleaseFromAnotherGoroutine(t *testing.T) {
 }
 
 func TestConcurrencyKeysAreSeparate(t *testing.T) {
-	c := mustConcurrency(t, 2)
+	c := mustConcurrency(t, 2, nil, nil)
 	for _, key := range []string{"a", "a", "b", "b", ""} {
 		_, ok, _ := c.TryAcquire(context.Background(), key)
 		require.True(t, ok, key)
@@ -153,7 +153,7 @@ func TestConcurrencyKeysAreSeparate(t *testing.T) {
 // TryAcquire never takes one from under a waiter.
 func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
+		c := mustConcurrency(t, 1, nil, nil)
 		release, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok)
 		var mu sync.Mutex
@@ -183,7 +183,7 @@ func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 
 func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
+		c := mustConcurrency(t, 1, nil, nil)
 		release, _, _ := c.TryAcquire(context.Background(), "k")
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -201,7 +201,7 @@ func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 
 func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
+		c := mustConcurrency(t, 1, nil, nil)
 		release, _, _ := c.TryAcquire(context.Background(), "k")
 		ctx, cancel := context.WithCancel(context.Background())
 		errs := make(chan error)
@@ -221,7 +221,7 @@ func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 }
 
 func TestConcurrencyAcquireWithDoneContextTakesNothing(t *testing.T) {
-	c := mustConcurrency(t, 1)
+	c := mustConcurrency(t, 1, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := c.Acquire(ctx, "k")
@@ -238,7 +238,7 @@ func TestConcurrencyAcquireWithDoneContextTakesNothing(t *testing.T) {
 // first: the waiter keeps it, or hands it on and returns the error.
 func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 	for i := range 100 {
-		c := mustConcurrency(t, 1)
+		c := mustConcurrency(t, 1, nil, nil)
 		release, _, _ := c.TryAcquire(context.Background(), "k")
 		w := &waiter{ready: make(chan struct{})}
 		_, g := c.acquire("k", 1, w)
@@ -266,7 +266,7 @@ func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 func TestConcurrencyClose(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
-		c, err := NewConcurrency(1)
+		c, err := NewConcurrency(1, nil, nil)
 		require.NoError(t, err)
 		release, _, _ := c.TryAcquire(context.Background(), "k")
 		errs := make(chan error)
@@ -293,7 +293,7 @@ func TestConcurrencyClose(t *testing.T) {
 }
 
 func TestConcurrencyAcquireSlot(t *testing.T) {
-	c := mustConcurrency(t, 2)
+	c := mustConcurrency(t, 2, nil, nil)
 	ctx := context.Background()
 	r1, limit, err := c.AcquireSlot(ctx, "k", false)
 	require.NoError(t, err)
@@ -313,7 +313,7 @@ func TestConcurrencyAcquireSlot(t *testing.T) {
 // An idle key costs nothing: its entry goes with its last slot, and a
 // waiter that gives up leaves none behind either.
 func TestConcurrencyIdleKeysLeaveNoEntry(t *testing.T) {
-	c := mustConcurrency(t, 3)
+	c := mustConcurrency(t, 3, nil, nil)
 	var releases []func()
 	for i := range 10_000 {
 		r, ok, _ := c.TryAcquire(context.Background(), "client-"+strconv.Itoa(i))
@@ -349,7 +349,7 @@ func TestConcurrencyTiers(t *testing.T) {
 		}
 		return "unknown-tier"
 	}
-	c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
+	c := mustConcurrency(t, 1, plan, map[string]int{"pro": 3})
 	count := func(key string) (n int) {
 		for {
 			if _, ok, _ := c.TryAcquire(context.Background(), key); !ok {
@@ -387,7 +387,7 @@ func TestConcurrencyTierChangeGrantsWaiters(t *testing.T) {
 			}
 			return ""
 		}
-		c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
+		c := mustConcurrency(t, 1, plan, map[string]int{"pro": 3})
 		release, _, _ := c.TryAcquire(context.Background(), "k")
 		got := make(chan error)
 		go func() {
@@ -407,39 +407,25 @@ func TestNewConcurrencyErrors(t *testing.T) {
 	plan := func(string) string { return "" }
 	for name, tc := range map[string]struct {
 		limit int
-		opts  []Option
+		tier  func(string) string
+		tiers map[string]int
 	}{
-		"limit 0":                {0, nil},
-		"negative limit":         {-1, nil},
-		"limit over int32":       {math.MaxInt32 + 1, nil},
-		"WithClock":              {1, []Option{WithClock(NewManualClock(time.Now()))}},
-		"WithClock(nil)":         {1, []Option{WithClock(nil)}},
-		"WithCoarseClock":        {1, []Option{WithCoarseClock(time.Millisecond)}},
-		"WithResolution":         {1, []Option{WithResolution(time.Second)}},
-		"WithAlgorithm default":  {1, []Option{WithAlgorithm(SlidingLog)}},
-		"WithAlgorithm GCRA":     {1, []Option{WithAlgorithm(GCRA)}},
-		"WithJanitorInterval 0":  {1, []Option{WithJanitorInterval(0)}},
-		"WithMaxKeys 0":          {1, []Option{WithMaxKeys(0)}},
-		"WithMaxKeys":            {1, []Option{WithMaxKeys(10)}},
-		"WithRefuseNewKeys":      {1, []Option{WithRefuseNewKeys()}},
-		"WithMaxWindow 0":        {1, []Option{WithMaxWindow(0)}},
-		"nil tier function":      {1, []Option{WithTiers(nil, nil)}},
-		"tier with a window":     {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Window: time.Second}}})}},
-		"tier with a calendar":   {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Calendar: Daily(time.UTC)}}})}},
-		"tier with two policies": {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}, {Limit: 4}}})}},
-		"tier with no policy":    {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {}})}},
-		"tier with a name":       {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Name: "pro", Limit: 3}}})}},
-		"tier limit 0":           {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 0}}})}},
-		"tier named empty":       {1, []Option{WithTiers(plan, map[string][]Policy{"": {{Limit: 3}}})}},
+		"limit 0":           {0, nil, nil},
+		"negative limit":    {-1, nil, nil},
+		"limit over int32":  {math.MaxInt32 + 1, nil, nil},
+		"nil tier function": {1, nil, map[string]int{"pro": 3}},
+		"tier limit 0":      {1, plan, map[string]int{"pro": 0}},
+		"tier over int32":   {1, plan, map[string]int{"pro": math.MaxInt32 + 1}},
+		"tier named empty":  {1, plan, map[string]int{"": 3}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewConcurrency(tc.limit, tc.opts...)
+			c, err := NewConcurrency(tc.limit, tc.tier, tc.tiers)
 			assert.ErrorIs(t, err, ErrConfig)
 			assert.Nil(t, c)
 		})
 	}
-	c, err := NewConcurrency(math.MaxInt32, nil, WithTiers(plan, nil))
-	require.NoError(t, err, "a nil option is skipped, and tiers may be empty")
+	c, err := NewConcurrency(math.MaxInt32, plan, nil)
+	require.NoError(t, err, "tiers may be empty")
 	c.Close()
 }
 
@@ -448,7 +434,7 @@ func TestNewConcurrencyErrors(t *testing.T) {
 func TestModelConcurrency(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		limit := rapid.IntRange(1, 4).Draw(t, "limit")
-		c, err := NewConcurrency(limit)
+		c, err := NewConcurrency(limit, nil, nil)
 		require.NoError(t, err)
 		defer c.Close()
 		type held struct {

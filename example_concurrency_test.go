@@ -13,7 +13,7 @@ import (
 // until one of the two ends, and a customer with none running costs no
 // memory.
 func ExampleConcurrency() {
-	reports, err := keyrate.NewConcurrency(2)
+	reports, err := keyrate.NewConcurrency(2, nil, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -45,9 +45,9 @@ func ExampleConcurrency_Acquire() {
 		}
 		return ""
 	}
-	calls, err := keyrate.NewConcurrency(1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{
-		"pro": {{Limit: 3}},
-	}))
+	calls, err := keyrate.NewConcurrency(1, plan, map[string]int{
+		"pro": 3,
+	})
 	if err != nil {
 		panic(err)
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/keyrate/keyrate/middleware"
 )
 
-func newConcurrency(t *testing.T, limit int, opts ...keyrate.Option) *keyrate.Concurrency {
+func newConcurrency(t *testing.T, limit int, tier func(string) string, tiers map[string]int) *keyrate.Concurrency {
 	t.Helper()
-	c, err := keyrate.NewConcurrency(limit, opts...)
+	c, err := keyrate.NewConcurrency(limit, tier, tiers)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -69,7 +69,7 @@ func serveGated(t *testing.T, lim *grpclimit.Limiter, g *gate) *testServer {
 // rate budget; once the first ends, the next is served.
 func TestInFlightUnary(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	var limited []middleware.Event
 	g := newGate()
 	ts := serveGated(t, mustNew(t, l, grpclimit.WithInFlight(c, 0),
@@ -103,7 +103,7 @@ func TestInFlightUnary(t *testing.T) {
 // A stream holds its slot until it ends.
 func TestInFlightStream(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(c, 0)))
 	alice := ts.client(t, "127.0.0.1")
 
@@ -133,7 +133,7 @@ func TestInFlightStream(t *testing.T) {
 // outside would answer the call).
 func TestInFlightReleasedOnPanic(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	unary := mustNew(t, l, grpclimit.WithInFlight(c, 0)).Unary()
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
 	info := &grpc.UnaryServerInfo{FullMethod: check}
@@ -149,7 +149,7 @@ func TestInFlightReleasedOnPanic(t *testing.T) {
 // and fails with its own status.
 func TestInFlightClientGoneWhileWaiting(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	errs := make(chan error, 1)
 	ts := serve(t, mustNew(t, l, grpclimit.WithInFlight(c, time.Hour),
 		grpclimit.WithOnError(func(e middleware.Event) { errs <- e.Err })))
@@ -205,6 +205,6 @@ func TestInFlightOptionErrors(t *testing.T) {
 	l, _ := manualLimiter(t, 1, time.Minute)
 	_, err := grpclimit.New(l, grpclimit.WithInFlight(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = grpclimit.New(l, grpclimit.WithInFlight(newConcurrency(t, 1), -time.Second))
+	_, err = grpclimit.New(l, grpclimit.WithInFlight(newConcurrency(t, 1, nil, nil), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }

@@ -228,7 +228,7 @@ func TestTokenBudgetConfig(t *testing.T) {
 // request refused for want of a slot spends neither.
 func TestTokenBudgetInFlight(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
-	running, err := keyrate.NewConcurrency(1)
+	running, err := keyrate.NewConcurrency(1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestSlotConfigGate(t *testing.T) {
 	c.Set(nil, 0)
 	_, err = c.Gate(FailOpen, false, Hooks{})
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	conc, err := keyrate.NewConcurrency(1)
+	conc, err := keyrate.NewConcurrency(1, nil, nil)
 	require.NoError(t, err)
 	c.Set(conc, -time.Second)
 	_, err = c.Gate(FailOpen, false, Hooks{})
@@ -61,7 +61,7 @@ func TestSlotConfigGate(t *testing.T) {
 func TestSlotGateHold(t *testing.T) {
 	for _, shadow := range []bool{false, true} {
 		t.Run(fmt.Sprint("shadow=", shadow), func(t *testing.T) {
-			conc, err := keyrate.NewConcurrency(1)
+			conc, err := keyrate.NewConcurrency(1, nil, nil)
 			require.NoError(t, err)
 			var c SlotConfig
 			c.Set(conc, 0)
@@ -143,7 +143,7 @@ func TestSlotGateFailures(t *testing.T) {
 	}
 
 	t.Run("gone", func(t *testing.T) {
-		conc, err := keyrate.NewConcurrency(1)
+		conc, err := keyrate.NewConcurrency(1, nil, nil)
 		require.NoError(t, err)
 		var c SlotConfig
 		c.Set(conc, 0)

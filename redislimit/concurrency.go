@@ -77,9 +77,9 @@ type Concurrency struct {
 // It takes the options that concern it: WithPrefix (replicas that share
 // slots share a prefix, which may be a rate Limiter's: the keys do not
 // collide), WithTimeout (the budget of every call), WithHashTagSecret, and
-// WithTiers, whose tiers are each one policy with a Limit alone, as for
-// keyrate.NewConcurrency. Any other option configures rate decisions and
-// is an error. Every error wraps keyrate.ErrConfig. NewConcurrency does
+// WithTiers, whose tiers are each one policy with a Limit alone, its
+// number of slots. Any other option configures rate decisions and is an
+// error. Every error wraps keyrate.ErrConfig. NewConcurrency does
 // not contact Redis.
 func NewConcurrency(client redis.UniversalClient, limit int, ttl time.Duration, opts ...Option) (*Concurrency, error) {
 	if client == nil {

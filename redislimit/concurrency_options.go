@@ -48,8 +48,7 @@ func concurrencyConfig(opts []Option) (config, error) {
 }
 
 // slotLimits returns the in-flight limit of each tier of tiers: the
-// Limit of its one policy, which has no window and no name, as
-// keyrate.NewConcurrency reads its tiers.
+// Limit of its one policy, which has no window and no name.
 func slotLimits(tiers map[string][]keyrate.Policy) (map[string]int, error) {
 	limits := make(map[string]int, len(tiers))
 	for _, name := range slices.Sorted(maps.Keys(tiers)) { // the first error in a fixed order
