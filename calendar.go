@@ -132,3 +132,7 @@ func (c Calendar) check() error {
 	}
 	return nil
 }
+
+// period is a calendar policy's period, in instants from the limiter's base:
+// [start, end).
+type period struct{ start, end int64 }

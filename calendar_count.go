@@ -43,27 +43,6 @@ func (g *eventLog) quota() *calendarCounts {
 	return &(*calendarLog)(unsafe.Pointer(g)).c
 }
 
-// period is a calendar policy's period, in instants from the limiter's base:
-// [start, end).
-type period struct{ start, end int64 }
-
-// isCalendar reports whether policy i of t is a calendar policy.
-func (t *tier) isCalendar(i int) bool { return t.cals&(1<<i) != 0 }
-
-// period returns the period of calendar policy i that holds instant now.
-// Each tier keeps the period last found per policy, which serves every
-// decision until it ends: a calendar's arithmetic runs once a period, not
-// once a decision. The limiter's instant 0 is t.wall on the wall clock.
-func (t *tier) period(i int, now int64) period {
-	if p := t.periods[i].Load(); p != nil && p.start <= now && now < p.end {
-		return *p
-	}
-	s, e := t.policies[i].Calendar.bounds(time.Unix(0, t.wall+now))
-	p := &period{s.UnixNano() - t.wall, e.UnixNano() - t.wall}
-	t.periods[i].Store(p)
-	return *p
-}
-
 // calendarPart works out calendar policy i's part of a request of weight n
 // at now before it is recorded, as fixedPart does for a fixed window: the
 // count of now's period, RetryAfter until the period turns. It first starts

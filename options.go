@@ -93,6 +93,21 @@ func WithRefuseNewKeys() Option {
 	return func(cfg *config) { cfg.refuseNewKeys = true }
 }
 
+// WithTiers gives keys their plan's policies: tier names a key's tier, tiers
+// maps names to policies; a key in no tier of the map gets the default. tier
+// runs on every decision, so it must be cheap and safe for concurrent use; a
+// panic in it means the default tier. It sees the client's identity as sent
+// (backend.ContextWithIdentity, as httplimit and grpclimit set it), else
+// the key.
+// Default: no tiers.
+func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
+	return func(cfg *config) {
+		cfg.tierSet = true
+		cfg.tierOf = tier
+		cfg.tiers = maps.Clone(tiers)
+	}
+}
+
 // newConfig applies opts for a limiter whose default tier is def, validates
 // them and builds the tier table.
 func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
@@ -158,13 +173,4 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		}
 	}
 	return cfg, tab, nil
-}
-
-// checkCoarse refuses a tier with a window no longer than WithCoarseClock's
-// resolution (0: off), which could not tell its window's edges apart.
-func checkCoarse(resolution time.Duration, t *tier) error {
-	if s := t.shortest(); resolution > 0 && resolution >= s {
-		return fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, resolution, s)
-	}
-	return nil
 }

@@ -268,3 +268,29 @@ func (t *tier) placeCursors() {
 	}
 	t.cacheable = len(order) < 2
 }
+
+// checkCoarse refuses a tier with a window no longer than WithCoarseClock's
+// resolution (0: off), which could not tell its window's edges apart.
+func checkCoarse(resolution time.Duration, t *tier) error {
+	if s := t.shortest(); resolution > 0 && resolution >= s {
+		return fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, resolution, s)
+	}
+	return nil
+}
+
+// isCalendar reports whether policy i of t is a calendar policy.
+func (t *tier) isCalendar(i int) bool { return t.cals&(1<<i) != 0 }
+
+// period returns the period of calendar policy i that holds instant now.
+// Each tier keeps the period last found per policy, which serves every
+// decision until it ends: a calendar's arithmetic runs once a period, not
+// once a decision. The limiter's instant 0 is t.wall on the wall clock.
+func (t *tier) period(i int, now int64) period {
+	if p := t.periods[i].Load(); p != nil && p.start <= now && now < p.end {
+		return *p
+	}
+	s, e := t.policies[i].Calendar.bounds(time.Unix(0, t.wall+now))
+	p := &period{s.UnixNano() - t.wall, e.UnixNano() - t.wall}
+	t.periods[i].Store(p)
+	return *p
+}

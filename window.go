@@ -124,9 +124,17 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		allowed = allowed && part.Allowed
 		b.see(d.parts[:], i)
 	}
+	g.finishParts(d, now, r, n, t, allowed, record)
+	d.fill(&d.parts[b.index(allowed)], allowed)
+}
+
+// finishParts finishes each part of an admitted request of weight n with
+// the request's own events, the newest in every window, and records them
+// when record is set; refused, it sets each sliding window's ResetAfter from
+// the newest event. A helper of decide, with g.mu held.
+func (g *eventLog) finishParts(d *Decision, now, r int64, n int, t *tier, allowed, record bool) {
+	s := &t.scale
 	if allowed && n > 0 {
-		// Admitted: each window also holds the request's own events, the
-		// newest.
 		for i := range d.nparts {
 			part := &d.parts[i]
 			if t.isCalendar(i) {
@@ -154,7 +162,6 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 			}
 		}
 	}
-	d.fill(&d.parts[b.index(allowed)], allowed)
 }
 
 // binder works out combine's binding part (binding) as the parts are made,
@@ -299,4 +306,12 @@ func (g *eventLog) refundLog(now, at int64, n int, t *tier) bool {
 		g.remove(to-uint32(n), uint32(n))
 	}
 	return true
+}
+
+// lim returns windowAge(now, w, r, s) for policy i of t, whose window is
+// w: for a window of a whole number of ticks k, the window (now-w, now]
+// starts k ticks before the tick that ends at or before now, and that tick
+// is r or the one before it, so no division is needed.
+func (t *tier) lim(i int, now, w, r int64) uint32 {
+	return ageBound(now, w, r, t.ticks[i], &t.scale)
 }
