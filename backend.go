@@ -8,10 +8,10 @@ import (
 
 // Backend is the one call every store answers: decide a request of weight n
 // for key and record it if admitted, in one atomic step. *Limiter is one, in
-// memory; redislimit's another. More promises a backend makes are the
-// interfaces of package backend. TakeContext fails only when no
-// decision could be had (ctx done, the store unavailable, a key it cannot
-// place); a refusal is a Decision. A tiered backend reads ctx's identity.
+// memory; redislimit's another; package backend has the rest of their
+// contract. TakeContext fails only when no decision could be had (ctx done,
+// the store unavailable, a key it cannot place); a refusal is a Decision. A
+// tiered backend reads ctx's identity.
 type Backend interface {
 	TakeContext(ctx context.Context, key string, n int) (Decision, error)
 }

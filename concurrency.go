@@ -67,10 +67,9 @@ func NewConcurrency(limit int, tier func(key string) string, tiers map[string]in
 }
 
 // TryAcquire takes one of key's slots if one is free and no one waits for
-// one, and returns the function that gives it back (call it once the request
-// ends; calls after the first do nothing); ok is false otherwise. It fails
-// only with ctx's error, when ctx is done, and still answers after Close.
-// The tier function sees ctx's identity.
+// one, and returns its release (call it once the request ends; later calls
+// do nothing); ok is false otherwise. It fails only with ctx's error, and
+// still answers after Close. The tier function sees ctx's identity.
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (release func(), ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
@@ -86,8 +85,8 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), 
 	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), true)
 }
 
-// AcquireSlot is middleware.InFlight's call: Acquire with wait, TryAcquire
-// without (a nil release and error when full), and key's limit.
+// AcquireSlot is middleware's call: Acquire with wait, TryAcquire without (a
+// nil release and error when full), and key's limit.
 func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error) {
 	limit = c.limitFor(c.tierKey(ctx, key))
 	release, err = c.acquireAt(ctx, key, limit, wait)

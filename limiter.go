@@ -94,12 +94,10 @@ func (l *Limiter) Policies() []Policy {
 
 // SetTier replaces or adds the policies of the tier called name ("" is the
 // default) while the limiter is in use; a decision sees old or new, whole.
-// Keys keep their events, counted by the new policies from then on (under
-// FixedWindow and GCRA each policy keeps its count by its place); so does a key
-// the tier function moves. It refuses, changing nothing, policies New would,
-// a window the coarse clock or the ticks cannot tell (WithMaxWindow), a
-// calendar policy on a limiter made without one, and a named tier without
-// WithTiers.
+// Keys keep their events, as do keys the tier function moves. It refuses,
+// changing nothing, what New would, a window the ticks or the coarse clock
+// cannot tell (WithMaxWindow), a calendar policy on a limiter made without
+// one, and a named tier without WithTiers.
 func (l *Limiter) SetTier(name string, policies []Policy) error {
 	field, err := tierField(name, l.tierOf != nil)
 	if err != nil {
@@ -268,9 +266,9 @@ func (l *Limiter) receipt(r *Receipt, g *eventLog, n int, t *tier) {
 	}
 }
 
-// ErrNothingToRefund is wrapped by Refund's and RefundN's error when nothing
-// could be given back: the decision recorded nothing or was given back, is
-// another key's, or its events are gone (left the window, evicted, Reset).
+// ErrNothingToRefund is wrapped by RefundN's error when nothing could be
+// given back: the decision recorded nothing or was given back, is another
+// key's, or its events are gone (left the window, evicted, Reset).
 var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
 // Refund gives back all the weight *d recorded for key and has left: RefundN
@@ -284,13 +282,11 @@ func (l *Limiter) Refund(ctx context.Context, key string, d *Decision) error {
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
-// key, as if never asked: a request that reserved an estimate settles its real
-// cost. The events leave from the decision's own instant, in every policy
-// (FixedWindow: while their window lasts; GCRA: the tokens not yet refilled),
-// and d's Receipt falls by n. n outside 1 to d.Receipt.N() wraps
-// ErrExceedsLimit, a decision no longer held ErrNothingToRefund, a done ctx
-// its error; errors change nothing. Refund through one pointer: a copy still
-// holds the Receipt. It is backend.Refunder's method.
+// key, from its own instant, in every policy, and lowers d's Receipt by n: a
+// request that reserved an estimate settles its cost. n outside 1 to
+// d.Receipt.N() wraps ErrExceedsLimit, a decision no longer held
+// ErrNothingToRefund; no error (a done ctx's included) changes anything.
+// Refund through one pointer: a copy still holds the Receipt.
 func (l *Limiter) RefundN(ctx context.Context, key string, d *Decision, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -19,10 +19,8 @@ type Policy struct {
 	// Limit is 1 to math.MaxInt32; Window positive, or 0 with a Calendar.
 	Limit  int
 	Window time.Duration
-	// Calendar (Daily, Weekly, Monthly) makes a calendar policy: at most
-	// Limit per period, the period turning at local midnight of its
-	// boundary day in its zone, when the count starts again from 0 (no
-	// sliding). It costs a counter per key, 12 bytes, whatever the limit.
+	// Calendar (Daily, Weekly, Monthly) makes a calendar policy, counted
+	// per period (see Calendar), 12 bytes a key whatever the limit.
 	// Default: none, a sliding window.
 	Calendar Calendar
 }

@@ -15,12 +15,11 @@ type Hit struct {
 }
 
 // TakeAll decides a request that counts against several keys, each at its
-// hit's weight: admitted only when every key has room, then recorded against
-// all, atomically; refused, it records nothing, and a key with room is
-// described as it stands. A key given twice counts its weights' sum, under
-// one Decision. With WithMaxKeys full and nothing to evict, a new key is
-// refused with Overflow. It fails only with ctx's error, when ctx is done
-// (backend.AllTaker).
+// hit's weight, atomically: admitted only when every key has room, and then
+// recorded against all; refused, it records nothing, and describes a key
+// with room as it stands. A key given twice counts its weights' sum; a new
+// key WithMaxKeys has no room for is refused with Overflow. It fails only
+// with ctx's error, when ctx is done.
 func (l *Limiter) TakeAll(ctx context.Context, hits []Hit) ([]Decision, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
