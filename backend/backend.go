@@ -1,21 +1,32 @@
 // Package backend is for authors of a keyrate.Backend (another store, an
 // adapter such as middleware): the checks and the binding rule every
-// backend shares, the Receipt a backend gives for a refund, and the
-// optional capabilities middleware looks for. Applications do not need it:
-// they use keyrate and the backends' own packages.
+// backend shares, the identity a tier function reads, the Receipt a backend
+// gives for a refund, and the optional capabilities middleware looks for.
+// Applications do not need it: they use keyrate and the backends' own
+// packages.
 //
 // A backend decides by the rules of keyrate.Decision: CheckPolicies
-// validates its policies, TierOf chooses a key's tier, and Combine makes the
-// Decision from each policy's part, as *keyrate.Limiter does. backendtest
-// checks that it answers number for number as the core does.
+// validates its policies, TierOf chooses a key's tier, Period a calendar
+// policy's period, and Combine makes the Decision from each policy's part,
+// as *keyrate.Limiter does. backendtest checks that it answers number for
+// number as the core does.
 package backend
 
 import (
 	"context"
+	"errors"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/access"
 )
+
+// MaxPolicies is the most policies a keyrate.Limiter or one of its tiers
+// enforces together: a Decision carries each one's numbers inline.
+const MaxPolicies = access.MaxPolicies
+
+// ErrOutOfMemory is wrapped by a backend's error when its store is out of
+// memory and cannot record (a Redis at maxmemory): a store failure.
+var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 
 // The core's implementations, set by its init (see internal/access).
 var (
