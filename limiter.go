@@ -87,7 +87,8 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Policies returns a copy of the default tier's policies, in order.
+// Policies returns a copy of the default tier's policies, in order: New's
+// limit and window are Policies()[0].
 func (l *Limiter) Policies() []Policy {
 	return append([]Policy(nil), l.tiers.Load().def.policies...)
 }
