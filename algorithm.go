@@ -21,12 +21,12 @@ func (g *eventLog) counters(t *tier) []uint32 {
 		copy(g.inline[:], unsafe.Slice(g.ring, len(g.inline)))
 		g.ring, g.size = nil, 0
 	case k > uint32(len(g.inline)) && !heap:
-		c := make([]uint32, MaxPolicies)
+		c := make([]uint32, maxPolicies)
 		copy(c, g.inline[:])
 		g.inline = [2]uint32{}
-		g.ring, g.size = &c[0], MaxPolicies
+		g.ring, g.size = &c[0], maxPolicies
 	case k > uint32(len(g.inline)):
-		clear(unsafe.Slice(g.ring, MaxPolicies)[k:]) // a later growth starts them at 0
+		clear(unsafe.Slice(g.ring, maxPolicies)[k:]) // a later growth starts them at 0
 	}
 	if k <= uint32(len(g.inline)) {
 		clear(g.inline[k:])
@@ -308,7 +308,7 @@ func (g *eventLog) refunded(n int) {
 func (g *eventLog) mark(r *Receipt) {
 	r.mark = g.ledger()
 	if g.ring != nil && g.ring != &g.inline[0] {
-		copy(r.full[:], unsafe.Slice(g.ring, MaxPolicies))
+		copy(r.full[:], unsafe.Slice(g.ring, maxPolicies))
 	} else {
 		copy(r.full[:], g.inline[:])
 	}

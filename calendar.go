@@ -48,12 +48,9 @@ func Monthly(day int, loc *time.Location) Calendar {
 	return Calendar{kind: monthly, day: clampDay(day), loc: loc}
 }
 
-// IsZero reports whether c is no calendar.
-func (c Calendar) IsZero() bool { return c.kind == noCalendar }
-
-// Period returns the period of c that holds t: from start, inclusive, to
-// end, exclusive. It is the zero span for the zero Calendar.
-func (c Calendar) Period(t time.Time) (start, end time.Time) {
+// bounds returns the period of c that holds t: from start, inclusive, to
+// end, exclusive; the zero span for the zero Calendar (backend.Period).
+func (c Calendar) bounds(t time.Time) (start, end time.Time) {
 	if c.kind == noCalendar || c.loc == nil {
 		return time.Time{}, time.Time{}
 	}
@@ -135,3 +132,7 @@ func (c Calendar) check() error {
 	}
 	return nil
 }
+
+// period is a calendar policy's period, in instants from the limiter's base:
+// [start, end).
+type period struct{ start, end int64 }

@@ -14,8 +14,8 @@ import (
 // do; a policy whose calendar changed keeps it while the new period began
 // before the counted one ended: a changed policy counts only from then on.
 type calendarCounts struct {
-	end [MaxPolicies]int64 // the instant the counted period turns, from the limiter's base
-	n   [MaxPolicies]uint32
+	end [maxPolicies]int64 // the instant the counted period turns, from the limiter's base
+	n   [maxPolicies]uint32
 }
 
 // calendarLog is the log of a limiter with calendar policies: an eventLog
@@ -41,27 +41,6 @@ func (g *eventLog) quota() *calendarCounts {
 		panic("keyrate: a calendar policy decided a log without room for its count") // unreachable: see SetTier
 	}
 	return &(*calendarLog)(unsafe.Pointer(g)).c
-}
-
-// period is a calendar policy's period, in instants from the limiter's base:
-// [start, end).
-type period struct{ start, end int64 }
-
-// isCalendar reports whether policy i of t is a calendar policy.
-func (t *tier) isCalendar(i int) bool { return t.cals&(1<<i) != 0 }
-
-// period returns the period of calendar policy i that holds instant now.
-// Each tier keeps the period last found per policy, which serves every
-// decision until it ends: a calendar's arithmetic runs once a period, not
-// once a decision. The limiter's instant 0 is t.wall on the wall clock.
-func (t *tier) period(i int, now int64) period {
-	if p := t.periods[i].Load(); p != nil && p.start <= now && now < p.end {
-		return *p
-	}
-	s, e := t.policies[i].Calendar.Period(time.Unix(0, t.wall+now))
-	p := &period{s.UnixNano() - t.wall, e.UnixNano() - t.wall}
-	t.periods[i].Store(p)
-	return *p
 }
 
 // calendarPart works out calendar policy i's part of a request of weight n

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -78,7 +79,7 @@ func TestCalendarPolicyBoundaries(t *testing.T) {
 			d = l.Take("k", 3)
 			require.True(t, d.Allowed, "the first instant of the next period")
 			assert.Zero(t, d.Remaining)
-			_, end := c.cal.Period(c.turn)
+			_, end := backend.Period(c.cal, c.turn)
 			assert.Equal(t, end.Sub(c.turn), d.ResetAfter, "the next period's end")
 			assert.Equal(t, end.Sub(c.turn), d.Window)
 		})
@@ -99,13 +100,13 @@ func TestCalendarPolicyConfig(t *testing.T) {
 		{keyrate.Policy{Limit: 1, Window: time.Hour, Calendar: keyrate.Daily(time.UTC)}, "policies[0].Window"},
 		{keyrate.Policy{Limit: 0, Calendar: keyrate.Daily(time.UTC)}, "policies[0].Limit"},
 	} {
-		err := keyrate.CheckPolicies("policies", []keyrate.Policy{c.policy})
+		err := backend.CheckPolicies("policies", []keyrate.Policy{c.policy})
 		require.ErrorIs(t, err, keyrate.ErrConfig, "%+v", c.policy)
 		assert.Contains(t, err.Error(), c.field)
 		_, err = keyrate.NewPolicies([]keyrate.Policy{c.policy})
 		require.ErrorIs(t, err, keyrate.ErrConfig)
 	}
-	require.NoError(t, keyrate.CheckPolicies("policies", []keyrate.Policy{{Limit: 1, Calendar: keyrate.Monthly(31, time.UTC)}}))
+	require.NoError(t, backend.CheckPolicies("policies", []keyrate.Policy{{Limit: 1, Calendar: keyrate.Monthly(31, time.UTC)}}))
 
 	// SetTier adds calendars to a limiter made with one, not to another.
 	plan := func(string) string { return "pro" }
@@ -198,7 +199,7 @@ func TestCalendarBesideSlidingConcurrent(t *testing.T) {
 	require.Positive(t, refusedBy["day"], "the day's limit was reached")
 	perDay := map[time.Time]int{}
 	for _, e := range events {
-		s, _ := keyrate.Daily(ny).Period(e.at)
+		s, _ := backend.Period(keyrate.Daily(ny), e.at)
 		perDay[s] += e.n
 		in := 0
 		for _, f := range events {
@@ -224,20 +225,20 @@ func TestCalendarRefunds(t *testing.T) {
 	d := l.Take("k", 6)
 	require.True(t, d.Allowed)
 	clock.Advance(90 * time.Second) // the minute has let it go; the month still holds it
-	require.NoError(t, l.RefundN("k", &d, 2))
+	require.NoError(t, l.RefundN(context.Background(), "k", &d, 2))
 	peek := l.Peek("k")
 	assert.Equal(t, 5, peek.Policies()[1].Remaining, "the month got 2 back: 4 held, and Peek's own")
 	e := l.Take("k", 4)
 	require.True(t, e.Allowed)
 	clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC)) // a new month, the minute still holding e
-	require.NoError(t, l.RefundN("k", &e, 1), "the minute gives 1 back")
+	require.NoError(t, l.RefundN(context.Background(), "k", &e, 1), "the minute gives 1 back")
 	peek = l.Peek("k")
 	p := peek.Policies()
 	assert.Equal(t, 6, p[0].Remaining, "the minute: 3 of e held, and Peek's own")
 	assert.Equal(t, 9, p[1].Remaining, "the new month: Peek's own alone")
 	require.True(t, l.Take("k", 2).Allowed, "the new month counts 2")
 	clock.Advance(time.Hour)
-	err := l.Refund("k", &d)
+	err := l.Refund(context.Background(), "k", &d)
 	require.ErrorIs(t, err, keyrate.ErrNothingToRefund, "the month that held d is over, the minute let it go")
 	peek = l.Peek("k")
 	assert.Equal(t, 7, peek.Policies()[1].Remaining, "the new month gave nothing back for d: 2 held, and Peek's own")
@@ -277,15 +278,15 @@ func TestCalendarTakeAll(t *testing.T) {
 		keyrate.WithTiers(plan, map[string][]keyrate.Policy{"org": {{Name: "month", Limit: 8, Calendar: keyrate.Monthly(1, time.UTC)}}}))
 	require.NoError(t, err)
 	defer l.Close()
-	_, ok := l.TakeAll([]keyrate.Hit{{Key: "ann", N: 4}, {Key: "org", N: 4}})
+	_, ok, _ := l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 4}, {Key: "org", Weight: 4}})
 	require.True(t, ok)
-	ds, ok := l.TakeAll([]keyrate.Hit{{Key: "ann", N: 2}, {Key: "org", N: 2}})
+	ds, ok, _ := l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 2}, {Key: "org", Weight: 2}})
 	require.False(t, ok, "ann's day has 1 left")
 	assert.Equal(t, 12*time.Hour, ds[0].RetryAfter)
-	_, ok = l.TakeAll([]keyrate.Hit{{Key: "bob", N: 4}, {Key: "org", N: 4}})
+	_, ok, _ = l.TakeAll(context.Background(), []keyrate.Hit{{Key: "bob", Weight: 4}, {Key: "org", Weight: 4}})
 	require.True(t, ok, "ann's refusal counted against neither")
 	c.Advance(12 * time.Hour)
-	ds, ok = l.TakeAll([]keyrate.Hit{{Key: "ann", N: 1}, {Key: "org", N: 1}})
+	ds, ok, _ = l.TakeAll(context.Background(), []keyrate.Hit{{Key: "ann", Weight: 1}, {Key: "org", Weight: 1}})
 	require.False(t, ok, "the organisation's month is spent")
 	assert.Equal(t, 20*24*time.Hour, ds[1].RetryAfter, "until July")
 	assert.Equal(t, 4, l.Peek("ann").Remaining, "ann's new day is untouched")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,13 +45,13 @@ func TestCalendarPeriods(t *testing.T) {
 		{"Tokyo's midnight, in UTC", keyrate.Daily(tokyo), time.Date(2027, 1, 1, 14, 59, 0, 0, time.UTC), at(tokyo, 2027, 1, 1, 0, 0), at(tokyo, 2027, 1, 2, 0, 0)},
 		{"Tokyo's next day", keyrate.Daily(tokyo), time.Date(2027, 1, 1, 15, 0, 0, 0, time.UTC), at(tokyo, 2027, 1, 2, 0, 0), at(tokyo, 2027, 1, 3, 0, 0)},
 	} {
-		start, end := c.cal.Period(c.t)
+		start, end := backend.Period(c.cal, c.t)
 		require.True(t, start.Equal(c.start), "%s: start %v, want %v", c.name, start, c.start)
 		require.True(t, end.Equal(c.end), "%s: end %v, want %v", c.name, end, c.end)
 	}
-	s, e := keyrate.Daily(ny).Period(at(ny, 2027, 3, 14, 12, 0))
+	s, e := backend.Period(keyrate.Daily(ny), at(ny, 2027, 3, 14, 12, 0))
 	require.Equal(t, 23*time.Hour, e.Sub(s))
-	s, e = keyrate.Daily(ny).Period(at(ny, 2027, 11, 7, 12, 0))
+	s, e = backend.Period(keyrate.Daily(ny), at(ny, 2027, 11, 7, 12, 0))
 	require.Equal(t, 25*time.Hour, e.Sub(s))
 }
 
@@ -61,15 +62,15 @@ func TestCalendarPeriodsTile(t *testing.T) {
 	for _, loc := range []*time.Location{time.UTC, zone(t, "America/New_York"), zone(t, "Asia/Tokyo"), zone(t, "Australia/Lord_Howe")} {
 		for _, cal := range []keyrate.Calendar{keyrate.Daily(loc), keyrate.Weekly(time.Wednesday, loc), keyrate.Monthly(29, loc), keyrate.Monthly(31, loc)} {
 			now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-			_, prev := cal.Period(now)
+			_, prev := backend.Period(cal, now)
 			for range 400 {
-				start, end := cal.Period(prev)
+				start, end := backend.Period(cal, prev)
 				require.True(t, start.Equal(prev), "%v: the period after the one ending %v starts %v", cal, prev, start)
 				require.True(t, end.After(start))
 				mid := start.Add(end.Sub(start) / 2)
-				s, e := cal.Period(mid)
+				s, e := backend.Period(cal, mid)
 				require.True(t, s.Equal(start) && e.Equal(end), "%v at %v", cal, mid)
-				s, _ = cal.Period(end.Add(-time.Nanosecond))
+				s, _ = backend.Period(cal, end.Add(-time.Nanosecond))
 				require.True(t, s.Equal(start), "%v: the last instant of a period", cal)
 				prev = end
 			}
@@ -83,7 +84,7 @@ func ExampleMonthly() {
 	billing := keyrate.Monthly(31, time.UTC)
 	for _, d := range []string{"2027-02-10", "2027-03-31", "2027-04-15"} {
 		t, _ := time.Parse(time.DateOnly, d)
-		start, end := billing.Period(t)
+		start, end := backend.Period(billing, t)
 		fmt.Printf("%s: %s to %s\n", d, start.Format(time.DateOnly), end.Format(time.DateOnly))
 	}
 	// Output:

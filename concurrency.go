@@ -2,10 +2,13 @@ package keyrate
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // Concurrency limits how many requests of each key are in flight at once (a
@@ -47,30 +50,32 @@ type waiter struct {
 }
 
 // NewConcurrency returns a Concurrency of limit slots per key (1 to
-// math.MaxInt32). It takes WithTiers alone, each tier one Policy of a Limit
-// only, its slots: {"pro": {{Limit: 10}}}. Any other option is an ErrConfig
-// error, as no other means anything for slots.
-func NewConcurrency(limit int, opts ...Option) (*Concurrency, error) {
-	t, err := newSlotTiers(limit, opts)
-	if err != nil {
+// math.MaxInt32). With a tier function, tier and tiers are as WithTiers',
+// each tier its number of slots: a key in no tier of the map gets limit.
+// nil, nil: no tiers. An invalid argument is an ErrConfig error.
+func NewConcurrency(limit int, tier func(key string) string, tiers map[string]int) (*Concurrency, error) {
+	if err := checkConcurrency(limit, tier, tiers); err != nil {
 		return nil, err
 	}
 	return &Concurrency{
 		keys:   xsync.NewMapOf[string, *slots](),
 		limit:  limit,
-		tierOf: t.tierOf,
-		tiers:  t.limits,
+		tierOf: tier,
+		tiers:  maps.Clone(tiers),
 		done:   make(chan struct{}),
 	}, nil
 }
 
 // TryAcquire takes one of key's slots if one is free and no one waits for
-// one, and returns the function that gives it back (call it once the request
-// ends; calls after the first do nothing); ok is false otherwise. The tier
-// function sees key.
-func (c *Concurrency) TryAcquire(key string) (release func(), ok bool) {
-	release, _ = c.acquire(key, c.limitFor(key), nil)
-	return release, release != nil
+// one, and returns its release (call it once the request ends; later calls
+// do nothing); ok is false otherwise. It fails only with ctx's error, and
+// still answers after Close. The tier function sees ctx's identity.
+func (c *Concurrency) TryAcquire(ctx context.Context, key string) (release func(), ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	release, _ = c.acquire(key, c.limitFor(c.tierKey(ctx, key)), nil)
+	return release, release != nil, nil
 }
 
 // Acquire takes one of key's slots, waiting until ctx is done, and returns its
@@ -80,8 +85,8 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func(), 
 	return c.acquireAt(ctx, key, c.limitFor(c.tierKey(ctx, key)), true)
 }
 
-// AcquireSlot is middleware.Concurrency's call: Acquire with wait, TryAcquire
-// without (a nil release and error when full), and key's limit.
+// AcquireSlot is middleware's call: Acquire with wait, TryAcquire without (a
+// nil release and error when full), and key's limit.
 func (c *Concurrency) AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error) {
 	limit = c.limitFor(c.tierKey(ctx, key))
 	release, err = c.acquireAt(ctx, key, limit, wait)
@@ -262,7 +267,7 @@ func (c *Concurrency) tierKey(ctx context.Context, key string) string {
 	if c.tierOf == nil {
 		return key
 	}
-	if id, ok := IdentityFromContext(ctx); ok {
+	if id, ok := identity.From(ctx); ok {
 		return id
 	}
 	return key

@@ -16,11 +16,11 @@ import (
 // over and over by one caller: the entry is made and dropped each time, as
 // for a client that sends one request at a time.
 func BenchmarkConcurrencyTakeRelease(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	b.ReportAllocs()
 	held := 0
 	for b.Loop() {
-		if release, ok := c.TryAcquire("client-00000001"); ok {
+		if release, ok, _ := c.TryAcquire(context.Background(), "client-00000001"); ok {
 			held++
 			release()
 		}
@@ -31,8 +31,8 @@ func BenchmarkConcurrencyTakeRelease(b *testing.B) {
 // BenchmarkConcurrencyHeldKey is the same, while another request of the key
 // runs: its entry stays, and each take and release only counts.
 func BenchmarkConcurrencyHeldKey(b *testing.B) {
-	c, _ := NewConcurrency(3)
-	running, _ := c.TryAcquire("client-00000001")
+	c, _ := NewConcurrency(3, nil, nil)
+	running, _, _ := c.TryAcquire(context.Background(), "client-00000001")
 	defer running()
 	b.ReportAllocs()
 	held := 0
@@ -48,7 +48,7 @@ func BenchmarkConcurrencyHeldKey(b *testing.B) {
 // BenchmarkConcurrencyParallelKeys is every goroutine on keys of its own,
 // 1,000 each: distinct keys share no lock.
 func BenchmarkConcurrencyParallelKeys(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	keys := makeKeys(1000 * runtime.GOMAXPROCS(0))
 	var next, held atomic.Int64
 	b.ReportAllocs()
@@ -56,7 +56,7 @@ func BenchmarkConcurrencyParallelKeys(b *testing.B) {
 		own := keys[int(next.Add(1)-1)%runtime.GOMAXPROCS(0)*1000:][:1000]
 		i := 0
 		for pb.Next() {
-			if release, ok := c.TryAcquire(own[i%len(own)]); ok {
+			if release, ok, _ := c.TryAcquire(context.Background(), own[i%len(own)]); ok {
 				held.Add(1)
 				release()
 			}
@@ -70,13 +70,13 @@ func BenchmarkConcurrencyParallelKeys(b *testing.B) {
 // limit of 3: more callers than slots, so that some takes are refused, and
 // held/op says how many got one.
 func BenchmarkConcurrencyHotKey(b *testing.B) {
-	c, _ := NewConcurrency(3)
+	c, _ := NewConcurrency(3, nil, nil)
 	var held atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if release, ok := c.TryAcquire("hot"); ok {
+			if release, ok, _ := c.TryAcquire(context.Background(), "hot"); ok {
 				held.Add(1)
 				release()
 			}

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // waiting returns how many callers wait for key's slots, and whether key
@@ -40,9 +42,9 @@ func awaitWaiters(t *testing.T, c *Concurrency, key string, n int) {
 	require.Equal(t, n, got, "waiters of %q", key)
 }
 
-func mustConcurrency(t *testing.T, limit int, opts ...Option) *Concurrency {
+func mustConcurrency(t *testing.T, limit int, tier func(string) string, tiers map[string]int) *Concurrency {
 	t.Helper()
-	c, err := NewConcurrency(limit, opts...)
+	c, err := NewConcurrency(limit, tier, tiers)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -55,7 +57,7 @@ func mustConcurrency(t *testing.T, limit int, opts ...Option) *Concurrency {
 func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const goroutines, rounds, limit = 20, 300, 3
-	c := mustConcurrency(t, limit)
+	c := mustConcurrency(t, limit, nil, nil)
 	var inside, most, taken, refused atomic.Int64
 	hold := func(release func()) {
 		n := inside.Add(1)
@@ -81,7 +83,7 @@ func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 						hold(release)
 					}
 				case 1:
-					if release, ok := c.TryAcquire("k"); ok {
+					if release, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
 						hold(release)
 					} else {
 						refused.Add(1)
@@ -104,45 +106,45 @@ func TestConcurrencyNeverHoldsMoreThanTheLimit(t *testing.T) {
 	assert.Equal(t, int64(goroutines*rounds), taken.Load()+refused.Load(), "every call either held a slot or was refused")
 	assert.Equal(t, 0, c.Len(), "no entry left once every slot is back")
 	for range limit {
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok, "every slot came back")
 	}
-	_, ok := c.TryAcquire("k")
+	_, ok, _ := c.TryAcquire(context.Background(), "k")
 	assert.False(t, ok, "and no more than the limit")
 }
 
 func TestConcurrencyReleaseTwiceIsHarmless(t *testing.T) {
-	c := mustConcurrency(t, 1)
-	release, ok := c.TryAcquire("k")
+	c := mustConcurrency(t, 1, nil, nil)
+	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	release()
 	release()
-	first, ok := c.TryAcquire("k")
+	first, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
-	_, ok = c.TryAcquire("k")
+	_, ok, _ = c.TryAcquire(context.Background(), "k")
 	assert.False(t, ok, "a second release gave back a slot that was not held")
 	first()
 	assert.Equal(t, 0, c.Len())
 }
 
 func TestConcurrencyReleaseFromAnotherGoroutine(t *testing.T) {
-	c := mustConcurrency(t, 1)
-	release, ok := c.TryAcquire("k")
+	c := mustConcurrency(t, 1, nil, nil)
+	release, ok, _ := c.TryAcquire(context.Background(), "k")
 	require.True(t, ok)
 	done := make(chan struct{})
 	go func() { release(); close(done) }()
 	<-done
-	_, ok = c.TryAcquire("k")
+	_, ok, _ = c.TryAcquire(context.Background(), "k")
 	assert.True(t, ok)
 }
 
 func TestConcurrencyKeysAreSeparate(t *testing.T) {
-	c := mustConcurrency(t, 2)
+	c := mustConcurrency(t, 2, nil, nil)
 	for _, key := range []string{"a", "a", "b", "b", ""} {
-		_, ok := c.TryAcquire(key)
+		_, ok, _ := c.TryAcquire(context.Background(), key)
 		require.True(t, ok, key)
 	}
-	_, ok := c.TryAcquire("a")
+	_, ok, _ := c.TryAcquire(context.Background(), "a")
 	assert.False(t, ok)
 	assert.Equal(t, 3, c.Len())
 }
@@ -151,8 +153,8 @@ func TestConcurrencyKeysAreSeparate(t *testing.T) {
 // TryAcquire never takes one from under a waiter.
 func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
-		release, ok := c.TryAcquire("k")
+		c := mustConcurrency(t, 1, nil, nil)
+		release, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok)
 		var mu sync.Mutex
 		var order []int
@@ -170,7 +172,7 @@ func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 			})
 			awaitWaiters(t, c, "k", i+1) // queue them in a known order
 		}
-		_, ok = c.TryAcquire("k")
+		_, ok, _ = c.TryAcquire(context.Background(), "k")
 		assert.False(t, ok, "TryAcquire does not jump the queue")
 		release()
 		wg.Wait()
@@ -181,8 +183,8 @@ func TestConcurrencyAcquireIsFirstComeFirstServed(t *testing.T) {
 
 func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		c := mustConcurrency(t, 1, nil, nil)
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -199,8 +201,8 @@ func TestConcurrencyAcquireHonoursItsDeadline(t *testing.T) {
 
 func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		c := mustConcurrency(t, 1, nil, nil)
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		ctx, cancel := context.WithCancel(context.Background())
 		errs := make(chan error)
 		go func() {
@@ -213,13 +215,13 @@ func TestConcurrencyAcquireStopsAtCancel(t *testing.T) {
 		assert.ErrorIs(t, <-errs, context.Canceled)
 		assert.Zero(t, time.Since(start), "it returned at once")
 		release()
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "the cancelled waiter took no slot")
 	})
 }
 
 func TestConcurrencyAcquireWithDoneContextTakesNothing(t *testing.T) {
-	c := mustConcurrency(t, 1)
+	c := mustConcurrency(t, 1, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := c.Acquire(ctx, "k")
@@ -236,8 +238,8 @@ func TestConcurrencyAcquireWithDoneContextTakesNothing(t *testing.T) {
 // first: the waiter keeps it, or hands it on and returns the error.
 func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 	for i := range 100 {
-		c := mustConcurrency(t, 1)
-		release, _ := c.TryAcquire("k")
+		c := mustConcurrency(t, 1, nil, nil)
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		w := &waiter{ready: make(chan struct{})}
 		_, g := c.acquire("k", 1, w)
 		require.NotNil(t, g)
@@ -255,7 +257,7 @@ func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 			assert.Nil(t, r, "an error comes with no slot")
 		}
 		require.Equal(t, 0, c.Len(), "the slot came back")
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		require.True(t, ok)
 		cancel()
 	}
@@ -264,9 +266,9 @@ func TestConcurrencyGrantRacingCancelLosesNoSlot(t *testing.T) {
 func TestConcurrencyClose(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
-		c, err := NewConcurrency(1)
+		c, err := NewConcurrency(1, nil, nil)
 		require.NoError(t, err)
-		release, _ := c.TryAcquire("k")
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		errs := make(chan error)
 		go func() {
 			_, err := c.Acquire(context.Background(), "k")
@@ -280,10 +282,10 @@ func TestConcurrencyClose(t *testing.T) {
 		assert.ErrorIs(t, err, ErrClosed)
 		_, _, err = c.AcquireSlot(context.Background(), "j", false)
 		assert.ErrorIs(t, err, ErrClosed)
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.False(t, ok, "TryAcquire still answers after Close")
 		release()
-		r, ok := c.TryAcquire("k")
+		r, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "slots given back after Close come back")
 		r()
 		assert.Equal(t, 0, c.Len())
@@ -291,7 +293,7 @@ func TestConcurrencyClose(t *testing.T) {
 }
 
 func TestConcurrencyAcquireSlot(t *testing.T) {
-	c := mustConcurrency(t, 2)
+	c := mustConcurrency(t, 2, nil, nil)
 	ctx := context.Background()
 	r1, limit, err := c.AcquireSlot(ctx, "k", false)
 	require.NoError(t, err)
@@ -311,10 +313,10 @@ func TestConcurrencyAcquireSlot(t *testing.T) {
 // An idle key costs nothing: its entry goes with its last slot, and a
 // waiter that gives up leaves none behind either.
 func TestConcurrencyIdleKeysLeaveNoEntry(t *testing.T) {
-	c := mustConcurrency(t, 3)
+	c := mustConcurrency(t, 3, nil, nil)
 	var releases []func()
 	for i := range 10_000 {
-		r, ok := c.TryAcquire("client-" + strconv.Itoa(i))
+		r, ok, _ := c.TryAcquire(context.Background(), "client-"+strconv.Itoa(i))
 		require.True(t, ok)
 		releases = append(releases, r)
 	}
@@ -324,9 +326,9 @@ func TestConcurrencyIdleKeysLeaveNoEntry(t *testing.T) {
 	}
 	assert.Equal(t, 0, c.Len())
 
-	r, _ := c.TryAcquire("k")
-	c.TryAcquire("k")
-	c.TryAcquire("k")
+	r, _, _ := c.TryAcquire(context.Background(), "k")
+	c.TryAcquire(context.Background(), "k")
+	c.TryAcquire(context.Background(), "k")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	_, err := c.Acquire(ctx, "k")
@@ -347,10 +349,10 @@ func TestConcurrencyTiers(t *testing.T) {
 		}
 		return "unknown-tier"
 	}
-	c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
+	c := mustConcurrency(t, 1, plan, map[string]int{"pro": 3})
 	count := func(key string) (n int) {
 		for {
-			if _, ok := c.TryAcquire(key); !ok {
+			if _, ok, _ := c.TryAcquire(context.Background(), key); !ok {
 				return n
 			}
 			n++
@@ -362,7 +364,7 @@ func TestConcurrencyTiers(t *testing.T) {
 
 	// Behind middleware the key is composed; the tier goes by the identity.
 	key := "search\x00x-api-key=pro-2"
-	ctx := ContextWithIdentity(context.Background(), "pro-2")
+	ctx := identity.With(context.Background(), "pro-2")
 	for i := range 3 {
 		r, limit, err := c.AcquireSlot(ctx, key, false)
 		require.NoError(t, err)
@@ -385,8 +387,8 @@ func TestConcurrencyTierChangeGrantsWaiters(t *testing.T) {
 			}
 			return ""
 		}
-		c := mustConcurrency(t, 1, WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}}}))
-		release, _ := c.TryAcquire("k")
+		c := mustConcurrency(t, 1, plan, map[string]int{"pro": 3})
+		release, _, _ := c.TryAcquire(context.Background(), "k")
 		got := make(chan error)
 		go func() {
 			_, err := c.Acquire(context.Background(), "k")
@@ -394,7 +396,7 @@ func TestConcurrencyTierChangeGrantsWaiters(t *testing.T) {
 		}()
 		awaitWaiters(t, c, "k", 1)
 		pro.Store(true)
-		_, ok := c.TryAcquire("k")
+		_, ok, _ := c.TryAcquire(context.Background(), "k")
 		assert.True(t, ok, "the third slot of the pro plan")
 		assert.NoError(t, <-got, "the waiter got the second")
 		release()
@@ -405,48 +407,34 @@ func TestNewConcurrencyErrors(t *testing.T) {
 	plan := func(string) string { return "" }
 	for name, tc := range map[string]struct {
 		limit int
-		opts  []Option
+		tier  func(string) string
+		tiers map[string]int
 	}{
-		"limit 0":                {0, nil},
-		"negative limit":         {-1, nil},
-		"limit over int32":       {math.MaxInt32 + 1, nil},
-		"WithClock":              {1, []Option{WithClock(NewManualClock(time.Now()))}},
-		"WithClock(nil)":         {1, []Option{WithClock(nil)}},
-		"WithCoarseClock":        {1, []Option{WithCoarseClock(time.Millisecond)}},
-		"WithResolution":         {1, []Option{WithResolution(time.Second)}},
-		"WithAlgorithm default":  {1, []Option{WithAlgorithm(SlidingLog)}},
-		"WithAlgorithm GCRA":     {1, []Option{WithAlgorithm(GCRA)}},
-		"WithJanitorInterval 0":  {1, []Option{WithJanitorInterval(0)}},
-		"WithMaxKeys 0":          {1, []Option{WithMaxKeys(0)}},
-		"WithMaxKeys":            {1, []Option{WithMaxKeys(10)}},
-		"WithRefuseNewKeys":      {1, []Option{WithRefuseNewKeys()}},
-		"WithMaxWindow 0":        {1, []Option{WithMaxWindow(0)}},
-		"nil tier function":      {1, []Option{WithTiers(nil, nil)}},
-		"tier with a window":     {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Window: time.Second}}})}},
-		"tier with a calendar":   {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3, Calendar: Daily(time.UTC)}}})}},
-		"tier with two policies": {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 3}, {Limit: 4}}})}},
-		"tier with no policy":    {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {}})}},
-		"tier with a name":       {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Name: "pro", Limit: 3}}})}},
-		"tier limit 0":           {1, []Option{WithTiers(plan, map[string][]Policy{"pro": {{Limit: 0}}})}},
-		"tier named empty":       {1, []Option{WithTiers(plan, map[string][]Policy{"": {{Limit: 3}}})}},
+		"limit 0":           {0, nil, nil},
+		"negative limit":    {-1, nil, nil},
+		"limit over int32":  {math.MaxInt32 + 1, nil, nil},
+		"nil tier function": {1, nil, map[string]int{"pro": 3}},
+		"tier limit 0":      {1, plan, map[string]int{"pro": 0}},
+		"tier over int32":   {1, plan, map[string]int{"pro": math.MaxInt32 + 1}},
+		"tier named empty":  {1, plan, map[string]int{"": 3}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewConcurrency(tc.limit, tc.opts...)
+			c, err := NewConcurrency(tc.limit, tc.tier, tc.tiers)
 			assert.ErrorIs(t, err, ErrConfig)
 			assert.Nil(t, c)
 		})
 	}
-	c, err := NewConcurrency(math.MaxInt32, nil, WithTiers(plan, nil))
-	require.NoError(t, err, "a nil option is skipped, and tiers may be empty")
+	c, err := NewConcurrency(math.MaxInt32, plan, nil)
+	require.NoError(t, err, "tiers may be empty")
 	c.Close()
 }
 
 // TryAcquire and release against a model: a count per key. Every answer
 // is the model's, and the entries in memory are the keys holding slots.
-func TestConcurrencyModel(t *testing.T) {
+func TestModelConcurrency(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		limit := rapid.IntRange(1, 4).Draw(t, "limit")
-		c, err := NewConcurrency(limit)
+		c, err := NewConcurrency(limit, nil, nil)
 		require.NoError(t, err)
 		defer c.Close()
 		type held struct {
@@ -469,7 +457,7 @@ func TestConcurrencyModel(t *testing.T) {
 				}
 			} else {
 				key := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "key")
-				release, ok := c.TryAcquire(key)
+				release, ok, _ := c.TryAcquire(context.Background(), key)
 				require.Equal(t, model[key] < limit, ok, "TryAcquire(%q) with %d held", key, model[key])
 				if ok {
 					model[key]++

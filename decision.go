@@ -36,7 +36,7 @@ type Decision struct {
 	// Receipt names what an admitted decision recorded, for Refund.
 	Receipt Receipt
 
-	parts  [MaxPolicies]PolicyDecision
+	parts  [maxPolicies]PolicyDecision
 	nparts int
 }
 
@@ -54,23 +54,25 @@ type Receipt struct {
 	// *Limiter's under GCRA: each policy's TAT the decision left, in ticks
 	// from its instant's, which its ResetAfter, capped at the window, may
 	// not tell.
-	full [MaxPolicies]uint32
+	full [maxPolicies]uint32
 }
 
-// NewReceipt returns the Receipt of n events recorded at instant at, in the
-// store a backend other than *Limiter calls id.
-func NewReceipt(at time.Time, n int, id uint64) Receipt {
+// newReceipt returns the Receipt of n events recorded at instant at, in the
+// store a backend other than *Limiter calls id (backend.NewReceipt).
+func newReceipt(at time.Time, n int, id uint64) Receipt {
 	return Receipt{at: at.UnixNano(), n: n, id: id}
 }
-
-// At returns the instant the events were decided at, on the backend's clock.
-func (r Receipt) At() time.Time { return time.Unix(0, r.at) }
 
 // N returns how much of the weight recorded is left to give back.
 func (r Receipt) N() int { return r.n }
 
-// ID returns what the backend calls the store that holds the events.
-func (r Receipt) ID() uint64 { return r.id }
+// receiptAt returns the instant r's events were decided at, on the
+// backend's clock (backend.ReceiptAt).
+func receiptAt(r Receipt) time.Time { return time.Unix(0, r.at) }
+
+// receiptID returns what the backend calls the store that holds r's events
+// (backend.ReceiptID).
+func receiptID(r Receipt) uint64 { return r.id }
 
 // PolicyDecision is one policy's part of a Decision, after the decision:
 // with the request's events when it was admitted, without them when it was
@@ -86,7 +88,7 @@ type PolicyDecision struct {
 	RetryAfter, ResetAfter, RefillAfter time.Duration
 	// Period is a calendar policy's current period, its length (23 to 25
 	// hours for a day across daylight saving, 28 to 31 days for a month);
-	// 0 for a sliding window. A backend sets it for Combine.
+	// 0 for a sliding window. A backend sets it for backend.Combine.
 	Period time.Duration
 }
 
@@ -96,9 +98,10 @@ func (d *Decision) Policies() []PolicyDecision {
 	return d.parts[:d.nparts:d.nparts]
 }
 
-// Combine makes a backend's Decision from each policy's part, by the binding
-// rule every backend shares; no parts make the zero Decision, a refusal.
-func Combine(parts ...PolicyDecision) Decision {
+// combine makes a backend's Decision from each policy's part, by the binding
+// rule every backend shares; no parts make the zero Decision, a refusal
+// (backend.Combine).
+func combine(parts ...PolicyDecision) Decision {
 	var d Decision
 	if len(parts) == 0 {
 		return d
@@ -113,7 +116,7 @@ func Combine(parts ...PolicyDecision) Decision {
 	return d
 }
 
-// binding returns the index of the binding part (see Combine).
+// binding returns the index of the binding part (see combine).
 func binding(parts []PolicyDecision, allowed bool) int {
 	b := -1
 	for i := range parts {
@@ -179,7 +182,7 @@ func (d Decision) Format(f fmt.State, verb rune) {
 	parts := make([]any, d.nparts)
 	for i, p := range d.Policies() {
 		parts[i] = p
-		if p.Calendar.IsZero() {
+		if p.Calendar == (Calendar{}) {
 			parts[i] = part{window{p.Name, p.Limit, p.Window}, p.Allowed, p.Remaining, p.RetryAfter, p.ResetAfter, p.RefillAfter}
 		}
 	}
@@ -189,7 +192,7 @@ func (d Decision) Format(f fmt.State, verb rune) {
 			N  int
 		}{}, parts}
 	if d.Receipt.n > 0 {
-		v.Receipt.At, v.Receipt.N = d.Receipt.At(), d.Receipt.n
+		v.Receipt.At, v.Receipt.N = receiptAt(d.Receipt), d.Receipt.n
 	}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }

@@ -9,13 +9,11 @@
 // instead (Policy.Calendar: a day, a week, or a month from a billing day, in a
 // time zone), with a counter per key rather than a log.
 //
-// Per key a ring buffer holds the admitted events' instants: 4 bytes an
-// event of weight 1, 8 bytes a decision of any weight. An instant is kept
-// in a tick fixed for the limiter's life (5ns for a 10s window, 50µs for a
-// day) and rounded up, so an event may count a tick late, never early: no
-// window ever holds more than its limit, whatever plan changes, refunds and
-// evictions come between. WithResolution bounds a key's memory by its
-// windows, and WithAlgorithm trades exactness for O(1) memory.
+// Per key a ring buffer holds the admitted events' instants, 4 bytes an
+// event of weight 1 or 8 a decision of any weight, rounded up to a tick
+// fixed for the limiter's life: an event may count a tick late, never
+// early, so no window ever holds more than its limit. WithResolution bounds
+// a key's memory by its windows; WithAlgorithm trades exactness for O(1).
 //
 // Most callers use Allow, or Take for the numbers behind the answer; Wait
 // blocks until a request fits; Close when done. A Concurrency limits how

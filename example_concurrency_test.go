@@ -13,18 +13,18 @@ import (
 // until one of the two ends, and a customer with none running costs no
 // memory.
 func ExampleConcurrency() {
-	reports, err := keyrate.NewConcurrency(2)
+	reports, err := keyrate.NewConcurrency(2, nil, nil)
 	if err != nil {
 		panic(err)
 	}
 	defer reports.Close()
 
-	first, _ := reports.TryAcquire("acme")
-	second, _ := reports.TryAcquire("acme")
-	_, ok := reports.TryAcquire("acme")
+	first, _, _ := reports.TryAcquire(context.Background(), "acme")
+	second, _, _ := reports.TryAcquire(context.Background(), "acme")
+	_, ok, _ := reports.TryAcquire(context.Background(), "acme")
 	fmt.Println("a third report for acme:", ok)
 	first() // the first report ends
-	third, ok := reports.TryAcquire("acme")
+	third, ok, _ := reports.TryAcquire(context.Background(), "acme")
 	fmt.Println("once one ended:", ok)
 	second()
 	third()
@@ -45,9 +45,9 @@ func ExampleConcurrency_Acquire() {
 		}
 		return ""
 	}
-	calls, err := keyrate.NewConcurrency(1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{
-		"pro": {{Limit: 3}},
-	}))
+	calls, err := keyrate.NewConcurrency(1, plan, map[string]int{
+		"pro": 3,
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -64,7 +64,7 @@ func ExampleConcurrency_Acquire() {
 	fmt.Println("a second call of free-7:", err)
 
 	for i := range 4 {
-		_, ok := calls.TryAcquire("pro-1")
+		_, ok, _ := calls.TryAcquire(context.Background(), "pro-1")
 		fmt.Printf("pro-1 call %d: %v\n", i+1, ok)
 	}
 	// Output:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // A limiter of 3 events per 10 seconds per key, on a manual clock so the
@@ -237,7 +238,7 @@ func ExampleLimiter_TakeAll() {
 	defer limiter.Close()
 
 	limiter.AllowN("org:acme", 3) // the organisation has spent its minute
-	ds, ok := limiter.TakeAll([]keyrate.Hit{{Key: "user:alice", N: 1}, {Key: "org:acme", N: 1}})
+	ds, ok, _ := limiter.TakeAll(context.Background(), []keyrate.Hit{{Key: "user:alice", Weight: 1}, {Key: "org:acme", Weight: 1}})
 	fmt.Println("allowed:", ok, "| alice has room:", ds[0].Allowed, "| acme has room:", ds[1].Allowed)
 	fmt.Println("alice's remaining, nothing recorded:", limiter.Peek("user:alice").Remaining+1)
 	// Output:
@@ -246,10 +247,10 @@ func ExampleLimiter_TakeAll() {
 }
 
 // Middleware limits a key it composes (the route, then the client), but a
-// plan belongs to the client's own API key. ContextWithIdentity hands the
-// tier function that key as the client sent it; httplimit and grpclimit do
-// this for every request.
-func ExampleContextWithIdentity() {
+// plan belongs to the client's own API key. backend.ContextWithIdentity
+// hands the tier function that key as the client sent it; httplimit and
+// grpclimit do this for every request.
+func ExampleWithTiers_identity() {
 	plan := func(apiKey string) string {
 		if strings.HasPrefix(apiKey, "pro-") {
 			return "pro"
@@ -270,7 +271,7 @@ func ExampleContextWithIdentity() {
 	key := "search\x00x-api-key=pro-42" // as the middleware composes it
 	d, _ := limiter.TakeContext(context.Background(), key, 1)
 	fmt.Println("by the key:", d.Limit)
-	ctx := keyrate.ContextWithIdentity(context.Background(), "pro-42")
+	ctx := backend.ContextWithIdentity(context.Background(), "pro-42")
 	d, _ = limiter.TakeContext(ctx, key, 1)
 	fmt.Println("by the identity:", d.Limit)
 	// Output:
@@ -326,7 +327,7 @@ func ExampleLimiter_Refund() {
 			return fmt.Sprintf("locked for %v", d.RetryAfter)
 		}
 		if password == "right" {
-			if err := limiter.Refund(user, &d); err != nil {
+			if err := limiter.Refund(context.Background(), user, &d); err != nil {
 				panic(err)
 			}
 			return "welcome"
@@ -345,33 +346,6 @@ func ExampleLimiter_Refund() {
 	// wrong password
 	// wrong password
 	// locked for 11m0s
-}
-
-// A function is a Backend, as a function is an http.Handler: here one that
-// lets an internal caller through and asks a Limiter about every other key.
-func ExampleBackendFunc() {
-	clock := keyrate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	limiter, err := keyrate.New(1, time.Minute, keyrate.WithClock(clock))
-	if err != nil {
-		panic(err)
-	}
-	defer limiter.Close()
-	backend := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-		if key == "internal" {
-			return keyrate.Decision{Allowed: true}, nil
-		}
-		return limiter.TakeContext(ctx, key, n)
-	})
-
-	for _, key := range []string{"internal", "internal", "alice", "alice"} {
-		d, err := backend.TakeContext(context.Background(), key, 1)
-		fmt.Println(key, d.Allowed, err)
-	}
-	// Output:
-	// internal true <nil>
-	// internal true <nil>
-	// alice true <nil>
-	// alice false <nil>
 }
 
 var errTooManyRequests = errors.New("too many requests")

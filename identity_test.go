@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // plan is the README's tier function: keys that start with "pro-" are pro.
@@ -23,7 +25,7 @@ func TestTierSeesContextIdentity(t *testing.T) {
 	l, _ := newPolicies(t, []Policy{{Name: "minute", Limit: 2, Window: time.Minute}},
 		WithTiers(plan, map[string][]Policy{"pro": {{Name: "minute", Limit: 5, Window: time.Minute}}}))
 	const search, status = "search\x00x-api-key=pro-42", "status\x00x-api-key=pro-42"
-	pro := ContextWithIdentity(context.Background(), "pro-42")
+	pro := identity.With(context.Background(), "pro-42")
 
 	d, err := l.TakeContext(pro, search, 1)
 	if err != nil || d.Limit != 5 || d.Remaining != 4 {
@@ -59,7 +61,7 @@ func TestTierSeesContextIdentity(t *testing.T) {
 // nothing.
 func TestUntieredIgnoresIdentity(t *testing.T) {
 	l, _ := newPolicies(t, []Policy{{Name: "minute", Limit: 2, Window: time.Minute}})
-	pro := ContextWithIdentity(context.Background(), "pro-42")
+	pro := identity.With(context.Background(), "pro-42")
 	for i, want := range []bool{true, true, false} {
 		if d, err := l.TakeContext(pro, "k", 1); err != nil || d.Allowed != want || d.Limit != 2 {
 			t.Fatalf("call %d: %+v, %v; want allowed %v under the limit of 2", i, d, err, want)
@@ -67,17 +69,17 @@ func TestUntieredIgnoresIdentity(t *testing.T) {
 	}
 }
 
-func TestIdentityFromContext(t *testing.T) {
-	if id, ok := IdentityFromContext(context.Background()); ok || id != "" {
+func TestIdentityFrom(t *testing.T) {
+	if id, ok := identity.From(context.Background()); ok || id != "" {
 		t.Errorf("a bare context: %q, %v; want none", id, ok)
 	}
-	ctx := ContextWithIdentity(context.Background(), "")
-	if id, ok := IdentityFromContext(ctx); !ok || id != "" {
+	ctx := identity.With(context.Background(), "")
+	if id, ok := identity.From(ctx); !ok || id != "" {
 		t.Errorf("an empty identity: %q, %v; want it, present", id, ok)
 	}
 	type other struct{}
-	ctx = context.WithValue(ContextWithIdentity(ctx, "alice"), other{}, "v")
-	if id, ok := IdentityFromContext(ctx); !ok || id != "alice" || ctx.Value(other{}) != "v" {
+	ctx = context.WithValue(identity.With(ctx, "alice"), other{}, "v")
+	if id, ok := identity.From(ctx); !ok || id != "alice" || ctx.Value(other{}) != "v" {
 		t.Errorf("under a value: %q, %v; want the nearer identity, alice", id, ok)
 	}
 	cctx, cancel := context.WithCancel(ctx)

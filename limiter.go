@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/keyrate/keyrate/internal/identity"
 )
 
 // ErrClosed is returned by Wait, WaitN and TakeContext after Close, also to
@@ -54,7 +53,7 @@ func New(limit int, window time.Duration, opts ...Option) (*Limiter, error) {
 }
 
 // NewPolicies returns a Limiter that admits an event only when each of its
-// policies (see CheckPolicies) has room, then records it against all: a
+// policies (see backend.CheckPolicies) has room, then records it against all: a
 // request one refuses counts against none. One log per key serves them all,
 // at the memory of the largest, each policy O(1) amortised.
 func NewPolicies(policies []Policy, opts ...Option) (*Limiter, error) {
@@ -88,15 +87,96 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Limit returns the default tier's first policy's limit: New's.
-func (l *Limiter) Limit() int { return l.tiers.Load().def.policies[0].Limit }
-
-// Window returns the default tier's first policy's window: New's.
-func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0].Window }
-
-// Policies returns a copy of the default tier's policies, in order.
+// Policies returns a copy of the default tier's policies, in order: New's
+// limit and window are Policies()[0].
 func (l *Limiter) Policies() []Policy {
 	return append([]Policy(nil), l.tiers.Load().def.policies...)
+}
+
+// SetTier replaces or adds the policies of the tier called name ("" is the
+// default) while the limiter is in use; a decision sees old or new, whole.
+// Keys keep their events, as do keys the tier function moves. It refuses,
+// changing nothing, what New would, a window the ticks or the coarse clock
+// cannot tell (WithMaxWindow), a calendar policy on a limiter made without
+// one, and a named tier without WithTiers.
+func (l *Limiter) SetTier(name string, policies []Policy) error {
+	field, err := tierField(name, l.tierOf != nil)
+	if err != nil {
+		return err
+	}
+	t, err := newTier(field, policies)
+	if err != nil {
+		return err
+	}
+	if err := checkCoarse(l.coarseResolution, t); err != nil {
+		return err
+	}
+	if t.cals != 0 && !l.keys.counts {
+		return fmt.Errorf("%w: %s has a calendar policy, but the limiter was made without one, so its keys have no room for the counts; give one to NewPolicies or WithTiers", ErrConfig, field)
+	}
+	if err := t.setup(l.scale, l.algorithm, l.base.UnixNano()); err != nil {
+		return err
+	}
+	l.setTier.Lock()
+	defer l.setTier.Unlock()
+	next, err := l.tiers.Load().with(name, t)
+	if err != nil {
+		return err
+	}
+	l.publish(next)
+	return nil
+}
+
+// publish makes tab the limiter's tiers.
+func (l *Limiter) publish(tab *tierTable) {
+	l.tiers.Store(tab)
+	if l.tierOf == nil {
+		l.only.Store(tab.def)
+	}
+}
+
+// tierFor returns the tier that decides key now. A limiter without tiers
+// pays one load for it; Allow and Take spell it out, as the compiler would
+// not inline it.
+func (l *Limiter) tierFor(key string) *tier {
+	t := l.only.Load()
+	if t == nil {
+		t = l.namedTier(key)
+	}
+	return t
+}
+
+// namedTier returns the tier the tier function names for key, or the
+// default tier when there is no such tier.
+func (l *Limiter) namedTier(key string) *tier {
+	name := tierName(l.tierOf, key)
+	tab := l.tiers.Load()
+	if t, ok := tab.named[name]; ok {
+		return t
+	}
+	return tab.def
+}
+
+// retention returns the tier whose longest window g keeps its events for:
+// the tier that last decided it. Called with g.mu held.
+func (l *Limiter) retention(g *eventLog) *tier {
+	tab := l.tiers.Load()
+	if int(g.tier) < len(tab.byID) {
+		return tab.byID[g.tier]
+	}
+	return tab.def // unreachable: ids are published before logs get them
+}
+
+// tierKey returns what the tier function decides key by under ctx: the
+// identity ctx carries, else key. Without tiers it looks for nothing.
+func (l *Limiter) tierKey(ctx context.Context, key string) string {
+	if l.tierOf == nil {
+		return key
+	}
+	if id, ok := identity.From(ctx); ok {
+		return id
+	}
+	return key
 }
 
 // Allow reports whether one event for key fits now, and records it if so.
@@ -187,29 +267,31 @@ func (l *Limiter) receipt(r *Receipt, g *eventLog, n int, t *tier) {
 	}
 }
 
-// ErrNothingToRefund is wrapped by Refund's and RefundN's error when nothing
-// could be given back: the decision recorded nothing or was given back, is
-// another key's, or its events are gone (left the window, evicted, Reset).
+// ErrNothingToRefund is wrapped by RefundN's error when nothing could be
+// given back: the decision recorded nothing or was given back, is another
+// key's, or its events are gone (left the window, evicted, Reset).
 var ErrNothingToRefund = errors.New("keyrate: nothing to refund")
 
 // Refund gives back all the weight *d recorded for key and has left: RefundN
 // of d.Receipt.N(). Refunding what should not count (a successful login)
 // makes "count only the failures" exact.
-func (l *Limiter) Refund(key string, d *Decision) error {
+func (l *Limiter) Refund(ctx context.Context, key string, d *Decision) error {
 	if d == nil {
 		return fmt.Errorf("%w: no decision", ErrNothingToRefund)
 	}
-	return l.RefundN(key, d, d.Receipt.n)
+	return l.RefundN(ctx, key, d, d.Receipt.n)
 }
 
 // RefundN gives back n of the weight the admitted decision *d recorded for
-// key, as if never asked: a request that reserved an estimate settles its real
-// cost. The events leave from the decision's own instant, in every policy
-// (FixedWindow: while their window lasts; GCRA: the tokens not yet refilled),
-// and d's Receipt falls by n. n outside 1 to d.Receipt.N() wraps
-// ErrExceedsLimit, a decision no longer held ErrNothingToRefund; errors change
-// nothing. Refund through one pointer: a copy still holds the Receipt.
-func (l *Limiter) RefundN(key string, d *Decision, n int) error {
+// key, from its own instant, in every policy, and lowers d's Receipt by n: a
+// request that reserved an estimate settles its cost. n outside 1 to
+// d.Receipt.N() wraps ErrExceedsLimit, a decision no longer held
+// ErrNothingToRefund; no error (a done ctx's included) changes anything.
+// Refund through one pointer: a copy still holds the Receipt.
+func (l *Limiter) RefundN(ctx context.Context, key string, d *Decision, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	switch {
 	case d == nil || d.Receipt.n <= 0:
 		return fmt.Errorf("%w: the decision recorded nothing, or was given back already", ErrNothingToRefund)
@@ -233,144 +315,6 @@ func (l *Limiter) RefundN(key string, d *Decision, n int) error {
 		d.Receipt = Receipt{}
 	}
 	return nil
-}
-
-// Hit is one key of a TakeAll request and the weight it counts against it.
-type Hit struct {
-	Key string
-	N   int
-}
-
-// TakeAll decides a request that counts against several keys, each at its
-// hit's weight: admitted only when every key has room, then recorded against
-// all, atomically; refused, it records nothing, and a key with room is
-// described as it stands. A key given twice counts its weights' sum, under
-// one Decision. With WithMaxKeys full and nothing to evict, a new key is
-// refused with Overflow.
-func (l *Limiter) TakeAll(hits []Hit) ([]Decision, bool) {
-	ds := make([]Decision, len(hits))
-	if len(hits) == 0 {
-		return ds, true
-	}
-	order := make([]int, len(hits)) // indices of hits, sorted by key
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hits[a].Key, hits[b].Key) })
-	type place struct {
-		key    string
-		weight int // the sum of the key's weights; -1 if one is negative
-		t      *tier
-		g      *eventLog // nil: not tracked
-		pin    *eventLog // the log this call created and pinned, if any
-		d      *Decision // in ds, at the key's first place
-	}
-	places := make([]place, 0, len(hits))
-	for _, i := range order {
-		h := hits[i]
-		if k := len(places) - 1; k >= 0 && places[k].key == h.Key {
-			if p := &places[k]; p.weight >= 0 {
-				p.weight = addWeights(p.weight, h.N)
-			}
-			continue
-		}
-		places = append(places, place{key: h.Key, weight: addWeights(0, h.N), t: l.tierFor(h.Key), d: &ds[i]})
-	}
-	admissible := func(p *place) bool { return p.weight >= 1 && p.weight <= p.t.minLimit }
-	now := l.now()
-	for {
-		// Look every log up (or create it) holding no lock, since creating
-		// one may make room by evicting others under their locks; then lock
-		// them all in the order of the keys. A log created here is pinned,
-		// so that creating the next cannot evict it, and counts as decided
-		// now. A log that was already there may be evicted meanwhile; the
-		// next round then creates it, pinned, so the rounds end.
-		for i := range places {
-			p := &places[i]
-			p.g = l.keys.load(p.key)
-			if p.g == nil && admissible(p) {
-				if g, fresh := l.keys.create(p.key); g != nil {
-					if fresh {
-						g.last = max(g.last, now)
-						g.state |= pinned
-						p.pin = g
-						g.mu.Unlock()
-					}
-					p.g = g
-				}
-			}
-		}
-		gone := false
-		for i := range places {
-			if g := places[i].g; g != nil {
-				g.mu.Lock()
-				gone = gone || g.is(dead)
-			}
-		}
-		if !gone {
-			break
-		}
-		for i := range places { // one was evicted or Reset meanwhile: look again
-			if g := places[i].g; g != nil {
-				g.mu.Unlock()
-			}
-		}
-		runtime.Gosched()
-	}
-	allowed := true
-	for i := range places {
-		p := &places[i]
-		switch {
-		case p.g != nil:
-			if p.g.tier != p.t.id {
-				p.g.retier(p.t)
-			}
-			p.g.decide(p.d, now, p.weight, p.t, false)
-		case admissible(p):
-			p.t.overflow(p.d, now) // at the bound, with no room to be made
-		default:
-			p.t.untracked(p.d, now, p.weight)
-		}
-		allowed = allowed && p.d.Allowed
-	}
-	for i := range places {
-		p := &places[i]
-		if p.pin != nil && p.pin == p.g {
-			p.pin.state &^= pinned // else Reset took it out of the map: it is dead
-		}
-		if p.g == nil {
-			continue
-		}
-		if allowed || p.d.Allowed {
-			// Admitted: record at the instant just decided at, whose answer
-			// is the same. Refused: a key with room stands as it is.
-			w := p.weight
-			if !allowed {
-				w = 0
-			}
-			*p.d = Decision{}
-			p.g.decide(p.d, p.g.last, w, p.t, allowed)
-			if allowed && w > 0 {
-				l.receipt(&p.d.Receipt, p.g, w, p.t)
-			}
-		}
-		p.g.mu.Unlock()
-	}
-	for i, j := range order[1:] {
-		if hits[j].Key == hits[order[i]].Key {
-			ds[j] = ds[order[i]]
-		}
-	}
-	return ds, allowed
-}
-
-// addWeights returns the weight of a key given twice, a+b, or -1 (never
-// admissible) when b is negative or the sum passes any limit.
-func addWeights(a, b int) int {
-	if b < 0 || b > math.MaxInt32 || a+b > math.MaxInt32 {
-		return -1
-	}
-	return a + b
 }
 
 // Peek returns what Take(key, 1) would now, recording and creating nothing.
@@ -426,7 +370,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 
 // TakeContext is Take for the Backend interface: ctx's error when ctx is
 // done, ErrClosed after Close; the tier function sees ctx's identity
-// (ContextWithIdentity), else key.
+// (backend.ContextWithIdentity), else key.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err

@@ -43,45 +43,42 @@ func WithClock(c Clock) Option {
 	return func(cfg *config) { cfg.clock = c }
 }
 
-// WithCoarseClock decides at an instant a goroutine reads once per resolution:
+// WithCoarseClock decides at an instant a goroutine reads once per interval:
 // a load instead of a clock read, at the price of stamping events up to
-// resolution early. resolution must be positive and shorter than every window;
+// interval early. interval must be positive and shorter than every window;
 // not with WithClock. Default: off.
-func WithCoarseClock(resolution time.Duration) Option {
-	return func(cfg *config) { cfg.coarse = resolution }
+func WithCoarseClock(interval time.Duration) Option {
+	return func(cfg *config) { cfg.coarse = interval }
 }
 
-// WithResolution makes the events of one tick of d share an 8-byte entry, at
-// most longest window/d + 2 per key whatever the limits; a request may then be
-// refused up to d early, never admitted over a limit. It pays where a window
-// holds fewer ticks of d than half its limit (100,000 a day at a minute: 12 KB
-// a key, not 400 KB). d is at most the shortest window. Default: off.
+// WithResolution makes the events of one tick of d share an 8-byte entry: at
+// most longest window/d + 2 per key whatever the limits (100,000 a day at a
+// minute: 12 KB a key, not 400 KB), a refusal up to d early, never an
+// admission over a limit. d is at most the shortest window. Default: off.
 func WithResolution(d time.Duration) Option {
 	return func(cfg *config) { cfg.resolution, cfg.resolutionSet = d, true }
 }
 
-// WithMaxWindow lets SetTier add windows up to d. A limiter writes instants
-// in one tick for its life, from its longest window (5ns for 10s, 2µs for an
-// hour, 50µs for a day); a longer window needs a coarser tick, which moves
-// refusals earlier by at most a tick. Default: the longest window given.
+// WithMaxWindow lets SetTier add windows up to d. A limiter's tick is fixed
+// for its life by its longest window (5ns for 10s, 50µs for a day); a longer
+// one needs a coarser tick, moving refusals at most a tick earlier. Default:
+// the longest window given.
 func WithMaxWindow(d time.Duration) Option {
 	return func(cfg *config) { cfg.maxWindow = d }
 }
 
-// WithJanitorInterval sets how often a goroutine evicts idle keys (nothing
-// left in their window, no count of a calendar period not yet over) and
-// shrinks quiet ones' rings: each sweep walks every key, one lock at a time.
-// Default: the longest window, within [1s, 1m] (1m with a calendar policy).
-// 0 disables it: combine that with WithMaxKeys or a closed set of keys.
+// WithJanitorInterval sets how often a goroutine evicts idle keys and shrinks
+// quiet ones' rings, walking every key, one lock at a time. Default: the
+// longest window, within [1s, 1m] (1m with a calendar policy). 0 disables
+// it: combine that with WithMaxKeys or a closed set of keys.
 func WithJanitorInterval(d time.Duration) Option {
 	return func(cfg *config) { cfg.janitorInterval, cfg.janitorSet = d, true }
 }
 
-// WithMaxKeys bounds the keys tracked at n, so that a flood of made up keys
-// grows memory no further: a new key at the bound evicts the n/16 keys decided
-// least recently, events and all; an evicted key's calendar periods start
-// afresh. Size n a sixteenth above the clients active in the longest window
-// or calendar period. Default: 0, no bound.
+// WithMaxKeys bounds the keys tracked at n against a flood of made up keys: a
+// new key at the bound evicts the n/16 decided least recently, events and
+// calendar counts all. Size n a sixteenth above the clients active in the
+// longest window or period. Default: 0, no bound.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) { cfg.maxKeys = n }
 }
@@ -91,6 +88,19 @@ func WithMaxKeys(n int) Option {
 // Default: off.
 func WithRefuseNewKeys() Option {
 	return func(cfg *config) { cfg.refuseNewKeys = true }
+}
+
+// WithTiers gives keys their plan's policies: tier names a key's tier, and a
+// key in no tier of tiers gets the default. tier runs on every decision: it
+// must be cheap and safe for concurrent use, and a panic in it means the
+// default. It sees the identity httplimit and grpclimit send
+// (backend.ContextWithIdentity), else the key. Default: no tiers.
+func WithTiers(tier func(key string) string, tiers map[string][]Policy) Option {
+	return func(cfg *config) {
+		cfg.tierSet = true
+		cfg.tierOf = tier
+		cfg.tiers = maps.Clone(tiers)
+	}
 }
 
 // newConfig applies opts for a limiter whose default tier is def, validates
@@ -158,13 +168,4 @@ func newConfig(def *tier, opts []Option) (config, *tierTable, error) {
 		}
 	}
 	return cfg, tab, nil
-}
-
-// checkCoarse refuses a tier with a window no longer than WithCoarseClock's
-// resolution (0: off), which could not tell its window's edges apart.
-func checkCoarse(resolution time.Duration, t *tier) error {
-	if s := t.shortest(); resolution > 0 && resolution >= s {
-		return fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, resolution, s)
-	}
-	return nil
 }

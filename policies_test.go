@@ -57,7 +57,7 @@ func runPolicyTrace(t *testing.T, policies []Policy, l, twin *Limiter, c *Manual
 		for j := range st.parts {
 			st.parts[j].Policy = policies[j]
 		}
-		want := Combine(st.parts...)
+		want := combine(st.parts...)
 		got := noReceipt(l.Take("k", st.n))
 		assert.Equal(t, want, got, "step %d: Take(%d) at %v", i, st.n, st.at)
 		assert.Equal(t, st.bind, got.Policy, "step %d: binding policy", i)
@@ -201,7 +201,7 @@ func TestCombine(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Combine(tc.parts...)
+			d := combine(tc.parts...)
 			assert.Equal(t, tc.allowed, d.Allowed)
 			var b PolicyDecision
 			for _, p := range tc.parts {
@@ -217,21 +217,21 @@ func TestCombine(t *testing.T) {
 		})
 	}
 	t.Run("no parts: refused", func(t *testing.T) {
-		d := Combine()
+		d := combine()
 		assert.Equal(t, Decision{}, d)
 		assert.Empty(t, d.Policies())
 	})
-	t.Run("more than MaxPolicies", func(t *testing.T) {
+	t.Run("more than maxPolicies", func(t *testing.T) {
 		parts := []PolicyDecision{p("a", true, 5, 0), p("b", true, 5, 0), p("c", true, 5, 0), p("d", true, 5, 0), p("e", false, 0, 3)}
-		require.Greater(t, len(parts), MaxPolicies)
-		d := Combine(parts...)
+		require.Greater(t, len(parts), maxPolicies)
+		d := combine(parts...)
 		assert.False(t, d.Allowed, "every part counts")
 		assert.Equal(t, "e", d.Policy)
 		assert.Equal(t, time.Duration(3), d.RetryAfter)
-		assert.Equal(t, parts[:MaxPolicies], d.Policies())
+		assert.Equal(t, parts[:maxPolicies], d.Policies())
 	})
 	t.Run("Policies does not let appends write into the Decision", func(t *testing.T) {
-		d := Combine(p("a", true, 1, 0))
+		d := combine(p("a", true, 1, 0))
 		_ = append(d.Policies(), p("x", false, 0, 0))
 		assert.Len(t, d.Policies(), 1)
 		assert.Equal(t, PolicyDecision{}, d.parts[1])
@@ -286,8 +286,8 @@ func TestTiers(t *testing.T) {
 	require.NoError(t, l.SetTier("", []Policy{{Name: "minute", Limit: 4, Window: minute}}))
 	assert.Equal(t, 1, admitted("free-a"))
 	assert.Equal(t, []Policy{{Name: "minute", Limit: 4, Window: minute}}, l.Policies())
-	assert.Equal(t, 4, l.Limit())
-	assert.Equal(t, minute, l.Window())
+	assert.Equal(t, 4, l.Policies()[0].Limit)
+	assert.Equal(t, minute, l.Policies()[0].Window)
 }
 
 // TestTierChangeKeepsOnlyRetainedEvents moves a key from a tier of short
@@ -502,12 +502,12 @@ func TestTakeAll(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 
-	ds, ok := l.TakeAll([]Hit{{"user:a", 2}, {"org:x", 2}})
+	ds, ok, _ := l.TakeAll(context.Background(), []Hit{{"user:a", 2}, {"org:x", 2}})
 	require.True(t, ok)
 	assert.Equal(t, []int{1, 2}, []int{ds[0].Remaining, ds[1].Remaining}, "each key under its own tier")
 
 	c.Advance(time.Second)
-	ds, ok = l.TakeAll([]Hit{{"org:x", 3}, {"user:b", 3}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"org:x", 3}, {"user:b", 3}})
 	require.False(t, ok, "the org has 2 left")
 	assert.False(t, ds[0].Allowed)
 	assert.Equal(t, 9*time.Second, ds[0].RetryAfter)
@@ -516,19 +516,19 @@ func TestTakeAll(t *testing.T) {
 	assert.Equal(t, 3, l.Peek("user:b").Remaining+1, "b holds nothing")
 	assert.Equal(t, 2, l.Peek("org:x").Remaining+1, "nor does the org hold more")
 
-	ds, ok = l.TakeAll([]Hit{{"user:b", 1}, {"org:x", 1}, {"user:b", 1}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"user:b", 1}, {"org:x", 1}, {"user:b", 1}})
 	require.True(t, ok, "b counts twice: 2 of 3; the org once: 3 of 4")
 	assert.Equal(t, ds[0], ds[2], "one Decision for both places of b")
 	assert.Equal(t, 1, ds[0].Remaining)
 	assert.Equal(t, 1, ds[1].Remaining)
 
-	ds, ok = l.TakeAll([]Hit{{"user:c", 4}, {"org:x", 4}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"user:c", 4}, {"org:x", 4}})
 	require.False(t, ok)
 	assert.Zero(t, ds[0].RetryAfter, "4 can never fit user:c's limit of 3")
 	assert.False(t, ds[0].Allowed)
 	assert.Zero(t, l.Len()-3, "user:c was never tracked")
 
-	ds, ok = l.TakeAll(nil)
+	ds, ok, _ = l.TakeAll(context.Background(), nil)
 	assert.True(t, ok, "no key: nothing refuses")
 	assert.Empty(t, ds)
 }
@@ -550,7 +550,7 @@ func TestTakeAllConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				a, b := keys[(w+i)%len(keys)], keys[(w*3+i*7)%len(keys)]
-				if _, ok := l.TakeAll([]Hit{{a, 1}, {b, 1}}); ok {
+				if _, ok, _ := l.TakeAll(context.Background(), []Hit{{a, 1}, {b, 1}}); ok {
 					mu.Lock()
 					admitted[a]++
 					admitted[b]++
@@ -565,7 +565,7 @@ func TestTakeAllConcurrent(t *testing.T) {
 	wg.Wait()
 	for _, k := range keys {
 		assert.LessOrEqual(t, admitted[k], 40, "key %s", k)
-		d, _ := l.TakeAll([]Hit{{k, 0}})
+		d, _, _ := l.TakeAll(context.Background(), []Hit{{k, 0}})
 		assert.Equal(t, admitted[k], 40-d[0].Remaining, "key %s holds what was admitted", k)
 	}
 }
@@ -579,25 +579,25 @@ func TestTakeAllWeights(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 
-	ds, ok := l.TakeAll([]Hit{{"a", 3}, {"b", 7}})
+	ds, ok, _ := l.TakeAll(context.Background(), []Hit{{"a", 3}, {"b", 7}})
 	require.True(t, ok)
 	assert.Equal(t, []int{7, 3}, []int{ds[0].Remaining, ds[1].Remaining})
 
-	ds, ok = l.TakeAll([]Hit{{"a", 7}, {"b", 4}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"a", 7}, {"b", 4}})
 	require.False(t, ok, "b has 3 left, not 4")
 	assert.True(t, ds[0].Allowed, "a had room for 7")
 	assert.Equal(t, 7, ds[0].Remaining, "and is described as it stands")
 	assert.False(t, ds[1].Allowed)
 	assert.Equal(t, 6, l.Peek("a").Remaining, "a holds 3: nothing recorded by the refusal")
 
-	ds, ok = l.TakeAll([]Hit{{"b", 1}, {"a", 0}, {"b", 2}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"b", 1}, {"a", 0}, {"b", 2}})
 	require.True(t, ok, "b's weights add up to its 3 left; a's 0 fits")
 	assert.Zero(t, ds[0].Remaining)
 	assert.Equal(t, ds[0], ds[2])
 	assert.Equal(t, 7, ds[1].Remaining)
 
 	for _, hits := range [][]Hit{{{"c", 1}, {"d", -1}}, {{"c", 11}}, {{"c", 6}, {"c", 6}}, {{"c", math.MaxInt32}, {"c", math.MaxInt32}}} {
-		ds, ok = l.TakeAll(hits)
+		ds, ok, _ = l.TakeAll(context.Background(), hits)
 		assert.False(t, ok, "%v can never fit", hits)
 		assert.Zero(t, ds[len(ds)-1].RetryAfter, "%v: waiting cannot help", hits)
 	}
@@ -632,7 +632,7 @@ func TestTakeAllBesideAFullMap(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 2_000 {
-			ds, _ := l.TakeAll([]Hit{{fmt.Sprint("new", i, "a"), 1}, {fmt.Sprint("new", i, "b"), 1}})
+			ds, _, _ := l.TakeAll(context.Background(), []Hit{{fmt.Sprint("new", i, "a"), 1}, {fmt.Sprint("new", i, "b"), 1}})
 			if !assert.Len(t, ds, 2) {
 				return
 			}
@@ -656,7 +656,7 @@ func TestTakeAllPastTheBound(t *testing.T) {
 	l, err := New(5, time.Minute, WithJanitorInterval(0), WithMaxKeys(2))
 	require.NoError(t, err)
 	defer l.Close()
-	ds, ok := l.TakeAll([]Hit{{"a", 1}, {"b", 1}, {"c", 1}})
+	ds, ok, _ := l.TakeAll(context.Background(), []Hit{{"a", 1}, {"b", 1}, {"c", 1}})
 	require.False(t, ok)
 	overflows := 0
 	for _, d := range ds {
@@ -669,7 +669,7 @@ func TestTakeAllPastTheBound(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		assert.Equal(t, 5, l.Peek(k).Remaining+1, "%s holds nothing", k)
 	}
-	ds, ok = l.TakeAll([]Hit{{"a", 1}, {"b", 1}})
+	ds, ok, _ = l.TakeAll(context.Background(), []Hit{{"a", 1}, {"b", 1}})
 	assert.True(t, ok, "two keys fit: %+v", ds)
 }
 
@@ -685,7 +685,7 @@ func TestTakeAllWhileMakingRoom(t *testing.T) {
 	for w := range 6 {
 		wg.Go(func() {
 			for i := range 300 {
-				ds, _ := l.TakeAll([]Hit{{fmt.Sprint("k", (w+i)%9), 1}, {fmt.Sprint("k", (w*5+i)%9), 1}})
+				ds, _, _ := l.TakeAll(context.Background(), []Hit{{fmt.Sprint("k", (w+i)%9), 1}, {fmt.Sprint("k", (w*5+i)%9), 1}})
 				assert.Len(t, ds, 2)
 				assert.LessOrEqual(t, l.Len(), 6)
 			}

@@ -3,6 +3,7 @@ package keyrate
 import (
 	"errors"
 	"fmt"
+	"github.com/keyrate/keyrate/internal/access"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -18,17 +19,16 @@ type Policy struct {
 	// Limit is 1 to math.MaxInt32; Window positive, or 0 with a Calendar.
 	Limit  int
 	Window time.Duration
-	// Calendar (Daily, Weekly, Monthly) makes a calendar policy: at most
-	// Limit per period, the period turning at local midnight of its
-	// boundary day in its zone, when the count starts again from 0 (no
-	// sliding). It costs a counter per key, 12 bytes, whatever the limit.
+	// Calendar (Daily, Weekly, Monthly) makes a calendar policy, counted
+	// per period (see Calendar), 12 bytes a key whatever the limit.
 	// Default: none, a sliding window.
 	Calendar Calendar
 }
 
-// MaxPolicies is the most policies a Limiter or one of its tiers enforces
-// together: a Decision carries each one's numbers inline, with no allocation.
-const MaxPolicies = 4
+// maxPolicies is the most policies a Limiter or one of its tiers enforces
+// together (backend.MaxPolicies): a Decision carries each one's numbers
+// inline, with no allocation.
+const maxPolicies = access.MaxPolicies
 
 // ErrConfig is wrapped by every error for an invalid argument or option, of
 // New, NewPolicies, NewConcurrency and SetTier; it names the field at fault.
@@ -89,17 +89,17 @@ type tier struct {
 	// window's ticks number if that is less.
 	scale   scale
 	entries int
-	spans   [MaxPolicies]uint32
+	spans   [maxPolicies]uint32
 	// ticks[i] is policy i's window in ticks when it is a whole number of
 	// them (as every whole millisecond is), else 0: its windowAge is then
 	// read off the decision's own tick, with no division (see lims).
-	ticks [MaxPolicies]uint32
+	ticks [maxPolicies]uint32
 	// longTicks is the longest window in ticks, when whole, else 0.
 	longTicks uint32
 	// cursors[i] is the inline slot of a log that keeps policy i's cursor
 	// (eventLog.cursor), or -1: the policies shorter than the longest, by
 	// widest span, take the free slots.
-	cursors [MaxPolicies]int8
+	cursors [maxPolicies]int8
 	// cacheable reports that no cursor takes inline slot 0, where a narrow
 	// log keeps its oldest entry's tick (eventLog.cache).
 	cacheable bool
@@ -109,25 +109,21 @@ type tier struct {
 	// refills.
 	algorithm Algorithm
 	wall      int64
-	refill    [MaxPolicies]int64
+	refill    [maxPolicies]int64
 	// cals has bit i set when policy i is a calendar policy, counted per
 	// period (see calendarCounts); periods[i] caches its current period.
 	cals    uint8
-	periods [MaxPolicies]atomic.Pointer[period]
+	periods [maxPolicies]atomic.Pointer[period]
 }
 
-// CheckPolicies returns why policies cannot be a tier, naming the field at
-// fault (field is "policies", `tiers["pro"]`, or "" for New's arguments) in
-// an error wrapping ErrConfig; or nil: 1 to MaxPolicies policies, each with
-// a Limit of 1 to math.MaxInt32, a positive Window or else a valid Calendar
-// (never both), and a Name of its own when there are several. Every backend
-// checks its policies with it.
-func CheckPolicies(field string, policies []Policy) error {
+// checkPolicies returns why policies cannot be a tier, naming the field at
+// fault in an error wrapping ErrConfig, or nil (see backend.CheckPolicies).
+func checkPolicies(field string, policies []Policy) error {
 	switch {
 	case len(policies) == 0:
-		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, MaxPolicies)
-	case len(policies) > MaxPolicies:
-		return fmt.Errorf("%w: %s has %d policies, want at most %d (MaxPolicies)", ErrConfig, field, len(policies), MaxPolicies)
+		return fmt.Errorf("%w: %s is empty, want 1 to %d policies", ErrConfig, field, maxPolicies)
+	case len(policies) > maxPolicies:
+		return fmt.Errorf("%w: %s has %d policies, want at most %d (backend.MaxPolicies)", ErrConfig, field, len(policies), maxPolicies)
 	}
 	for i, p := range policies {
 		limit, window, name, calendar := policyField(field, i)
@@ -137,9 +133,9 @@ func CheckPolicies(field string, policies []Policy) error {
 			return fmt.Errorf("%w: %s is %d, want 1 to %d", ErrConfig, limit, p.Limit, math.MaxInt32)
 		case err != nil:
 			return fmt.Errorf("%w: %s is %w", ErrConfig, calendar, err)
-		case !p.Calendar.IsZero() && p.Window != 0:
+		case p.Calendar != (Calendar{}) && p.Window != 0:
 			return fmt.Errorf("%w: %s is %v beside %s %v, want 0: a policy has a window or a calendar, not both", ErrConfig, window, p.Window, calendar, p.Calendar)
-		case p.Calendar.IsZero() && p.Window <= 0:
+		case p.Calendar == (Calendar{}) && p.Window <= 0:
 			return fmt.Errorf("%w: %s is %v, want > 0", ErrConfig, window, p.Window)
 		case p.Name == "" && len(policies) > 1:
 			return fmt.Errorf("%w: %s is empty, want a name for each of several policies", ErrConfig, name)
@@ -153,7 +149,7 @@ func CheckPolicies(field string, policies []Policy) error {
 	return nil
 }
 
-// policyField returns how CheckPolicies names the Limit, Window, Name and
+// policyField returns how checkPolicies names the Limit, Window, Name and
 // Calendar of the i-th policy of field in its errors: "limit", "window", ""
 // and "calendar" when field is "", else `tiers["pro"][1].Limit` and the
 // like.
@@ -165,16 +161,16 @@ func policyField(field string, i int) (limit, window, name, calendar string) {
 	return at + "Limit", at + "Window", at + "Name", at + "Calendar"
 }
 
-// newTier validates policies (see CheckPolicies) and builds their tier.
+// newTier validates policies (see checkPolicies) and builds their tier.
 func newTier(field string, policies []Policy) (*tier, error) {
-	if err := CheckPolicies(field, policies); err != nil {
+	if err := checkPolicies(field, policies); err != nil {
 		return nil, err
 	}
 	t := &tier{policies: make([]Policy, len(policies)), minLimit: math.MaxInt32}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
 		t.minLimit = min(t.minLimit, p.Limit)
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (Calendar{}) {
 			t.cals |= 1 << i
 			continue // counted per period, not in the log
 		}
@@ -269,4 +265,30 @@ func (t *tier) placeCursors() {
 		t.cursors[i] = free[k]
 	}
 	t.cacheable = len(order) < 2
+}
+
+// checkCoarse refuses a tier with a window no longer than WithCoarseClock's
+// resolution (0: off), which could not tell its window's edges apart.
+func checkCoarse(resolution time.Duration, t *tier) error {
+	if s := t.shortest(); resolution > 0 && resolution >= s {
+		return fmt.Errorf("%w: coarse clock resolution is %v, want > 0 and < the window %v", ErrConfig, resolution, s)
+	}
+	return nil
+}
+
+// isCalendar reports whether policy i of t is a calendar policy.
+func (t *tier) isCalendar(i int) bool { return t.cals&(1<<i) != 0 }
+
+// period returns the period of calendar policy i that holds instant now.
+// Each tier keeps the period last found per policy, which serves every
+// decision until it ends: a calendar's arithmetic runs once a period, not
+// once a decision. The limiter's instant 0 is t.wall on the wall clock.
+func (t *tier) period(i int, now int64) period {
+	if p := t.periods[i].Load(); p != nil && p.start <= now && now < p.end {
+		return *p
+	}
+	s, e := t.policies[i].Calendar.bounds(time.Unix(0, t.wall+now))
+	p := &period{s.UnixNano() - t.wall, e.UnixNano() - t.wall}
+	t.periods[i].Store(p)
+	return *p
 }

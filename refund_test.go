@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -22,7 +23,7 @@ func TestRefundRemovesItsOwnInstants(t *testing.T) {
 	c.Set(t0.Add(5 * time.Second))
 	require.True(t, l.Take("k", 1).Allowed) // 5s
 	c.Set(t0.Add(6 * time.Second))
-	require.NoError(t, l.Refund("k", &first))
+	require.NoError(t, l.Refund(context.Background(), "k", &first))
 	assert.Zero(t, first.Receipt, "a refund consumes its receipt")
 	require.True(t, l.Allow("k"), "room again at 6s")
 	d := l.Take("k", 1)
@@ -41,31 +42,31 @@ func TestRefundErrors(t *testing.T) {
 	l.Take("a", 1)
 	refused := l.Take("a", 1)
 	require.False(t, refused.Allowed)
-	assert.ErrorIs(t, l.Refund("a", &refused), ErrNothingToRefund, "a refusal recorded nothing")
-	assert.ErrorIs(t, l.Refund("a", nil), ErrNothingToRefund)
+	assert.ErrorIs(t, l.Refund(context.Background(), "a", &refused), ErrNothingToRefund, "a refusal recorded nothing")
+	assert.ErrorIs(t, l.Refund(context.Background(), "a", nil), ErrNothingToRefund)
 	weightless := l.Take("a", 0)
-	assert.ErrorIs(t, l.Refund("a", &weightless), ErrNothingToRefund)
+	assert.ErrorIs(t, l.Refund(context.Background(), "a", &weightless), ErrNothingToRefund)
 
 	l.Take("b", 1)
 	copied := admitted
-	assert.ErrorIs(t, l.Refund("b", &copied), ErrNothingToRefund, "another key's decision")
+	assert.ErrorIs(t, l.Refund(context.Background(), "b", &copied), ErrNothingToRefund, "another key's decision")
 	assert.Equal(t, 1, held("b"))
 	assert.Equal(t, 2, held("a"))
 
-	require.NoError(t, l.Refund("a", &admitted))
-	assert.ErrorIs(t, l.Refund("a", &admitted), ErrNothingToRefund, "refunded already")
+	require.NoError(t, l.Refund(context.Background(), "a", &admitted))
+	assert.ErrorIs(t, l.Refund(context.Background(), "a", &admitted), ErrNothingToRefund, "refunded already")
 	assert.Equal(t, 1, held("a"))
 
 	again := l.Take("a", 1)
 	l.Reset("a")
 	l.Take("a", 1)
-	assert.ErrorIs(t, l.Refund("a", &again), ErrNothingToRefund, "the key's log was reset since")
+	assert.ErrorIs(t, l.Refund(context.Background(), "a", &again), ErrNothingToRefund, "the key's log was reset since")
 	assert.Equal(t, 1, held("a"))
 
 	late := l.Take("c", 1)
 	c.Advance(10 * time.Second)
 	l.Take("c", 2)
-	assert.ErrorIs(t, l.Refund("c", &late), ErrNothingToRefund, "its events left the window")
+	assert.ErrorIs(t, l.Refund(context.Background(), "c", &late), ErrNothingToRefund, "its events left the window")
 	assert.Equal(t, 2, held("c"))
 }
 
@@ -80,11 +81,11 @@ func TestRefundUnderPolicies(t *testing.T) {
 		a := l.Take("k", 2)
 		b := l.Take("k", 1)
 		require.True(t, b.Allowed)
-		require.NoError(t, l.Refund("k", &a))
+		require.NoError(t, l.Refund(context.Background(), "k", &a))
 		d := noReceipt(l.Take("k", 0))
 		assert.Equal(t, []int{2, 4}, []int{d.Policies()[0].Remaining, d.Policies()[1].Remaining}, "%v", opts)
 		c.Advance(2 * time.Second)
-		require.NoError(t, l.Refund("k", &b), "still in the minute's window")
+		require.NoError(t, l.Refund(context.Background(), "k", &b), "still in the minute's window")
 		d = noReceipt(l.Take("k", 0))
 		assert.Equal(t, 5, d.Policies()[1].Remaining, "%v", opts)
 		l.Close()
@@ -94,10 +95,10 @@ func TestRefundUnderPolicies(t *testing.T) {
 // TestRefundTakeAll refunds each key of an admitted request.
 func TestRefundTakeAll(t *testing.T) {
 	l, _ := newManual(t, 3, time.Minute)
-	ds, ok := l.TakeAll([]Hit{{"user", 2}, {"org", 2}})
+	ds, ok, _ := l.TakeAll(context.Background(), []Hit{{"user", 2}, {"org", 2}})
 	require.True(t, ok)
-	require.NoError(t, l.Refund("user", &ds[0]))
-	require.NoError(t, l.Refund("org", &ds[1]))
+	require.NoError(t, l.Refund(context.Background(), "user", &ds[0]))
+	require.NoError(t, l.Refund(context.Background(), "org", &ds[1]))
 	assert.Equal(t, 3, noReceipt(l.Take("org", 0)).Remaining)
 }
 
@@ -106,22 +107,22 @@ func TestRefundTakeAll(t *testing.T) {
 func TestRefundAlgorithms(t *testing.T) {
 	l, c := newManual(t, 2, 10*time.Second, WithAlgorithm(FixedWindow))
 	d := l.Take("k", 2)
-	require.NoError(t, l.Refund("k", &d))
+	require.NoError(t, l.Refund(context.Background(), "k", &d))
 	assert.True(t, l.AllowN("k", 2), "the window's count went back to 0")
 	c.Advance(10 * time.Second)
 	d = l.Take("k", 1)
 	c.Advance(10 * time.Second)
-	assert.ErrorIs(t, l.Refund("k", &d), ErrNothingToRefund, "its window has ended")
+	assert.ErrorIs(t, l.Refund(context.Background(), "k", &d), ErrNothingToRefund, "its window has ended")
 
 	g, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
 	d = g.Take("k", 10)
 	require.False(t, g.Allow("k"))
-	require.NoError(t, g.Refund("k", &d))
+	require.NoError(t, g.Refund(context.Background(), "k", &d))
 	assert.True(t, g.AllowN("k", 10), "ten tokens back")
 	c.Advance(time.Hour)
 	d = g.Take("k", 1)
 	c.Advance(time.Hour)
-	assert.ErrorIs(t, g.Refund("k", &d), ErrNothingToRefund, "the bucket is full already")
+	assert.ErrorIs(t, g.Refund(context.Background(), "k", &d), ErrNothingToRefund, "the bucket is full already")
 }
 
 // TestRefundConcurrent takes and refunds on a few keys from many
@@ -141,7 +142,7 @@ func TestRefundConcurrent(t *testing.T) {
 					continue
 				}
 				if i%2 == 0 {
-					require.NoError(t, l.Refund(key, &d))
+					require.NoError(t, l.Refund(context.Background(), key, &d))
 					continue
 				}
 				mu.Lock()
@@ -169,12 +170,12 @@ func TestGCRARefundLedgerPast32Bits(t *testing.T) {
 	z := l.Take("k", limit-1000)
 	a := l.Take("k", 1000)
 	require.True(t, a.Allowed)
-	require.NoError(t, l.Refund("k", &z)) // a's span is now the bucket's first 1,000 ticks
+	require.NoError(t, l.Refund(context.Background(), "k", &z)) // a's span is now the bucket's first 1,000 ticks
 	given := limit - 1000
 	for _, w := range []int{limit - 1000, limit - 1000, limit - 1000, 4000} {
 		b := l.Take("k", w)
 		require.True(t, b.Allowed, "weight %d", w)
-		require.NoError(t, l.Refund("k", &b), "weight %d", w)
+		require.NoError(t, l.Refund(context.Background(), "k", &b), "weight %d", w)
 		given += w
 	}
 	require.Equal(t, 1<<32, given, "the weight refunded since a")
@@ -182,7 +183,7 @@ func TestGCRARefundLedgerPast32Bits(t *testing.T) {
 	c.Advance(2000 * time.Nanosecond) // a's 1,000 ticks have refilled
 	live := l.Take("k", 1000)
 	require.True(t, live.Allowed)
-	assert.ErrorIs(t, l.Refund("k", &a), ErrNothingToRefund, "a's tokens are back in the bucket already")
+	assert.ErrorIs(t, l.Refund(context.Background(), "k", &a), ErrNothingToRefund, "a's tokens are back in the bucket already")
 	assert.Equal(t, limit-1000, noReceipt(l.Take("k", 0)).Remaining, "the live 1,000 stay taken")
 	assert.False(t, l.Take("k", limit).Allowed, "a full bucket beside the live 1,000")
 }
@@ -195,7 +196,7 @@ func TestGCRARefundLedgerFull(t *testing.T) {
 	g := l.lock("k", false)
 	g.head, g.n = math.MaxUint32, math.MaxUint32-math.MaxInt32+1 // maxLedger + 1
 	g.mu.Unlock()
-	assert.ErrorIs(t, l.Refund("k", &d), ErrNothingToRefund)
+	assert.ErrorIs(t, l.Refund(context.Background(), "k", &d), ErrNothingToRefund)
 	assert.Equal(t, 4, d.Receipt.N(), "the receipt is kept")
 	assert.Equal(t, 6, noReceipt(l.Take("k", 0)).Remaining)
 }
@@ -227,7 +228,7 @@ func TestGCRARefundBeyondTheWindow(t *testing.T) {
 		before := noReceipt(l.Take("k", 0)).Remaining
 		d := l.Take("k", tc.take)
 		require.True(t, d.Allowed, name)
-		require.NoError(t, l.Refund("k", &d), name)
+		require.NoError(t, l.Refund(context.Background(), "k", &d), name)
 		assert.Zero(t, d.Receipt, name)
 		assert.Equal(t, before, noReceipt(l.Take("k", 0)).Remaining, name)
 		assert.True(t, l.AllowN("k", tc.take), name)

@@ -1,6 +1,7 @@
 package keyrate
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestRefundAfterWindowChange(t *testing.T) {
 		c.Set(t0.Add(2 * unit))
 		b := l.Take("k", 1)
 		require.NoError(t, l.SetTier("", []Policy{{Name: "p", Limit: 1, Window: 7 * time.Second}}))
-		err := l.Refund("k", &a)
+		err := l.Refund(context.Background(), "k", &a)
 		if unit == 10 {
 			require.True(t, b.Allowed, "a at 10ns has left the window (10ns, 20ns]")
 			require.ErrorIs(t, err, ErrNothingToRefund)
@@ -109,7 +110,7 @@ func TestStaleReceipt(t *testing.T) {
 			fresh := l.Take("k", 1)
 			require.True(t, fresh.Allowed, "the key's events were forgotten")
 			old.Receipt.id = uint64(uintptr(unsafe.Pointer(l.keys.load("k"))))
-			require.ErrorIs(t, l.Refund("k", &old), ErrNothingToRefund)
+			require.ErrorIs(t, l.Refund(context.Background(), "k", &old), ErrNothingToRefund)
 			assert.False(t, l.Allow("k"), "the hour holds the fresh event")
 		})
 	}
@@ -126,14 +127,14 @@ func TestGCRARefundAfterRefill(t *testing.T) {
 	require.True(t, old.Allowed)
 	c.Advance(10 * time.Second)
 	require.True(t, l.Allow("k"))
-	require.ErrorIs(t, l.Refund("k", &old), ErrNothingToRefund, "its token came back at 1s")
+	require.ErrorIs(t, l.Refund(context.Background(), "k", &old), ErrNothingToRefund, "its token came back at 1s")
 	assert.False(t, l.Allow("k"), "one token a second: the one of 10s is spent")
 
 	l, c = newManual(t, 4, 4*time.Second, WithAlgorithm(GCRA))
 	d := l.Take("k", 2)
 	require.True(t, d.Allowed)
 	c.Advance(time.Second) // one of its two tokens has come back
-	require.NoError(t, l.Refund("k", &d))
+	require.NoError(t, l.Refund(context.Background(), "k", &d))
 	assert.Equal(t, 4, l.Peek("k").Remaining+1, "the other is given back: the bucket is full")
 	assert.False(t, l.AllowN("k", 5))
 	assert.True(t, l.AllowN("k", 4))
@@ -151,7 +152,7 @@ func TestWeightIsOneEntry(t *testing.T) {
 	assert.True(t, g.wide)
 	assert.False(t, l.Allow("k"), "the window is full")
 
-	require.NoError(t, l.RefundN("k", &d, 1<<30))
+	require.NoError(t, l.RefundN(context.Background(), "k", &d, 1<<30))
 	assert.Equal(t, math.MaxInt32-1<<30, d.Receipt.N(), "the receipt keeps what is left")
 	c.Advance(time.Second)
 	for range 3 {
@@ -159,8 +160,8 @@ func TestWeightIsOneEntry(t *testing.T) {
 	}
 	assert.Equal(t, uint32(2), g.n, "the weights of 1 of one instant share an entry")
 	assert.Equal(t, 1<<30-3, l.Peek("k").Remaining+1)
-	require.ErrorIs(t, l.RefundN("k", &d, math.MaxInt32), ErrExceedsLimit, "more than is left")
-	require.NoError(t, l.Refund("k", &d))
+	require.ErrorIs(t, l.RefundN(context.Background(), "k", &d, math.MaxInt32), ErrExceedsLimit, "more than is left")
+	require.NoError(t, l.Refund(context.Background(), "k", &d))
 	assert.Equal(t, math.MaxInt32-3, l.Peek("k").Remaining+1)
 
 	c.Advance(time.Minute)
@@ -230,10 +231,10 @@ func TestGCRARefundAfterAnEarlierRefund(t *testing.T) {
 	l, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
 	z, a := l.Take("k", 5), l.Take("k", 5)
 	require.True(t, z.Allowed && a.Allowed)
-	require.NoError(t, l.Refund("k", &z))
+	require.NoError(t, l.Refund(context.Background(), "k", &z))
 	c.Advance(7 * time.Second)
 	require.True(t, l.AllowN("k", 10), "a full bucket at 7s")
-	require.ErrorIs(t, l.Refund("k", &a), ErrNothingToRefund)
+	require.ErrorIs(t, l.Refund(context.Background(), "k", &a), ErrNothingToRefund)
 	assert.False(t, l.Allow("k"), "an eleventh token at 7s")
 }
 
@@ -244,16 +245,16 @@ func TestGCRARefundAfterAnEarlierRefund(t *testing.T) {
 func TestGCRARefundNTwice(t *testing.T) {
 	l, c := newManual(t, 10, 10*time.Second, WithAlgorithm(GCRA))
 	d := l.Take("a", 10)
-	require.NoError(t, l.RefundN("a", &d, 4))
+	require.NoError(t, l.RefundN(context.Background(), "a", &d, 4))
 	assert.Equal(t, 4, l.Peek("a").Remaining+1)
-	require.NoError(t, l.RefundN("a", &d, 6))
+	require.NoError(t, l.RefundN(context.Background(), "a", &d, 6))
 	assert.Equal(t, 10, l.Peek("a").Remaining+1, "both parts at once: the whole decision back")
 
 	d = l.Take("b", 10)
-	require.NoError(t, l.RefundN("b", &d, 9)) // one token left, back at 1s
+	require.NoError(t, l.RefundN(context.Background(), "b", &d, 9)) // one token left, back at 1s
 	c.Advance(5 * time.Second)
 	require.True(t, l.AllowN("b", 10))
-	require.ErrorIs(t, l.RefundN("b", &d, 1), ErrNothingToRefund)
+	require.ErrorIs(t, l.RefundN(context.Background(), "b", &d, 1), ErrNothingToRefund)
 	assert.False(t, l.Allow("b"), "an eleventh token at 5s")
 }
 
@@ -287,7 +288,7 @@ func TestGCRARefundsNeverOverAdmit(t *testing.T) {
 				a := rapid.SampledFrom(held).Draw(t, "decision")
 				if left := a.d.Receipt.N(); left > 0 {
 					n := rapid.IntRange(1, left).Draw(t, "refund n")
-					if l.RefundN("k", &a.d, n) == nil {
+					if l.RefundN(context.Background(), "k", &a.d, n) == nil {
 						a.kept -= int64(n)
 					}
 				}

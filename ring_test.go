@@ -225,7 +225,7 @@ func TestResolutionConfig(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	assert.ErrorIs(t, l.SetTier("", []Policy{{Name: "half", Limit: 1, Window: time.Second / 2}}), ErrConfig, "a window shorter than d")
-	assert.Equal(t, time.Minute, l.Window(), "and nothing changed")
+	assert.Equal(t, time.Minute, l.Policies()[0].Window, "and nothing changed")
 }
 
 // BenchmarkExpiry times the call that finds a full log's window passed:

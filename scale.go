@@ -123,14 +123,6 @@ func windowAge(now, w, r int64, s *scale) uint32 {
 	return uint32(max(r-s.floor(now-w), 1)) // at most 2^31: see scale
 }
 
-// lim returns windowAge(now, w, r, s) for policy i of t, whose window is
-// w: for a window of a whole number of ticks k, the window (now-w, now]
-// starts k ticks before the tick that ends at or before now, and that tick
-// is r or the one before it, so no division is needed.
-func (t *tier) lim(i int, now, w, r int64) uint32 {
-	return ageBound(now, w, r, t.ticks[i], &t.scale)
-}
-
 // ageBound is windowAge(now, w, r, s) for a window of k whole ticks, or of
 // any length when k is 0.
 func ageBound(now, w, r int64, k uint32, s *scale) uint32 {

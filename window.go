@@ -65,7 +65,7 @@ func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
 // (now-window, now] plus n fit in its limit. Settling at the longest window
 // leaves exactly that window's events in the log; a shorter window holds the
 // newest of them, found by a binary search among the newest entries. Each
-// policy's part is worked out in place in *d, and Combine's binding rule
+// policy's part is worked out in place in *d, and combine's binding rule
 // picks the policy the Decision describes.
 //
 // An event counts from the end of its tick, up to a tick after it was
@@ -124,9 +124,17 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 		allowed = allowed && part.Allowed
 		b.see(d.parts[:], i)
 	}
+	g.finishParts(d, now, r, n, t, allowed, record)
+	d.fill(&d.parts[b.index(allowed)], allowed)
+}
+
+// finishParts finishes each part of an admitted request of weight n with
+// the request's own events, the newest in every window, and records them
+// when record is set; refused, it sets each sliding window's ResetAfter from
+// the newest event. A helper of decide, with g.mu held.
+func (g *eventLog) finishParts(d *Decision, now, r int64, n int, t *tier, allowed, record bool) {
+	s := &t.scale
 	if allowed && n > 0 {
-		// Admitted: each window also holds the request's own events, the
-		// newest.
 		for i := range d.nparts {
 			part := &d.parts[i]
 			if t.isCalendar(i) {
@@ -154,10 +162,9 @@ func (g *eventLog) decide(d *Decision, now int64, n int, t *tier, record bool) {
 			}
 		}
 	}
-	d.fill(&d.parts[b.index(allowed)], allowed)
 }
 
-// binder works out Combine's binding part (binding) as the parts are made,
+// binder works out combine's binding part (binding) as the parts are made,
 // one look at each, rather than in a pass of its own once they are done.
 // An admitted request takes every part's Remaining down by the same n, so
 // the least Remaining is the same part before and after.
@@ -299,4 +306,12 @@ func (g *eventLog) refundLog(now, at int64, n int, t *tier) bool {
 		g.remove(to-uint32(n), uint32(n))
 	}
 	return true
+}
+
+// lim returns windowAge(now, w, r, s) for policy i of t, whose window is
+// w: for a window of a whole number of ticks k, the window (now-w, now]
+// starts k ticks before the tick that ends at or before now, and that tick
+// is r or the one before it, so no division is needed.
+func (t *tier) lim(i int, now, w, r int64) uint32 {
+	return ageBound(now, w, r, t.ticks[i], &t.scale)
 }

@@ -62,7 +62,7 @@ func noReceipt(d Decision) Decision {
 // are that policy's part too.
 func single(window time.Duration, d Decision) Decision {
 	overflow := d.Overflow
-	d = Combine(PolicyDecision{
+	d = combine(PolicyDecision{
 		Policy:  Policy{Limit: d.Limit, Window: window},
 		Allowed: d.Allowed, Remaining: d.Remaining,
 		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter,
@@ -704,11 +704,11 @@ func TestDecisionFormat(t *testing.T) {
 }
 
 // TestBinderMatchesBinding checks the binding part decide finds as it makes
-// the parts against Combine's rule (binding), over parts admitted, refused
+// the parts against combine's rule (binding), over parts admitted, refused
 // with a wait and refused for good, with equal numbers among them.
 func TestBinderMatchesBinding(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		parts := make([]PolicyDecision, rapid.IntRange(1, MaxPolicies).Draw(t, "parts"))
+		parts := make([]PolicyDecision, rapid.IntRange(1, maxPolicies).Draw(t, "parts"))
 		b := binder{wait: -1, never: -1}
 		allowed := true
 		for i := range parts {

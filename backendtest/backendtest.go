@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // NewBackend returns a fresh backend for one scenario: limit events per key
@@ -100,10 +101,10 @@ const s = time.Second
 
 // single completes want, whose numbers allowed or refused set, into the
 // Decision a backend of one unnamed policy (limit per window) returns: the
-// same numbers are that policy's part, and Combine of that part is the
+// same numbers are that policy's part, and backend.Combine of that part is the
 // Decision.
 func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Decision {
-	return keyrate.Combine(keyrate.PolicyDecision{
+	return backend.Combine(keyrate.PolicyDecision{
 		Policy:  keyrate.Policy{Limit: limit, Window: window},
 		Allowed: want.Allowed, Remaining: want.Remaining,
 		RetryAfter: want.RetryAfter, ResetAfter: want.ResetAfter, RefillAfter: want.RefillAfter,

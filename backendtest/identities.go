@@ -68,23 +68,7 @@ func RunIdentities(t *testing.T, newBackend NewBackend) {
 					h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 						w.Write([]byte("served"))
 					}))
-					served := make([]int, len(c.ids))
-					codes := map[int]int{}
-					for range requests {
-						for i, id := range c.ids {
-							r := httptest.NewRequest("GET", "/", nil)
-							for k, v := range c.header {
-								r.Header[k] = v
-							}
-							r.Header.Set("Identity", id)
-							rec := httptest.NewRecorder()
-							h.ServeHTTP(rec, r)
-							codes[rec.Code]++
-							if rec.Body.String() == "served" {
-								served[i]++
-							}
-						}
-					}
+					served, codes := sendIdentities(h, c.ids, c.header, requests)
 					for i, n := range served {
 						if n != c.served {
 							t.Fatalf("identity %d: %d of %d requests served (all codes: %v), want %d", i, n, requests, codes, c.served)
@@ -109,6 +93,30 @@ func RunIdentities(t *testing.T, newBackend NewBackend) {
 			}
 		}
 	}
+}
+
+// sendIdentities sends each of ids, in turn, requests times as the
+// Identity header (beside header) to h, and returns how many requests of
+// each identity h served and how many got each status code.
+func sendIdentities(h http.Handler, ids []string, header http.Header, requests int) ([]int, map[int]int) {
+	served := make([]int, len(ids))
+	codes := map[int]int{}
+	for range requests {
+		for i, id := range ids {
+			r := httptest.NewRequest("GET", "/", nil)
+			for k, v := range header {
+				r.Header[k] = v
+			}
+			r.Header.Set("Identity", id)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			codes[rec.Code]++
+			if rec.Body.String() == "served" {
+				served[i]++
+			}
+		}
+	}
+	return served, codes
 }
 
 // identity identifies a request by its Identity header, whatever its length.

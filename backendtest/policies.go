@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // NewPoliciesBackend returns a fresh backend for one multi-policy scenario:
@@ -56,7 +57,7 @@ func runPolicyTrace(t *testing.T, newBackend NewPoliciesBackend, policies []keyr
 		for j := range s.parts {
 			s.parts[j].Policy = policies[j]
 		}
-		want := keyrate.Combine(s.parts...)
+		want := backend.Combine(s.parts...)
 		got := take(t, b, s.key, s.n)
 		if got != want || got.Policy != s.bind {
 			t.Errorf("step %d: at +%v Take(%q, %d), binding %q\n got %+v\nwant %+v", i, s.at, s.key, s.n, s.bind, got, want)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 )
 
@@ -125,7 +126,7 @@ func testTierSeesContextIdentity(t *testing.T, newBackend NewTieredBackend) {
 	b := newBackend(t, free, readmeTier, map[string][]keyrate.Policy{"pro": pro}, keyrate.NewManualClock(start))
 	for name, id := range proKeys {
 		key := "/pkg.S/M\x00x-api-key=" + id // as grpclimit composes it, save for the digest
-		d, err := b.TakeContext(keyrate.ContextWithIdentity(context.Background(), id), key, 1)
+		d, err := b.TakeContext(backend.ContextWithIdentity(context.Background(), id), key, 1)
 		if err != nil || d.Limit != 100 || d.Remaining != 99 {
 			t.Errorf("%s: %+v, %v; want the pro limit of 100, 99 left", name, d, err)
 		}

@@ -21,9 +21,9 @@ import (
 	"github.com/keyrate/keyrate/middleware"
 )
 
-func newConcurrency(t *testing.T, limit int, opts ...keyrate.Option) *keyrate.Concurrency {
+func newConcurrency(t *testing.T, limit int, tier func(string) string, tiers map[string]int) *keyrate.Concurrency {
 	t.Helper()
-	c, err := keyrate.NewConcurrency(limit, opts...)
+	c, err := keyrate.NewConcurrency(limit, tier, tiers)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -69,7 +69,7 @@ func serveGated(t *testing.T, lim *grpclimit.Limiter, g *gate) *testServer {
 // rate budget; once the first ends, the next is served.
 func TestConcurrencyUnary(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	var limited []middleware.Event
 	g := newGate()
 	ts := serveGated(t, mustNew(t, l, grpclimit.WithConcurrency(c, 0),
@@ -103,7 +103,7 @@ func TestConcurrencyUnary(t *testing.T) {
 // A stream holds its slot until it ends.
 func TestConcurrencyStream(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(c, 0)))
 	alice := ts.client(t, "127.0.0.1")
 
@@ -133,7 +133,7 @@ func TestConcurrencyStream(t *testing.T) {
 // outside would answer the call).
 func TestConcurrencyReleasedOnPanic(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	unary := mustNew(t, l, grpclimit.WithConcurrency(c, 0)).Unary()
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}})
 	info := &grpc.UnaryServerInfo{FullMethod: check}
@@ -149,12 +149,12 @@ func TestConcurrencyReleasedOnPanic(t *testing.T) {
 // and fails with its own status.
 func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 	l, _ := manualLimiter(t, 10, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	errs := make(chan error, 1)
 	ts := serve(t, mustNew(t, l, grpclimit.WithConcurrency(c, time.Hour),
 		grpclimit.WithOnError(func(e middleware.Event) { errs <- e.Err })))
 	alice := ts.client(t, "127.0.0.1")
-	hold, ok := c.TryAcquire(check + "\x00127.0.0.1")
+	hold, ok, _ := c.TryAcquire(context.Background(), check+"\x00127.0.0.1")
 	require.True(t, ok)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -205,6 +205,6 @@ func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := manualLimiter(t, 1, time.Minute)
 	_, err := grpclimit.New(l, grpclimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = grpclimit.New(l, grpclimit.WithConcurrency(newConcurrency(t, 1), -time.Second))
+	_, err = grpclimit.New(l, grpclimit.WithConcurrency(newConcurrency(t, 1, nil, nil), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }

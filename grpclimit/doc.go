@@ -55,7 +55,7 @@
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it: the metadata key's value, whatever its length, or
 // the peer's address; never the method or the metadata key's name (see
-// keyrate.ContextWithIdentity).
+// backend.ContextWithIdentity).
 //
 // Install both interceptors, so that unary and streaming methods alike are
 // limited:

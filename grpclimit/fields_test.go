@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	kbackend "github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -51,17 +52,17 @@ func TestFields(t *testing.T) {
 			keyrate.Decision{Allowed: true},
 			``, `"/pkg.S/M";r=0`},
 		{"two policies, admitted", two,
-			keyrate.Combine(
+			kbackend.Combine(
 				part{Policy: perSecond, Allowed: true, Remaining: 9, RefillAfter: s, ResetAfter: s},
 				part{Policy: perDay, Allowed: true, Remaining: 990, RefillAfter: 51840 * s, ResetAfter: 86000 * s}),
 			`"second";q=10;w=1, "day";q=1000;w=86400`, `"second";r=9;t=1, "day";r=990;t=51840`},
 		{"two policies, refused by the long one: its t is the retry", two,
-			keyrate.Combine(
+			kbackend.Combine(
 				part{Policy: perSecond, Allowed: true, Remaining: 4, RefillAfter: 200 * time.Millisecond, ResetAfter: s},
 				part{Policy: perDay, Remaining: 1, RetryAfter: 5*time.Hour + time.Millisecond, RefillAfter: time.Hour, ResetAfter: 86000 * s}),
 			`"second";q=10;w=1, "day";q=1000;w=86400`, `"second";r=4;t=1, "day";r=1;t=18001`},
 		{"a tier's policies, not the backend's", two,
-			keyrate.Combine(part{Policy: keyrate.Policy{Name: "pro", Limit: 100, Window: time.Minute}, Allowed: true, Remaining: 99, RefillAfter: time.Minute}),
+			kbackend.Combine(part{Policy: keyrate.Policy{Name: "pro", Limit: 100, Window: time.Minute}, Allowed: true, Remaining: 99, RefillAfter: time.Minute}),
 			`"pro";q=100;w=60`, `"pro";r=99;t=60`},
 	} {
 		for _, kept := range []bool{true, false} {
@@ -82,7 +83,7 @@ func TestFields(t *testing.T) {
 func TestCalendarPolicyField(t *testing.T) {
 	month := keyrate.Policy{Name: "month", Limit: 100, Calendar: keyrate.Monthly(1, time.UTC)}
 	b := &backend{policies: []keyrate.Policy{month}}
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: month, Allowed: true, Remaining: 99,
+	d := kbackend.Combine(keyrate.PolicyDecision{Policy: month, Allowed: true, Remaining: 99,
 		Period: 28 * 24 * time.Hour, ResetAfter: time.Hour, RefillAfter: time.Hour})
 	for _, kept := range []bool{true, false} {
 		md := newRoute("/pkg.S/M", b, kept).fields(&d, ratelimitfield.Draft10, 1)

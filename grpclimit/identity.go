@@ -22,7 +22,7 @@ const (
 
 // identity returns the client a call counts against, and that client's
 // identity as it sent it, for a backend's tier function (see
-// keyrate.ContextWithIdentity):
+// backend.ContextWithIdentity):
 //
 //   - "name=value" for the metadata key, as httplimit.HeaderKey gives it,
 //     bounded by clientkey.Bound as httplimit bounds every identity; sent

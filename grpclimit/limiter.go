@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keyrate/keyrate"
+	kbackend "github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
@@ -48,9 +49,9 @@ type route struct {
 // ratelimit metadata list every policy of each Decision. Without one (a call
 // served while the store is unavailable), ratelimit-policy lists the
 // backend's own policies: those its Policies method lists, when it has one
-// (keyrate.Described, as *keyrate.Limiter and the Redis backend are),
+// (backend.Described, as *keyrate.Limiter and the Redis backend are),
 // else none. A nil backend, an invalid option, or WithTimeBudget when
-// every backend is keyrate.Bounded gives an error wrapping
+// every backend is backend.Bounded gives an error wrapping
 // keyrate.ErrConfig.
 func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	c := config{budget: 250 * time.Millisecond}
@@ -69,7 +70,7 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 	case !c.revision.Known():
 		return nil, fmt.Errorf("%w: grpclimit: unknown RateLimit field revision %v", keyrate.ErrConfig, c.revision)
 	case c.budgetSet && allBounded(b, c.methods):
-		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (keyrate.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: grpclimit: every backend bounds its own calls (backend.Bounded), so the time budget would bound none; set the budget on the backend, not with WithTimeBudget", keyrate.ErrConfig)
 	}
 	if c.mdKey != "" {
 		name := strings.ToLower(c.mdKey)
@@ -112,14 +113,14 @@ func New(b keyrate.Backend, opts ...Option) (*Limiter, error) {
 }
 
 // allBounded reports whether b and every backend of methods is
-// keyrate.Bounded. A nil backend is not: New refuses it on its own.
+// backend.Bounded. A nil backend is not: New refuses it on its own.
 func allBounded(b keyrate.Backend, methods map[string]keyrate.Backend) bool {
 	for _, mb := range methods {
-		if _, ok := mb.(keyrate.Bounded); !ok {
+		if _, ok := mb.(kbackend.Bounded); !ok {
 			return false
 		}
 	}
-	_, ok := b.(keyrate.Bounded)
+	_, ok := b.(kbackend.Bounded)
 	return ok
 }
 
@@ -135,7 +136,7 @@ func newBackend(b keyrate.Backend, budget time.Duration, refunds, tokens bool) (
 		return nil, fmt.Errorf("%w: grpclimit: WithTokenBudget, but a backend cannot decide two keys at once (TakeAll)", keyrate.ErrConfig)
 	}
 	nb := &backend{caller: caller}
-	if l, ok := b.(keyrate.Described); ok {
+	if l, ok := b.(kbackend.Described); ok {
 		nb.policies = l.Policies()
 	}
 	if len(nb.policies) > 0 {
@@ -151,7 +152,7 @@ func newRoute(method string, b *backend, kept bool) *route {
 	r := &route{backend: b, method: method, prefix: method + "\x00"}
 	// A calendar policy's w is its current period's length: each decision
 	// writes its own.
-	calendar := slices.ContainsFunc(r.policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
+	calendar := slices.ContainsFunc(r.policies, func(p keyrate.Policy) bool { return p.Calendar != (keyrate.Calendar{}) })
 	if kept && !calendar {
 		r.policy = r.defaultPolicy()
 	}

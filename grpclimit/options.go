@@ -70,7 +70,7 @@ func WithWeight(f func(ctx context.Context, fullMethod string, req any) int) Opt
 	return func(c *config) { c.weight = f }
 }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded,
+// WithTimeBudget bounds each call to a backend that is not backend.Bounded,
 // as httplimit.WithTimeBudget does: a call that outlives it is a store
 // failure (middleware.ErrBudgetExceeded), and the gRPC call waits no
 // longer, the backend call running on a goroutine of its own. A Bounded

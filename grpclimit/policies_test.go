@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/keyrate/keyrate"
+	kbackend "github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/grpclimit"
 )
 
@@ -29,7 +30,7 @@ func (b twoPolicies) TakeContext(context.Context, string, int) (keyrate.Decision
 	if b.err != nil {
 		return keyrate.Decision{}, b.err
 	}
-	return keyrate.Combine(b.parts...), nil
+	return kbackend.Combine(b.parts...), nil
 }
 func (twoPolicies) Policies() []keyrate.Policy { return []keyrate.Policy{perSecond, perDay} }
 func (twoPolicies) Tiered() bool               { return false }

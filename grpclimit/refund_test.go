@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keyrate/keyrate"
+	kbackend "github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/grpclimit"
 )
 
@@ -54,7 +55,7 @@ func TestRefundCountsOnlyFailures(t *testing.T) {
 		t.Fatalf("after the window: %v", got)
 	}
 
-	only := keyrate.BackendFunc(l.TakeContext)
+	only := kbackend.Func(l.TakeContext)
 	if _, err := grpclimit.New(only, grpclimit.WithRefund(func(codes.Code) bool { return true })); !errors.Is(err, keyrate.ErrConfig) {
 		t.Fatalf("a backend without Refund: %v, want ErrConfig", err)
 	}

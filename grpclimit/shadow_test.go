@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/keyrate/keyrate"
+	kbackend "github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/grpclimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -76,7 +77,7 @@ func (f observerFunc) Observe(ev middleware.Event) { f(ev) }
 func TestTimeBudgetOnlyWhereTheLimiterEnforcesIt(t *testing.T) {
 	l, _ := manualLimiter(t, 1, time.Minute)
 	other, _ := manualLimiter(t, 1, time.Minute)
-	unbounded := keyrate.BackendFunc(l.TakeContext)
+	unbounded := kbackend.Func(l.TakeContext)
 	budget := grpclimit.WithTimeBudget(100 * time.Millisecond)
 	for name, c := range map[string]struct {
 		opts []grpclimit.Option

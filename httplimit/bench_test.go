@@ -91,7 +91,7 @@ func mustNew(b *testing.B, backend keyrate.Backend, opts ...httplimit.Option) ht
 //   - blocking: the free backend, not Bounded, for the cost
 //     of the budget's goroutine and timer a networked backend pays.
 //   - overhead-1-policy, overhead-2-policies: a free backend answering
-//     Decisions made by keyrate.Combine of one and of two policies, for
+//     Decisions made by backend.Combine of one and of two policies, for
 //     what listing every policy in the fields costs.
 func BenchmarkMiddleware(b *testing.B) {
 	rs := requests(1024)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -97,7 +98,7 @@ func TestTimeBudgetOnlyWhereTheMiddlewareEnforcesIt(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	unbounded := keyrate.BackendFunc(l.TakeContext)
+	unbounded := backend.Func(l.TakeContext)
 	if _, err := httplimit.New(unbounded, httplimit.WithTimeBudget(100*time.Millisecond)); err != nil {
 		t.Errorf("a backend that is not Bounded, with WithTimeBudget: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/backendtest"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
@@ -23,7 +24,7 @@ const storeKeyLimit = 1024
 // storeKeyRules returns a backend with strict rules for keys, in front of
 // b: an empty key or one over storeKeyLimit bytes is an error
 // wrapping keyrate.ErrInvalidKey, anything else goes to b.
-func storeKeyRules(b keyrate.Backend) keyrate.BackendFunc {
+func storeKeyRules(b keyrate.Backend) backend.Func {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		switch {
 		case key == "":

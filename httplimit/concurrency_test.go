@@ -21,9 +21,9 @@ import (
 	"github.com/keyrate/keyrate/middleware"
 )
 
-func newConcurrency(t *testing.T, limit int, opts ...keyrate.Option) *keyrate.Concurrency {
+func newConcurrency(t *testing.T, limit int, tier func(string) string, tiers map[string]int) *keyrate.Concurrency {
 	t.Helper()
-	c, err := keyrate.NewConcurrency(limit, opts...)
+	c, err := keyrate.NewConcurrency(limit, tier, tiers)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -63,7 +63,7 @@ func serveAsync(h http.Handler, r *http.Request) (rec *httptest.ResponseRecorder
 // one ends, the next is served.
 func TestConcurrencyRefusesWhenFull(t *testing.T) {
 	l, _ := newLimiter(t, 20, time.Minute)
-	c := newConcurrency(t, 2)
+	c := newConcurrency(t, 2, nil, nil)
 	var limited []middleware.Event
 	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithOnLimited(func(e middleware.Event) { limited = append(limited, e) }))
@@ -104,7 +104,7 @@ func TestConcurrencyRefusesWhenFull(t *testing.T) {
 // its client hangs up.
 func TestConcurrencyReleases(t *testing.T) {
 	l, _ := newLimiter(t, 100, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	m, err := httplimit.New(l, httplimit.WithConcurrency(c, 0))
 	require.NoError(t, err)
 
@@ -158,7 +158,7 @@ func TestConcurrencyWaits(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
 		defer l.Close()
-		c := newConcurrency(t, 1)
+		c := newConcurrency(t, 1, nil, nil)
 		m, err := httplimit.New(l, httplimit.WithRoute("report"), httplimit.WithConcurrency(c, 5*time.Second))
 		require.NoError(t, err)
 		slow := newBlocking()
@@ -189,12 +189,12 @@ func TestConcurrencyClientGoneWhileWaiting(t *testing.T) {
 		l, err := keyrate.New(100, time.Minute)
 		require.NoError(t, err)
 		defer l.Close()
-		c := newConcurrency(t, 1)
+		c := newConcurrency(t, 1, nil, nil)
 		var errs []error
 		m, err := httplimit.New(l, httplimit.WithConcurrency(c, time.Minute),
 			httplimit.WithOnError(func(e middleware.Event) { errs = append(errs, e.Err) }))
 		require.NoError(t, err)
-		hold, _ := c.TryAcquire("192.0.2.1")
+		hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 		served := false
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -257,11 +257,11 @@ func TestConcurrencyStoreFailure(t *testing.T) {
 // refused it before one.
 func TestConcurrencyShadow(t *testing.T) {
 	l, _ := newLimiter(t, 5, time.Minute)
-	c := newConcurrency(t, 1)
+	c := newConcurrency(t, 1, nil, nil)
 	var events []middleware.Event
 	h := newHandler(t, l, httplimit.WithConcurrency(c, time.Hour), httplimit.WithShadow(),
 		httplimit.WithOnDecision(func(e middleware.Event) { events = append(events, e) }))
-	hold, _ := c.TryAcquire("192.0.2.1")
+	hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 	defer hold()
 	rec := get(h, "/")
 	assert.Equal(t, http.StatusOK, rec.Code)
@@ -282,7 +282,7 @@ func TestConcurrencyTiers(t *testing.T) {
 		}
 		return ""
 	}
-	c := newConcurrency(t, 1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 3}}}))
+	c := newConcurrency(t, 1, plan, map[string]int{"pro": 3})
 	m, err := httplimit.New(l, httplimit.WithRoute("search"), httplimit.WithConcurrency(c, 0),
 		httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", nil)))
 	require.NoError(t, err)
@@ -310,7 +310,7 @@ func TestConcurrencyOptionErrors(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
 	_, err := httplimit.New(l, httplimit.WithConcurrency(nil, 0))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	_, err = httplimit.New(l, httplimit.WithConcurrency(newConcurrency(t, 1), -time.Second))
+	_, err = httplimit.New(l, httplimit.WithConcurrency(newConcurrency(t, 1, nil, nil), -time.Second))
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
 }
 
@@ -318,8 +318,8 @@ func TestConcurrencyOptionErrors(t *testing.T) {
 // refusal's.
 func TestConcurrencyRefusalBody(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	c := newConcurrency(t, 1)
-	hold, _ := c.TryAcquire("192.0.2.1")
+	c := newConcurrency(t, 1, nil, nil)
+	hold, _, _ := c.TryAcquire(context.Background(), "192.0.2.1")
 	defer hold()
 	rec := get(newHandler(t, l, httplimit.WithConcurrency(c, 0)), "/")
 	var body map[string]any

@@ -50,7 +50,7 @@
 // the default) or answers 503 (middleware.FailClosed) with the draft's
 // temporary-reduced-capacity problem, and tells the OnError hook and the
 // Observer either way. Each call runs under one time
-// budget, in one place: a keyrate.Bounded backend bounds its own calls
+// budget, in one place: a backend.Bounded backend bounds its own calls
 // (the Redis one) or never waits (*keyrate.Limiter), and is called inline
 // under that budget alone; any other runs on its own goroutine under the
 // middleware's budget (WithTimeBudget, 250ms by default), so that even one
@@ -77,7 +77,7 @@
 // A backend's tier function (keyrate.WithTiers) sees the client's identity
 // as the client sent it, not the key: the API key for HeaderKey, whatever
 // its length, the address for ClientIP, and what your own KeyFunc returns
-// (see keyrate.ContextWithIdentity). The route, the header's name and the
+// (see backend.ContextWithIdentity). The route, the header's name and the
 // digest of a long identity stay in the key.
 //
 // WithShadow tries a limit out without enforcing it: every request is

@@ -19,7 +19,7 @@ func reports(mux *http.ServeMux, reportHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	running, err := keyrate.NewConcurrency(2)
+	running, err := keyrate.NewConcurrency(2, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -17,8 +18,8 @@ var errStore = errors.New("store unreachable")
 
 // Backends that fail in the ways a networked store does. Each blocks, if at
 // all, until release is closed, so the test can end its goroutines.
-func failingBackends(release <-chan struct{}) map[string]keyrate.BackendFunc {
-	return map[string]keyrate.BackendFunc{
+func failingBackends(release <-chan struct{}) map[string]backend.Func {
+	return map[string]backend.Func{
 		"errors": func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			return keyrate.Decision{}, errStore
 		},
@@ -100,7 +101,7 @@ func TestBackendFailure(t *testing.T) {
 // A backend that answers within the budget is waited for, goroutine or not.
 func TestSlowBackendWithinBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			time.Sleep(249 * time.Millisecond)
 			return keyrate.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}, nil
 		})
@@ -170,7 +171,7 @@ func TestClosedLocalLimiter(t *testing.T) {
 func TestFallbackDecisionsAreDecisions(t *testing.T) {
 	for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
 		local, _ := newLimiter(t, 2, time.Minute) // the fallback: a share of a limit of 4
-		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			d, err := local.TakeContext(ctx, key, n)
 			d.Fallback = true
 			return d, err

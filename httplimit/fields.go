@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/keyrate/keyrate"
 )
 
 // fields holds what the fields one middleware writes on one response are
@@ -136,7 +138,7 @@ func (m *Middleware) roomFor(refusal bool) room {
 		for _, p := range m.policies {
 			name = max(name, len(p.Name))
 			most = max(most, int64(p.Limit), int64(p.Window/time.Second)+1)
-			if !p.Calendar.IsZero() {
+			if p.Calendar != (keyrate.Calendar{}) {
 				most = max(most, 31*24*3600+1) // its period's seconds: a month's at most
 			}
 		}

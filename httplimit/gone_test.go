@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -141,7 +142,7 @@ func TestGoneClientSlowStore(t *testing.T) {
 					// The store answers after 50ms, whatever its context
 					// says: the client gives up after 5ms, well inside the
 					// middleware's 250ms budget.
-					store := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+					store := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 						time.Sleep(50 * time.Millisecond)
 						return answer()
 					})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/keyrate/keyrate/internal/reservation"
 	"github.com/keyrate/keyrate/middleware"
@@ -62,14 +63,14 @@ type Middleware struct {
 
 // New returns a Middleware that asks b about every request. How b is
 // called depends on what it says of itself: see WithTimeBudget. An invalid
-// option, a nil b, or WithTimeBudget for a keyrate.Bounded b gives an
+// option, a nil b, or WithTimeBudget for a backend.Bounded b gives an
 // error wrapping keyrate.ErrConfig.
 //
 // The RateLimit fields list the policies of each Decision (see
-// DraftHeaders), with the window it says (keyrate.Combine sets it; a
+// DraftHeaders), with the window it says (backend.Combine sets it; a
 // Decision made by hand without one is advertised without w). Without a
 // decision (the store unavailable) they list b's own policies, when it is
-// keyrate.Described (*keyrate.Limiter, the Redis backend; with tiers, the
+// backend.Described (*keyrate.Limiter, the Redis backend; with tiers, the
 // default tier's); else none.
 func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	c := config{budget: 250 * time.Millisecond, headers: DraftHeaders}
@@ -82,14 +83,14 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: httplimit: backend is nil", keyrate.ErrConfig)
 	}
 	var policies []keyrate.Policy
-	if l, ok := b.(keyrate.Described); ok {
+	if l, ok := b.(backend.Described); ok {
 		policies = l.Policies()
 	}
 	switch {
 	case c.budget <= 0:
 		return nil, fmt.Errorf("%w: httplimit: time budget is %v, want > 0", keyrate.ErrConfig, c.budget)
 	case c.budgetSet && isBounded(b):
-		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(keyrate.Bounded).TimeBudget())
+		return nil, fmt.Errorf("%w: httplimit: the backend bounds its own calls (its time budget is %v); set the budget there, not with WithTimeBudget", keyrate.ErrConfig, b.(backend.Bounded).TimeBudget())
 	case c.failure != middleware.FailOpen && c.failure != middleware.FailClosed:
 		return nil, fmt.Errorf("%w: httplimit: unknown failure mode %d", keyrate.ErrConfig, c.failure)
 	case len(c.route) > maxRoute:
@@ -138,7 +139,7 @@ func New(b keyrate.Backend, opts ...Option) (*Middleware, error) {
 	if len(policies) > 0 {
 		m.fallback = policies[0].Window
 		m.policy = string(ratelimitfield.AppendPolicies(nil, policies, c.route, c.unit))
-		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return !p.Calendar.IsZero() })
+		m.calendar = slices.ContainsFunc(policies, func(p keyrate.Policy) bool { return p.Calendar != (keyrate.Calendar{}) })
 	}
 	m.timed = c.hooks.Timed()
 	m.ownRefusal = ownRefusal
@@ -162,7 +163,7 @@ func printable(s string) bool {
 }
 
 func isBounded(b keyrate.Backend) bool {
-	_, ok := b.(keyrate.Bounded)
+	_, ok := b.(backend.Bounded)
 	return ok
 }
 

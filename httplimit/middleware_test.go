@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -382,7 +383,7 @@ func TestKeyFuncErrorIsRefused(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	noWindow := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	noWindow := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	cases := map[string]struct {
@@ -409,7 +410,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // Decision, and t from ResetAfter when the backend leaves RefillAfter 0.
 // 1.5s is no whole number of seconds, so w is left out.
 func TestPolicyFromDecision(t *testing.T) {
-	b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	b := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, nil
 	})
 	h := newHandler(t, b, httplimit.WithRoute(`a"b`))

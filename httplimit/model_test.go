@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // model is a backend with several policies per key for tests: it keeps the
 // instant of every admitted event, counts each policy's window naively from
-// them, and combines the policies' parts with keyrate.Combine, as every
+// them, and combines the policies' parts with backend.Combine, as every
 // backend does. It stands in for keyrate.NewPolicies, with the same
 // semantics: a request is recorded only when every policy admits it.
 type model struct {
@@ -59,7 +60,7 @@ func (m *model) TakeContext(ctx context.Context, key string, n int) (keyrate.Dec
 			parts[i].ResetAfter = in[len(in)-1].Add(p.Window).Sub(now)
 		}
 	}
-	return keyrate.Combine(parts...), nil
+	return backend.Combine(parts...), nil
 }
 
 // window returns key's events in p's window at now: those in (now-Window, now].
@@ -80,7 +81,7 @@ type combined struct {
 }
 
 func (b combined) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-	return keyrate.Combine(b.parts...), nil
+	return backend.Combine(b.parts...), nil
 }
 func (b combined) Policies() []keyrate.Policy { return b.policies }
 func (combined) Tiered() bool                 { return false }

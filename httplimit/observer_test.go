@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -38,7 +39,7 @@ func outcome(ev middleware.Event) string {
 // cannot be placed, a store failure and a gone client, in that order.
 func TestObserverBesideHooks(t *testing.T) {
 	l, _ := newLimiter(t, 1, time.Minute)
-	b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	b := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		if strings.HasSuffix(key, "=down") {
 			return keyrate.Decision{}, errors.New("store down")
 		}

@@ -113,7 +113,7 @@ func WithQuotaUnit(unit string) Option { return func(c *config) { c.unit = unit 
 // none.
 func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
 
-// WithTimeBudget bounds each call to a backend that is not keyrate.Bounded:
+// WithTimeBudget bounds each call to a backend that is not backend.Bounded:
 // a call that outlives it is a store failure (middleware.ErrBudgetExceeded,
 // answered per the failure mode), and the request waits no longer, even
 // for a backend that ignores its context. A Bounded backend

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -69,7 +70,7 @@ func TestRefundCountsOnlyFailures(t *testing.T) {
 // refundFails is a backend whose refunds fail, as a store that went away.
 type refundFails struct{ *keyrate.Limiter }
 
-func (refundFails) RefundContext(context.Context, string, *keyrate.Decision, int) error {
+func (refundFails) RefundN(context.Context, string, *keyrate.Decision, int) error {
 	return errors.New("store unavailable")
 }
 
@@ -82,7 +83,7 @@ func TestRefundErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	only := keyrate.BackendFunc(l.TakeContext)
+	only := backend.Func(l.TakeContext)
 	if _, err := httplimit.New(only,
 		httplimit.WithRefund(func(int) bool { return true })); !errors.Is(err, keyrate.ErrConfig) {
 		t.Fatalf("a backend without Refund: %v, want ErrConfig", err)

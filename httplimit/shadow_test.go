@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -101,7 +102,7 @@ func TestShadowServesErrors(t *testing.T) {
 func TestEventDuration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		delay := 30 * time.Millisecond
-		b := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+		b := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 			if key == "slow" {
 				<-ctx.Done()
 				return keyrate.Decision{}, ctx.Err()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -15,9 +16,9 @@ import (
 // seenBy returns a backend that admits everything and records, for each
 // call, what a tier function would see: the identity its context carries,
 // else the key.
-func seenBy(seen *[]string) keyrate.BackendFunc {
+func seenBy(seen *[]string) backend.Func {
 	return func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-		id, ok := keyrate.IdentityFromContext(ctx)
+		id, ok := backend.IdentityFromContext(ctx)
 		if !ok {
 			id = key
 		}

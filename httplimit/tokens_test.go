@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -212,7 +213,7 @@ func TestTokenHeaders(t *testing.T) {
 // TestTokenBudgetConfig: the option needs a backend that takes all, and
 // TokenHeaders need the option.
 func TestTokenBudgetConfig(t *testing.T) {
-	plain := keyrate.BackendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
+	plain := backend.Func(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
 		return keyrate.Decision{Allowed: true}, nil
 	})
 	if _, err := httplimit.New(plain, httplimit.WithTokenBudget()); !errors.Is(err, keyrate.ErrConfig) {
@@ -228,7 +229,7 @@ func TestTokenBudgetConfig(t *testing.T) {
 // request refused for want of a slot spends neither.
 func TestTokenBudgetConcurrency(t *testing.T) {
 	l := tokenBudget(t, 10, 1000, clockAt())
-	running, err := keyrate.NewConcurrency(1)
+	running, err := keyrate.NewConcurrency(1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

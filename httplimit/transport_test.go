@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 )
 
@@ -65,7 +66,7 @@ func (u *upstreamServer) arrivals() []time.Duration {
 // viaBackendFunc hides that the limiter is a *keyrate.Limiter, so that
 // the Transport takes and sleeps RetryAfter, as for any other backend.
 func viaBackendFunc(l *keyrate.Limiter) keyrate.Backend {
-	return keyrate.BackendFunc(l.TakeContext)
+	return backend.Func(l.TakeContext)
 }
 
 func fetch(t *testing.T, client *http.Client, url string) (int, error) {
@@ -366,7 +367,7 @@ func TestTransportErrors(t *testing.T) {
 	assert.True(t, body.closed, "the body of a request not sent is closed")
 	req, _ = http.NewRequest("GET", up.URL, nil)
 
-	failing := keyrate.BackendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
+	failing := backend.Func(func(context.Context, string, int) (keyrate.Decision, error) {
 		return keyrate.Decision{}, keyrate.ErrUnavailable
 	})
 	_, err = mustTransport(t, nil, failing).RoundTrip(req)

@@ -18,12 +18,12 @@ import "context"
 // unavailable (wrapping keyrate.ErrUnavailable) or closed
 // (keyrate.ErrClosed), or key could not be placed (keyrate.ErrInvalidKey).
 // The tier function of a store with tiers sees the identity ctx carries
-// (keyrate.ContextWithIdentity).
+// (backend.ContextWithIdentity).
 type Concurrency interface {
 	AcquireSlot(ctx context.Context, key string, wait bool) (release func(), limit int, err error)
 	// Tiered reports whether the store chooses a key's limit by the
 	// client's identity: then the middleware hands it the identity in the
-	// context (keyrate.ContextWithIdentity), and otherwise spares the
+	// context (backend.ContextWithIdentity), and otherwise spares the
 	// allocation.
 	Tiered() bool
 }

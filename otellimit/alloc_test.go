@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -22,8 +23,8 @@ func TestObserveAllocations(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	m, _ := newMetrics(t)
-	refusal := keyrate.Combine(part(perSecond, false), part(perDay, false))
-	admission := keyrate.Combine(part(perSecond, true), part(perDay, true))
+	refusal := backend.Combine(part(perSecond, false), part(perDay, false))
+	admission := backend.Combine(part(perSecond, true), part(perDay, true))
 	down := fmt.Errorf("take: %w", keyrate.ErrUnavailable)
 	gone := fmt.Errorf("%w: %w", middleware.ErrClientGone, context.Canceled)
 	for name, ev := range map[string]middleware.Event{

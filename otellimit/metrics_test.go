@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/otellimit"
@@ -127,7 +128,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 			fail(fmt.Errorf("redislimit: take key #8254c329: %w: not asked, the circuit breaker has been open for 1.2s", keyrate.ErrUnavailable)),
 			nil, "unavailable", 1},
 		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
-		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", keyrate.ErrOutOfMemory)), nil, "oom", 1},
+		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", backend.ErrOutOfMemory)), nil, "oom", 1},
 		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
 		{"over the time budget",
 			backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -316,7 +317,7 @@ func TestOwnHooksBesideMetrics(t *testing.T) {
 // request it was for once, as decided.
 func TestRefundFailure(t *testing.T) {
 	m, r := newMetrics(t)
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
+	d := backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d,
 		Err: fmt.Errorf("%w: store unavailable", middleware.ErrRefundFailed)})

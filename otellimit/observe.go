@@ -19,7 +19,7 @@ const otherRoute = "(other)"
 // An error counts as result error, and, when the backend was asked (a
 // request that could not be identified has no ev.Key, and was not), as a
 // backend error of a kind: invalid (keyrate.ErrInvalidKey), oom
-// (keyrate.ErrOutOfMemory), unavailable for a network error that is not a
+// (backend.ErrOutOfMemory), unavailable for a network error that is not a
 // timeout (a refused or reset connection), even when the time budget ran
 // out while a client retried it, timeout for a deadline or the time
 // budget, unavailable otherwise (keyrate.ErrUnavailable included). A

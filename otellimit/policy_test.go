@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 var (
@@ -32,7 +33,7 @@ func TestPolicyViolations(t *testing.T) {
 	m, r := newMetrics(t)
 	const route = "/pkg.S/M"
 	observe := func(parts ...keyrate.PolicyDecision) {
-		observeDecision(m, route, keyrate.Combine(parts...), false, time.Microsecond)
+		observeDecision(m, route, backend.Combine(parts...), false, time.Microsecond)
 	}
 	observe(part(perSecond, true), part(perDay, true))
 	assert.Zero(t, r.violations(route, "second"))
@@ -41,10 +42,10 @@ func TestPolicyViolations(t *testing.T) {
 	observe(part(perSecond, false), part(perDay, true))
 	observe(part(perSecond, true), part(perDay, false))
 	observe(part(perSecond, false), part(perDay, false))
-	overflow := keyrate.Combine(part(perSecond, false), part(perDay, false))
+	overflow := backend.Combine(part(perSecond, false), part(perDay, false))
 	overflow.Overflow = true
 	observeDecision(m, route, overflow, false, time.Microsecond)
-	observeDecision(m, route, keyrate.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
+	observeDecision(m, route, backend.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
 	assert.Equal(t, 4.0, r.violations(route, "second"), "three refusals and one shadowed")
 	assert.Equal(t, 2.0, r.violations(route, "day"))
 	assert.Equal(t, 6.0, r.requests(route, "limited")+r.requests(route, "shadow_limited"), "each refusal counted once")
@@ -58,7 +59,7 @@ func TestHTTPPolicyViolations(t *testing.T) {
 	m, r := newMetrics(t)
 	refuseDay := false
 	b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-		return keyrate.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
+		return backend.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
 	})
 	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
@@ -75,7 +76,7 @@ func TestPolicyAttributesAreBounded(t *testing.T) {
 	m, r := newMetrics(t)
 	for i := range 100 {
 		p := keyrate.Policy{Name: fmt.Sprintf("tier-%d", i), Limit: 1, Window: time.Minute}
-		observeDecision(m, "r", keyrate.Combine(part(p, false)), false, time.Microsecond)
+		observeDecision(m, "r", backend.Combine(part(p, false)), false, time.Microsecond)
 	}
 	assert.Len(t, r.points("keyrate.policy.violations"), 33, "32 policies and (other)")
 	assert.Equal(t, 68.0, r.violations("r", "(other)"))

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -145,7 +146,7 @@ func (r *route) failed(m *Metrics, err error, took time.Duration, asked bool) {
 	switch {
 	case errors.Is(err, keyrate.ErrInvalidKey):
 		r.counts[invalid].Add(1)
-	case errors.Is(err, keyrate.ErrOutOfMemory):
+	case errors.Is(err, backend.ErrOutOfMemory):
 		r.counts[oom].Add(1)
 	case connectionFailed(err):
 		// Ahead of the deadline: a client that retries a refused connection

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
@@ -106,7 +107,7 @@ func TestHTTPErrorKinds(t *testing.T) {
 			fail(fmt.Errorf("redislimit: take key #8254c329: %w: not asked, the circuit breaker has been open for 1.2s; the latest failure: dial tcp: connection refused", keyrate.ErrUnavailable)),
 			nil, "unavailable", 1},
 		{"invalid key", fail(fmt.Errorf("%w: empty key", keyrate.ErrInvalidKey)), nil, "invalid", 1},
-		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", keyrate.ErrOutOfMemory)), nil, "oom", 1},
+		{"store out of memory", fail(fmt.Errorf("take key #1a2b: %w: OOM command not allowed", backend.ErrOutOfMemory)), nil, "oom", 1},
 		{"deadline", fail(fmt.Errorf("read: %w", context.DeadlineExceeded)), nil, "timeout", 1},
 		{"over the time budget",
 			backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -396,7 +397,7 @@ func TestRefundFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
+	d := backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 5, Window: time.Minute}, Allowed: true, Remaining: 4})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d})
 	m.Observe(middleware.Event{Route: "login", Key: "login\x00a", Decision: d,
 		Err: fmt.Errorf("%w: store unavailable", middleware.ErrRefundFailed)})

@@ -18,7 +18,7 @@ const otherRoute = "(other)"
 // An error counts as result="error", and, when the backend was asked (a
 // request that could not be identified has no ev.Key, and was not), as a
 // backend error of a kind: invalid when it wraps keyrate.ErrInvalidKey;
-// oom when it wraps keyrate.ErrOutOfMemory; unavailable when it holds a
+// oom when it wraps backend.ErrOutOfMemory; unavailable when it holds a
 // network error that is not a timeout (a refused or reset connection, as
 // *net.OpError), even if it also matches context.DeadlineExceeded, as the
 // Redis backend's error does when the budget ran out while Redis refused

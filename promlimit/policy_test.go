@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 var (
@@ -39,7 +40,7 @@ func TestPolicyViolations(t *testing.T) {
 	m, reg := newMetrics(t)
 	const route = "/pkg.S/M"
 	observe := func(parts ...keyrate.PolicyDecision) {
-		observeDecision(m, route, keyrate.Combine(parts...), false, time.Microsecond)
+		observeDecision(m, route, backend.Combine(parts...), false, time.Microsecond)
 	}
 	observe(part(perSecond, true), part(perDay, true))
 	if s, d := violations(t, reg, route, "second"), violations(t, reg, route, "day"); s != 0 || d != 0 {
@@ -49,10 +50,10 @@ func TestPolicyViolations(t *testing.T) {
 	observe(part(perSecond, false), part(perDay, true))
 	observe(part(perSecond, true), part(perDay, false))
 	observe(part(perSecond, false), part(perDay, false))
-	overflow := keyrate.Combine(part(perSecond, false), part(perDay, false))
+	overflow := backend.Combine(part(perSecond, false), part(perDay, false))
 	overflow.Overflow = true
 	observeDecision(m, route, overflow, false, time.Microsecond)
-	observeDecision(m, route, keyrate.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
+	observeDecision(m, route, backend.Combine(part(perSecond, false), part(perDay, true)), true, time.Microsecond)
 	if s, d := violations(t, reg, route, "second"), violations(t, reg, route, "day"); s != 4 || d != 2 {
 		t.Errorf("violations: second %v, day %v; want 4 (three refusals, one shadowed) and 2", s, d)
 	}
@@ -71,7 +72,7 @@ func TestHTTPPolicyViolations(t *testing.T) {
 	m, reg := newMetrics(t)
 	refuseDay := false
 	b := backendFunc(func(ctx context.Context, key string, n int) (keyrate.Decision, error) {
-		return keyrate.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
+		return backend.Combine(part(perSecond, true), part(perDay, !refuseDay)), nil
 	})
 	h, _ := limited(t, m, b)
 	get(h, "192.0.2.1")
@@ -89,7 +90,7 @@ func TestPolicyLabelsAreBounded(t *testing.T) {
 	m, reg := newMetrics(t)
 	for i := range 100 {
 		p := keyrate.Policy{Name: fmt.Sprintf("tier-%d", i), Limit: 1, Window: time.Minute}
-		observeDecision(m, "r", keyrate.Combine(part(p, false)), false, time.Microsecond)
+		observeDecision(m, "r", backend.Combine(part(p, false)), false, time.Microsecond)
 	}
 	n := 0
 	for _, s := range series(t, reg, "keyrate_policy_violations_total") {
@@ -111,7 +112,7 @@ func TestObservePoliciesAllocations(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	m, _ := newMetrics(t)
-	d := keyrate.Combine(part(perSecond, false), part(perDay, false))
+	d := backend.Combine(part(perSecond, false), part(perDay, false))
 	observeDecision(m, "r", d, false, time.Microsecond)
 	if allocs := testing.AllocsPerRun(1000, func() { observeDecision(m, "r", d, false, time.Microsecond) }); allocs != 0 {
 		t.Errorf("%.1f allocations per observed refusal, want 0", allocs)

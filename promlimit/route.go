@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -87,7 +88,7 @@ func (r *route) failed(err error, took time.Duration, asked bool) {
 	switch {
 	case errors.Is(err, keyrate.ErrInvalidKey):
 		r.invalid.Inc()
-	case errors.Is(err, keyrate.ErrOutOfMemory):
+	case errors.Is(err, backend.ErrOutOfMemory):
 		r.oom.Inc()
 	case connectionFailed(err):
 		// Ahead of the deadline: a client that retries a refused connection

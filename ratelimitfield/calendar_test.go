@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // TestCalendarPolicyW: a calendar policy's w is the length of the period
@@ -16,7 +17,7 @@ func TestCalendarPolicyW(t *testing.T) {
 		t.Fatal(err)
 	}
 	day := keyrate.Policy{Name: "day", Limit: 100, Calendar: keyrate.Daily(ny)}
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 99,
+	d := backend.Combine(keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 99,
 		ResetAfter: 5 * time.Hour, RefillAfter: 5 * time.Hour, Period: 23 * time.Hour})
 	if got, want := string(AppendPolicy(nil, &d, "", "")), `"day";q=100;w=82800`; got != want {
 		t.Errorf("AppendPolicy: %s, want %s", got, want)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -67,7 +68,7 @@ func ExampleAppendPolicies() {
 // Appending into a buffer of the caller's own costs no allocation, however
 // many fields are written into it.
 func ExampleAppendRateLimit() {
-	d := keyrate.Combine(keyrate.PolicyDecision{
+	d := backend.Combine(keyrate.PolicyDecision{
 		Policy:  keyrate.Policy{Name: "burst", Limit: 5, Window: 10 * time.Second},
 		Allowed: true, Remaining: 3, RefillAfter: 2500 * time.Millisecond, ResetAfter: 9 * time.Second,
 	})
@@ -82,7 +83,7 @@ func ExampleAppendRateLimit() {
 // and the renaming pull request 166 proposes, with what the request
 // consumed.
 func ExampleRevision_AppendRateLimit() {
-	d := keyrate.Combine(keyrate.PolicyDecision{
+	d := backend.Combine(keyrate.PolicyDecision{
 		Policy:  keyrate.Policy{Name: "burst", Limit: 5, Window: 10 * time.Second},
 		Allowed: true, Remaining: 3, RefillAfter: 2500 * time.Millisecond,
 	})

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -62,7 +63,7 @@ func TestParseRateLimitErrors(t *testing.T) {
 // name, r and t.
 func TestParseRateLimitReadsWhatIsWritten(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(1, keyrate.MaxPolicies).Draw(t, "policies")
+		n := rapid.IntRange(1, backend.MaxPolicies).Draw(t, "policies")
 		parts := make([]keyrate.PolicyDecision, n)
 		for i := range parts {
 			parts[i] = keyrate.PolicyDecision{
@@ -73,7 +74,7 @@ func TestParseRateLimitReadsWhatIsWritten(t *testing.T) {
 			}
 			parts[i].ResetAfter = parts[i].RefillAfter
 		}
-		d := keyrate.Combine(parts...)
+		d := backend.Combine(parts...)
 		route := rapid.StringMatching(`[a-z]{0,8}`).Draw(t, "route")
 		got, err := ratelimitfield.ParseRateLimit([]string{string(ratelimitfield.AppendRateLimit(nil, &d, route))})
 		require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 
 // AppendPolicy appends the RateLimit-Policy value for the policies d was
 // decided under: a member for each, in order (see Decision.Policies), or,
-// for a Decision filled in by hand rather than by keyrate.Combine, one for
+// for a Decision filled in by hand rather than by backend.Combine, one for
 // its binding policy's Limit and Window. unit is the quota unit qu, one
 // of the draft's registered units ("content-bytes", say); "" sends none,
 // which means requests. A policy whose Limit is not positive has no
@@ -28,7 +28,7 @@ func AppendPolicy(b []byte, d *keyrate.Decision, route, unit string) []byte {
 // AppendPolicies appends the RateLimit-Policy value for policies, in
 // order, as AppendPolicy does for a Decision's: for a response sent
 // without a decision (one served while the store is unavailable), from a
-// backend's own policies (keyrate.Described). A calendar policy's member
+// backend's own policies (backend.Described). A calendar policy's member
 // has no w: with no decision, no instant says which period's length.
 func AppendPolicies(b []byte, policies []keyrate.Policy, route, unit string) []byte {
 	start := len(b)
@@ -41,7 +41,7 @@ func AppendPolicies(b []byte, policies []keyrate.Policy, route, unit string) []b
 // window returns the span the w parameter gives for p: its Window, or a
 // calendar policy's current period.
 func window(p *keyrate.PolicyDecision) time.Duration {
-	if !p.Calendar.IsZero() {
+	if p.Calendar != (keyrate.Calendar{}) {
 		return p.Period
 	}
 	return p.Window

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 func TestAppendPolicies(t *testing.T) {
@@ -41,14 +42,14 @@ func TestAppendPolicies(t *testing.T) {
 		if len(parts) == 0 {
 			continue
 		}
-		d := keyrate.Combine(parts...)
+		d := backend.Combine(parts...)
 		if got := string(AppendPolicy([]byte("x"), &d, c.route, c.unit)); got != "x"+c.want {
 			t.Errorf("%s, from a Decision: %s\nwant %s", c.name, got[1:], c.want)
 		}
 	}
 }
 
-// A Decision filled in by hand, as a keyrate.BackendFunc may return it,
+// A Decision filled in by hand, as a backend.Func may return it,
 // speaks for its binding policy's own fields.
 func TestDecisionByHand(t *testing.T) {
 	d := keyrate.Decision{Policy: "burst", Allowed: true, Limit: 5, Window: 90 * time.Second, Remaining: 4, ResetAfter: time.Minute}

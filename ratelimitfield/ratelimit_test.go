@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // t per policy: the refill when the policy had room, the retry when it
@@ -33,7 +34,7 @@ func TestT(t *testing.T) {
 // Each member has its policy's own r and t: a policy with room while
 // another refused gives its refill, not the refusal's retry.
 func TestAppendRateLimit(t *testing.T) {
-	d := keyrate.Combine(
+	d := backend.Combine(
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Name: "second", Limit: 10, Window: time.Second}, Remaining: 0, RetryAfter: 300 * time.Millisecond, RefillAfter: 300 * time.Millisecond},
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Name: "day", Limit: 1000, Window: 24 * time.Hour}, Allowed: true, Remaining: 990, RefillAfter: 51840 * time.Second},
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Name: "empty", Limit: 5, Window: time.Hour}, Allowed: true, Remaining: 5},

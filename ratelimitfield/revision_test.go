@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Every Revision lists the same policies with the same numbers; only the
@@ -15,11 +16,11 @@ import (
 func TestRevisionAppendRateLimit(t *testing.T) {
 	second := keyrate.Policy{Name: "second", Limit: 10, Window: time.Second}
 	day := keyrate.Policy{Name: "day", Limit: 1000, Window: 24 * time.Hour}
-	admitted := keyrate.Combine(
+	admitted := backend.Combine(
 		keyrate.PolicyDecision{Policy: second, Allowed: true, Remaining: 7, RefillAfter: 300 * time.Millisecond},
 		keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 990},
 	)
-	refused := keyrate.Combine(
+	refused := backend.Combine(
 		keyrate.PolicyDecision{Policy: second, Remaining: 0, RetryAfter: 1500 * time.Millisecond, RefillAfter: 300 * time.Millisecond},
 		keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 990, RefillAfter: time.Hour},
 	)
@@ -56,7 +57,7 @@ func TestRevisionNames(t *testing.T) {
 
 // Every Revision appends into a caller's buffer without allocating.
 func TestRevisionAllocations(t *testing.T) {
-	d := keyrate.Combine(
+	d := backend.Combine(
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Name: "second", Limit: 10, Window: time.Second}, Allowed: true, Remaining: 9, RefillAfter: time.Second},
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Name: "day", Limit: 1000, Window: 24 * time.Hour}, Allowed: true, Remaining: 999, RefillAfter: time.Hour},
 	)

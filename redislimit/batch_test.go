@@ -43,7 +43,7 @@ func TestBatchedCallersExact(t *testing.T) {
 						a, b := (g+i)%8, (g+i+1)%8
 						calls.Add(1)
 						if i%4 == 3 {
-							_, ok, err := l.TakeAll(context.Background(), []keyrate.Hit{{Key: fmt.Sprint("k", a), N: 1}, {Key: fmt.Sprint("k", b), N: 1}})
+							_, ok, err := l.TakeAll(context.Background(), []keyrate.Hit{{Key: fmt.Sprint("k", a), Weight: 1}, {Key: fmt.Sprint("k", b), Weight: 1}})
 							if err != nil {
 								t.Error(err)
 								return

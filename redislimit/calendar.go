@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Calendar policies (keyrate.Policy.Calendar) are counted by the sliding
@@ -47,7 +48,7 @@ func checkCalendar(field string, i int, p keyrate.Policy) error {
 	case strings.HasPrefix(desc, "weekly from %!"):
 		return fmt.Errorf("%w: %s is %s, want a time.Weekday", keyrate.ErrConfig, at, desc)
 	}
-	if start, _ := c.Period(time.Unix(0, 0)); start.IsZero() {
+	if start, _ := backend.Period(c, time.Unix(0, 0)); start.IsZero() {
 		return fmt.Errorf("%w: %s has a nil location, want a time zone (time.UTC, time.LoadLocation)", keyrate.ErrConfig, at)
 	}
 	return nil
@@ -71,9 +72,9 @@ func calendarField(field string, i int) string {
 // epoch: the previous period's start, the current one's start and end,
 // and the next one's end.
 func appendBoundaries(args []any, c keyrate.Calendar, wall time.Time) []any {
-	start, end := c.Period(wall)
-	prev, _ := c.Period(start.Add(-time.Nanosecond))
-	_, next := c.Period(end)
+	start, end := backend.Period(c, wall)
+	prev, _ := backend.Period(c, start.Add(-time.Nanosecond))
+	_, next := backend.Period(c, end)
 	return append(args, prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro())
 }
 

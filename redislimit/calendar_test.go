@@ -336,10 +336,10 @@ func TestCalendarAtomic(t *testing.T) {
 	if d := mustTake(t, l, "a", 3); d.Allowed || d.Policy != "day" || d.Policies()[0].Remaining != 3 {
 		t.Fatalf("%+v, want refused by the day, the second's room untouched", d)
 	}
-	if _, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", N: 2}, {Key: "b", N: 2}}); err != nil || !ok {
+	if _, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", Weight: 2}, {Key: "b", Weight: 2}}); err != nil || !ok {
 		t.Fatalf("TakeAll within every budget: %v, %v", ok, err)
 	}
-	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "b", N: 1}, {Key: "a", N: 1}})
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "b", Weight: 1}, {Key: "a", Weight: 1}})
 	if err != nil || ok || ds[1].Policy != "day" {
 		t.Fatalf("TakeAll over a's day: %v, %v, %+v", ok, err, ds)
 	}

@@ -1,10 +1,12 @@
 package redislimit_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // reference is what TestModelCore compares a redislimit.Limiter with:
@@ -12,8 +14,8 @@ import (
 // while the core does not count them itself, a calendarRef.
 type reference interface {
 	Take(key string, n int) keyrate.Decision
-	TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool)
-	RefundN(key string, d *keyrate.Decision, n int) error
+	TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
+	RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error
 	SetTier(name string, policies []keyrate.Policy) error
 	Reset(key string)
 	Close() error
@@ -96,7 +98,7 @@ func newCalendarRef(def []keyrate.Policy, tiers map[string][]keyrate.Policy, tie
 func slidingOf(ps []keyrate.Policy) []keyrate.Policy {
 	var out []keyrate.Policy
 	for _, p := range ps {
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			out = append(out, p)
 		}
 	}
@@ -125,7 +127,7 @@ func (r *calendarRef) instant(k string) time.Time {
 // count returns what calendar c has admitted for k in its period holding
 // now, and that period's end.
 func (r *calendarRef) count(k string, c keyrate.Calendar, now time.Time) (int, time.Time) {
-	_, end := c.Period(now)
+	_, end := backend.Period(c, now)
 	if cc := r.key(k).counts[c.String()]; cc != nil && cc.end.Equal(end) {
 		return cc.n, end
 	}
@@ -138,7 +140,7 @@ func (r *calendarRef) calRoom(k string, ps []keyrate.Policy, n int, now time.Tim
 		return true
 	}
 	for _, p := range ps {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			if c, _ := r.count(k, p.Calendar, now); n < 0 || n > p.Limit || c+n > p.Limit {
 				return false
 			}
@@ -170,7 +172,7 @@ func (r *calendarRef) part(k string, p keyrate.Policy, n int, admitted bool, now
 func (r *calendarRef) record(k string, ps []keyrate.Policy, n int, now time.Time) {
 	s, seen := r.key(k), map[string]bool{}
 	for _, p := range ps {
-		if p.Calendar.IsZero() || seen[p.Calendar.String()] {
+		if p.Calendar == (keyrate.Calendar{}) || seen[p.Calendar.String()] {
 			continue // two policies of one calendar count the same events
 		}
 		seen[p.Calendar.String()] = true
@@ -185,22 +187,22 @@ func (r *calendarRef) combine(k string, ps []keyrate.Policy, core keyrate.Decisi
 	parts := make([]keyrate.PolicyDecision, 0, len(ps))
 	sliding := core.Policies()
 	for _, p := range ps {
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			parts, sliding = append(parts, sliding[0]), sliding[1:]
 			continue
 		}
 		parts = append(parts, r.part(k, p, n, admitted && n > 0, now))
 	}
-	d := keyrate.Combine(parts...)
+	d := backend.Combine(parts...)
 	if admitted && n > 0 {
 		var cals []keyrate.Policy
 		for _, p := range ps {
-			if !p.Calendar.IsZero() {
+			if p.Calendar != (keyrate.Calendar{}) {
 				cals = append(cals, p)
 			}
 		}
 		r.made = append(r.made, &calDecision{key: k, life: r.key(k).life, at: now, core: core, left: n, cals: cals})
-		d.Receipt = keyrate.NewReceipt(now, n, uint64(len(r.made)))
+		d.Receipt = backend.NewReceipt(now, n, uint64(len(r.made)))
 	}
 	return d
 }
@@ -225,7 +227,7 @@ func (r *calendarRef) described(k string, n int) keyrate.Decision {
 	if !c.Allowed || n <= 0 {
 		return c
 	}
-	if err := r.core.RefundN(k, &c, n); err != nil {
+	if err := r.core.RefundN(context.Background(), k, &c, n); err != nil {
 		panic(fmt.Sprintf("taking back the core's admission of %d for %q: %v", n, k, err))
 	}
 	return r.core.Take(k, 0)
@@ -254,49 +256,49 @@ func (r *calendarRef) Take(k string, n int) keyrate.Decision {
 	return d
 }
 
-func (r *calendarRef) TakeAll(hits []keyrate.Hit) ([]keyrate.Decision, bool) {
+func (r *calendarRef) TakeAll(_ context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	room := true
 	for _, h := range hits {
-		room = room && r.calRoom(h.Key, r.policies(h.Key), h.N, r.instant(h.Key))
+		room = room && r.calRoom(h.Key, r.policies(h.Key), h.Weight, r.instant(h.Key))
 	}
 	ds := make([]keyrate.Decision, len(hits))
 	if room {
-		cs, ok := r.core.TakeAll(hits)
+		cs, ok, _ := r.core.TakeAll(context.Background(), hits)
 		for i, h := range hits {
 			ps, now := r.policies(h.Key), r.instant(h.Key)
-			ds[i] = r.combine(h.Key, ps, cs[i], h.N, ok, now)
-			if ok && h.N > 0 {
-				r.record(h.Key, ps, h.N, now)
+			ds[i] = r.combine(h.Key, ps, cs[i], h.Weight, ok, now)
+			if ok && h.Weight > 0 {
+				r.record(h.Key, ps, h.Weight, now)
 			}
-			r.decided(h.Key, now, ok && h.N > 0)
+			r.decided(h.Key, now, ok && h.Weight > 0)
 		}
-		return ds, ok
+		return ds, ok, nil
 	}
 	for i, h := range hits {
 		// Refused: a key with no room is described at its weight, one
 		// with room as it stands, which for its policies with room is
 		// the same.
 		now := r.instant(h.Key)
-		ds[i] = r.combine(h.Key, r.policies(h.Key), r.described(h.Key, h.N), h.N, false, now)
+		ds[i] = r.combine(h.Key, r.policies(h.Key), r.described(h.Key, h.Weight), h.Weight, false, now)
 		r.decided(h.Key, now, false)
 	}
-	return ds, false
+	return ds, false, nil
 }
 
-func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
+func (r *calendarRef) RefundN(_ context.Context, k string, d *keyrate.Decision, n int) error {
 	if d == nil || d.Receipt.N() <= 0 {
 		return fmt.Errorf("%w: nothing left", keyrate.ErrNothingToRefund)
 	}
 	if left := d.Receipt.N(); n < 1 || n > left {
 		return fmt.Errorf("%w: %d of %d", keyrate.ErrExceedsLimit, n, left)
 	}
-	m := r.made[d.Receipt.ID()-1]
-	coreErr := r.core.RefundN(k, &m.core, n)
+	m := r.made[backend.ReceiptID(d.Receipt)-1]
+	coreErr := r.core.RefundN(context.Background(), k, &m.core, n)
 	gave, seen := false, map[string]bool{}
 	if s := r.key(k); m.key == k && m.life == s.life {
 		now := r.instant(k)
 		for _, p := range m.cals {
-			_, end := p.Calendar.Period(m.at)
+			_, end := backend.Period(p.Calendar, m.at)
 			if cc := s.counts[p.Calendar.String()]; !seen[p.Calendar.String()] && cc != nil && cc.end.Equal(end) && end.After(now) && cc.n > 0 {
 				seen[p.Calendar.String()] = true
 				cc.n -= min(n, cc.n)
@@ -308,10 +310,10 @@ func (r *calendarRef) RefundN(k string, d *keyrate.Decision, n int) error {
 		return coreErr
 	}
 	m.left -= n
-	id := d.Receipt.ID()
+	id := backend.ReceiptID(d.Receipt)
 	d.Receipt = keyrate.Receipt{}
 	if m.left > 0 {
-		d.Receipt = keyrate.NewReceipt(m.at, m.left, id)
+		d.Receipt = backend.NewReceipt(m.at, m.left, id)
 	}
 	return nil
 }

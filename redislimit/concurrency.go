@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -265,7 +266,7 @@ func (c *Concurrency) run(ctx context.Context, script *redis.Script, sk string, 
 	case budget.Err() != nil:
 		return nil, fmt.Errorf("%w: no answer from redis within the %v budget: %w", keyrate.ErrUnavailable, c.timeout, budget.Err())
 	case redis.IsOOMError(err):
-		return nil, fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
+		return nil, fmt.Errorf("%w: %w", backend.ErrOutOfMemory, err)
 	case unanswered(err):
 		return nil, fmt.Errorf("%w: %w", keyrate.ErrUnavailable, err)
 	}
@@ -288,7 +289,7 @@ func (c *Concurrency) limitFor(ctx context.Context, key string) int {
 	if c.tierOf == nil {
 		return c.limit
 	}
-	if n, ok := c.tiers[keyrate.TierOf(ctx, c.tierOf, key)]; ok {
+	if n, ok := c.tiers[backend.TierOf(ctx, c.tierOf, key)]; ok {
 		return n
 	}
 	return c.limit

@@ -48,8 +48,7 @@ func concurrencyConfig(opts []Option) (config, error) {
 }
 
 // slotLimits returns the in-flight limit of each tier of tiers: the
-// Limit of its one policy, which has no window and no name, as
-// keyrate.NewConcurrency reads its tiers.
+// Limit of its one policy, which has no window and no name.
 func slotLimits(tiers map[string][]keyrate.Policy) (map[string]int, error) {
 	limits := make(map[string]int, len(tiers))
 	for _, name := range slices.Sorted(maps.Keys(tiers)) { // the first error in a fixed order
@@ -60,7 +59,7 @@ func slotLimits(tiers map[string][]keyrate.Policy) (map[string]int, error) {
 			return nil, fmt.Errorf("%w: %s: the default tier is NewConcurrency's limit", keyrate.ErrConfig, field)
 		case len(policies) != 1:
 			return nil, fmt.Errorf("%w: %s has %d policies, want one: an in-flight limit is one number", keyrate.ErrConfig, field, len(policies))
-		case !policies[0].Calendar.IsZero():
+		case policies[0].Calendar != (keyrate.Calendar{}):
 			return nil, fmt.Errorf("%w: %s[0].Calendar is %s, want none: an in-flight limit has no period", keyrate.ErrConfig, field, policies[0].Calendar)
 		case policies[0].Window != 0:
 			return nil, fmt.Errorf("%w: %s[0].Window is %v, want 0: an in-flight limit has no window", keyrate.ErrConfig, field, policies[0].Window)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
@@ -253,7 +254,7 @@ func TestConcurrencyTiers(t *testing.T) {
 	}
 	c := newSlots(t, client, 1, time.Minute, redislimit.WithPrefix(uniquePrefix()),
 		redislimit.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 3}}}))
-	ctx := keyrate.ContextWithIdentity(context.Background(), "pro-1")
+	ctx := backend.ContextWithIdentity(context.Background(), "pro-1")
 	for i := range 4 {
 		_, limit, err := c.AcquireSlot(ctx, "route\x00x-api-key=pro-1", false)
 		require.NoError(t, err)

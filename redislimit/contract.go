@@ -1,20 +1,14 @@
 package redislimit
 
 import (
-	"context"
-
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Tiered reports whether the Limiter has a tier function (WithTiers): its
 // decisions then depend on the identity a context carries
-// (keyrate.ContextWithIdentity), which middleware hands it.
+// (backend.ContextWithIdentity), which middleware hands it.
 func (l *Limiter) Tiered() bool { return l.tierOf != nil }
-
-// RefundContext is RefundN under keyrate.Refunder's name, for middleware.
-func (l *Limiter) RefundContext(ctx context.Context, key string, d *keyrate.Decision, n int) error {
-	return l.RefundN(ctx, key, d, n)
-}
 
 // Tiered reports whether the Concurrency has a tier function (WithTiers):
 // its limits then depend on the identity a context carries.
@@ -22,7 +16,7 @@ func (c *Concurrency) Tiered() bool { return c.tierOf != nil }
 
 var (
 	_ keyrate.Backend   = (*Limiter)(nil)
-	_ keyrate.Refunder  = (*Limiter)(nil)
-	_ keyrate.Described = (*Limiter)(nil)
-	_ keyrate.Bounded   = (*Limiter)(nil)
+	_ backend.Refunder  = (*Limiter)(nil)
+	_ backend.Described = (*Limiter)(nil)
+	_ backend.Bounded   = (*Limiter)(nil)
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"pgregory.net/rapid"
@@ -262,9 +263,9 @@ func TestModelCore(t *testing.T) {
 					// To a few milliseconds either side of a period's turn,
 					// or months on, across years.
 					c := rapid.SampledFrom(calendars).Draw(t, "turning")
-					_, end := c.Period(clock.Now())
+					_, end := backend.Period(c, clock.Now())
 					if rapid.Bool().Draw(t, "far") {
-						end, _ = c.Period(end.AddDate(0, rapid.IntRange(0, 14).Draw(t, "months"), 0))
+						end, _ = backend.Period(c, end.AddDate(0, rapid.IntRange(0, 14).Draw(t, "months"), 0))
 					}
 					clock.Set(end.Add(time.Duration(rapid.IntRange(-3, 3).Draw(t, "ms")) * time.Millisecond))
 				} else if rapid.IntRange(0, 4).Draw(t, "back") == 0 {
@@ -298,10 +299,10 @@ func TestModelCore(t *testing.T) {
 				ks := slices.Clone(keys)
 				hits := make([]keyrate.Hit, rapid.IntRange(2, 3).Draw(t, "hits"))
 				for i := range hits {
-					hits[i] = keyrate.Hit{Key: ks[i], N: weight("n")}
+					hits[i] = keyrate.Hit{Key: ks[i], Weight: weight("n")}
 					before(ks[i])
 				}
-				cs, cok := core.TakeAll(hits)
+				cs, cok, _ := core.TakeAll(context.Background(), hits)
 				ds, ok, err := l.TakeAll(ctx, hits)
 				if err != nil {
 					t.Fatal(err)
@@ -360,7 +361,7 @@ func TestModelCore(t *testing.T) {
 				if !own && tk.d.Receipt.N() > 0 && redislimit.ReceiptGen(tk.d.Receipt) == s.gen {
 					continue // another state of the same generation: Refund's 1 in 65,536
 				}
-				want := core.RefundN(k, &tk.c, n)
+				want := core.RefundN(context.Background(), k, &tk.c, n)
 				got := l.RefundN(ctx, k, &tk.d, n)
 				if own && !tk.synced {
 					desync(k) // the backends hold different decisions for it
@@ -375,7 +376,7 @@ func TestModelCore(t *testing.T) {
 				if refundClass(got) != refundClass(want) {
 					if s.synced && tk.synced {
 						t.Fatalf("step %d: RefundN(%q, decision of %q at %v, %d of %d) at +%v (%v): %v, in process %v",
-							step, k, tk.key, tk.d.Receipt.At().Sub(start), n, left, clock.Now().Sub(start), alg, got, want)
+							step, k, tk.key, backend.ReceiptAt(tk.d.Receipt).Sub(start), n, left, clock.Now().Sub(start), alg, got, want)
 					}
 					tk.synced = false // its receipts now differ
 					desync(k)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // denyCache remembers, per key, Redis's last refusal for as long as that
@@ -147,7 +148,7 @@ func (c *denyCache) refuse(key string, t *tier, n int, now int64) (keyrate.Decis
 		c.mu.Unlock()
 		return keyrate.Decision{}, false
 	}
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	k := copy(parts[:], e.d.Policies())
 	c.mu.Unlock()
 	// Every positive duration is at least the hold, which el has not
@@ -159,7 +160,7 @@ func (c *denyCache) refuse(key string, t *tier, n int, now int64) (keyrate.Decis
 		p.ResetAfter = countDown(p.ResetAfter, el)
 		p.RefillAfter = countDown(p.RefillAfter, el)
 	}
-	return keyrate.Combine(parts[:k]...), true
+	return backend.Combine(parts[:k]...), true
 }
 
 // countDown returns a duration of Redis's answer el later: 0 stays 0 (no

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // denyBenchKeys is how many refused keys the deny cache holds in its
@@ -27,7 +28,7 @@ func fullDenyCache(b *testing.B, keys []string) (*denyCache, *tier) {
 }
 
 func denyBenchRefusal(t *tier) keyrate.Decision {
-	return keyrate.Combine(keyrate.PolicyDecision{Policy: t.policies[0], RetryAfter: 10 * time.Second, RefillAfter: 4 * time.Second, ResetAfter: 12 * time.Second})
+	return backend.Combine(keyrate.PolicyDecision{Policy: t.policies[0], RetryAfter: 10 * time.Second, RefillAfter: 4 * time.Second, ResetAfter: 12 * time.Second})
 }
 
 func denyBenchKeyNames() []string {

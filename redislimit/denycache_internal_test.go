@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // TestDenyCacheClock traces the cache's clock mapping at fixed local
@@ -14,13 +15,13 @@ func TestDenyCacheClock(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
 	tr := mustTier(t, keyrate.Policy{Limit: 3, Window: 20 * s})
 	part := keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: 10 * s, RefillAfter: 4 * s, ResetAfter: 12 * s}
-	refusal := keyrate.Combine(part)
+	refusal := backend.Combine(part)
 	at := func(el time.Duration) keyrate.Decision {
 		p := part
 		p.RetryAfter -= el
 		p.RefillAfter -= el
 		p.ResetAfter -= el
-		return keyrate.Combine(p)
+		return backend.Combine(p)
 	}
 	const sent = int64(5 * s)
 	for _, c := range []struct {
@@ -76,7 +77,7 @@ func TestDenyCachePolicies(t *testing.T) {
 		{Policy: policies[1], Remaining: 0, RetryAfter: 30 * s, RefillAfter: 10 * s, ResetAfter: 59 * s},
 		{Policy: policies[2], Allowed: true, Remaining: 95, RefillAfter: 3000 * s, ResetAfter: 3599 * s},
 	}
-	refusal := keyrate.Combine(parts...)
+	refusal := backend.Combine(parts...)
 	if hold(&refusal) != 700*time.Millisecond {
 		t.Fatalf("hold %v, want 700ms", hold(&refusal))
 	}
@@ -85,7 +86,7 @@ func TestDenyCachePolicies(t *testing.T) {
 
 	el := 699 * time.Millisecond
 	got, ok := dc.refuse("k", tr, 1, int64(el))
-	want := keyrate.Combine(
+	want := backend.Combine(
 		keyrate.PolicyDecision{Policy: policies[0], Allowed: true, Remaining: 2, RefillAfter: time.Millisecond, ResetAfter: time.Millisecond},
 		keyrate.PolicyDecision{Policy: policies[1], Remaining: 0, RetryAfter: 30*s - el, RefillAfter: 10*s - el, ResetAfter: 59*s - el},
 		keyrate.PolicyDecision{Policy: policies[2], Allowed: true, Remaining: 95, RefillAfter: 3000*s - el, ResetAfter: 3599*s - el},
@@ -110,14 +111,14 @@ func TestDenyCacheBound(t *testing.T) {
 	dc := newDenyCache(2, time.Hour, false)
 	tr := mustTier(t, keyrate.Policy{Limit: 1, Window: time.Minute})
 	refusal := func(refill time.Duration) keyrate.Decision {
-		return keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
+		return backend.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
 	}
 	dc.store("a", tr, 1, 0, refusal(3*time.Second))
 	dc.store("b", tr, 1, 0, refusal(5*time.Second))
 	dc.store("c", tr, 1, 0, refusal(4*time.Second)) // a goes
 	dc.store("d", tr, 1, 0, refusal(1*time.Second)) // lapses before b and c: not kept
-	dc.store("e", tr, 1, 0, keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], Remaining: 1}))
-	dc.store("f", tr, 1, 0, keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], Allowed: true, RefillAfter: time.Second}))
+	dc.store("e", tr, 1, 0, backend.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], Remaining: 1}))
+	dc.store("f", tr, 1, 0, backend.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], Allowed: true, RefillAfter: time.Second}))
 	for key, want := range map[string]bool{"a": false, "b": true, "c": true, "d": false, "e": false, "f": false} {
 		if _, ok := dc.refuse(key, tr, 1, 0); ok != want {
 			t.Errorf("key %s cached: %v, want %v", key, ok, want)
@@ -149,7 +150,7 @@ func TestDenyCacheMaxHold(t *testing.T) {
 	const s = time.Second
 	tr := mustTier(t, keyrate.Policy{Limit: 1, Window: time.Hour})
 	refusal := func(refill time.Duration) keyrate.Decision {
-		return keyrate.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
+		return backend.Combine(keyrate.PolicyDecision{Policy: tr.policies[0], RetryAfter: refill, RefillAfter: refill, ResetAfter: refill})
 	}
 	for _, c := range []struct {
 		stretch bool

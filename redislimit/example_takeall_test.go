@@ -28,10 +28,10 @@ func ExampleLimiter_TakeAll() {
 	ctx := context.Background()
 	alice, bob, export := "acme/user:alice", "acme/user:bob", "acme/route:/export"
 	for _, hits := range [][]keyrate.Hit{
-		{{Key: alice, N: 1}, {Key: export, N: 1}},
-		{{Key: bob, N: 1}, {Key: export, N: 1}},
-		{{Key: alice, N: 1}, {Key: export, N: 1}}, // the route is full: alice's budget is untouched
-		{{Key: alice, N: 1}},
+		{{Key: alice, Weight: 1}, {Key: export, Weight: 1}},
+		{{Key: bob, Weight: 1}, {Key: export, Weight: 1}},
+		{{Key: alice, Weight: 1}, {Key: export, Weight: 1}}, // the route is full: alice's budget is untouched
+		{{Key: alice, Weight: 1}},
 	} {
 		ds, ok, err := limiter.TakeAll(ctx, hits)
 		if err != nil {

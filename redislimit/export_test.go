@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -138,11 +139,13 @@ func (l *Limiter) StoreKey(key string) string {
 }
 
 // ReceiptGen returns the generation of the key's state that r names.
-func ReceiptGen(r keyrate.Receipt) uint64 { return r.ID() >> 48 }
+func ReceiptGen(r keyrate.Receipt) uint64 { return backend.ReceiptID(r) >> 48 }
 
 // ReceiptRecorded returns the instant, in microseconds since the epoch,
 // that the events r names were recorded at.
-func ReceiptRecorded(r keyrate.Receipt) int64 { return r.At().UnixMicro() + int64(r.ID()&maxOffset) }
+func ReceiptRecorded(r keyrate.Receipt) int64 {
+	return backend.ReceiptAt(r).UnixMicro() + int64(backend.ReceiptID(r)&maxOffset)
+}
 
 // SendEachRequestAlone makes the Limiter send each request of a batch as
 // a script run of its own, in one pipeline, instead of one run deciding

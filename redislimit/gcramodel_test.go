@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // gcraModel is GCRA in Redis, naively, in whole microseconds: per refill
@@ -99,7 +100,7 @@ func (m *gcraModel) decide(now int64, n int, policies []keyrate.Policy) (keyrate
 			tk.e = append(tk.e, now+f)
 		}
 	}
-	return keyrate.Combine(parts...), tk
+	return backend.Combine(parts...), tk
 }
 
 // refund gives back n of tk's weight at now, as gcraRefundSource does, and

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 )
@@ -71,7 +72,7 @@ func TestGCRARefundLedgerPast48Bits(t *testing.T) {
 	if err := l.Refund(ctx, "k", &z); err != nil { // a's span is now the bucket's first 500ms
 		t.Fatal(err)
 	}
-	mark := int64(a.Receipt.ID() & (ledgerTop - 1))
+	mark := int64(backend.ReceiptID(a.Receipt) & (ledgerTop - 1))
 	if err := client.HSet(ctx, l.StoreKey("k"), "r", mark+ledgerTop).Err(); err != nil {
 		t.Fatal(err)
 	}

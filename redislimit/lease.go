@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/redis/go-redis/v9"
 )
@@ -52,7 +53,7 @@ func checkLeases(cfg *config, tab *tierTable) error {
 // half its limit.
 func (t *tier) checkLease(d time.Duration) error {
 	for i, p := range t.policies {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			// A lease's units, spent within d of its instant, may fall in
 			// the next period, which its entry in this one does not bound.
 			return fmt.Errorf("%w: %s is a calendar policy (%s), which leases cannot decide exactly: their units may be spent after the period turns", keyrate.ErrConfig, calendarField(t.field, i), p.Calendar)
@@ -102,7 +103,7 @@ type lease struct {
 type leaseTerm struct {
 	tr        *tier
 	rec       keyrate.Receipt
-	parts     [keyrate.MaxPolicies]keyrate.PolicyDecision
+	parts     [backend.MaxPolicies]keyrate.PolicyDecision
 	nparts    int
 	k         int64
 	sent, end int64
@@ -350,7 +351,7 @@ func (t *leaseTerm) spent(n int, now int64, full bool) keyrate.Decision {
 	if !full {
 		return keyrate.Decision{Allowed: true}
 	}
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	k := copy(parts[:], t.parts[:t.nparts])
 	el := time.Duration(now - t.sent)
 	left := int(max(t.k-t.used.Load(), 0))
@@ -362,8 +363,8 @@ func (t *leaseTerm) spent(n int, now int64, full bool) keyrate.Decision {
 		p.ResetAfter = max(p.ResetAfter-el, 0)
 		p.RefillAfter = max(p.RefillAfter-el, 0)
 	}
-	d := keyrate.Combine(parts[:k]...)
-	d.Receipt = keyrate.NewReceipt(t.rec.At(), n, t.rec.ID())
+	d := backend.Combine(parts[:k]...)
+	d.Receipt = backend.NewReceipt(backend.ReceiptAt(t.rec), n, backend.ReceiptID(t.rec))
 	return d
 }
 
@@ -371,7 +372,7 @@ func (t *leaseTerm) spent(n int, now int64, full bool) keyrate.Decision {
 // than its RetryAfter (see refused): the binding policy still refuses, and
 // a policy whose own wait has passed has room now.
 func countedDown(d *keyrate.Decision, el time.Duration) keyrate.Decision {
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	k := copy(parts[:], d.Policies())
 	for i := range parts[:k] {
 		p := &parts[i]
@@ -382,7 +383,7 @@ func countedDown(d *keyrate.Decision, el time.Duration) keyrate.Decision {
 		p.ResetAfter = max(countDown(p.ResetAfter, el), 0)
 		p.RefillAfter = max(countDown(p.RefillAfter, el), 0)
 	}
-	if c := keyrate.Combine(parts[:k]...); !c.Allowed {
+	if c := backend.Combine(parts[:k]...); !c.Allowed {
 		return c
 	}
 	return *d // not reached while el < d.RetryAfter: a held refusal never admits
@@ -423,7 +424,7 @@ func (ls *leases) refundLeased(id string, d *keyrate.Decision, n int, now int64)
 	}
 	t := le.cur.Load()
 	r := d.Receipt
-	if t == nil || now >= t.end || t.rec.At() != r.At() || t.rec.ID() != r.ID() {
+	if t == nil || now >= t.end || backend.ReceiptAt(t.rec) != backend.ReceiptAt(r) || backend.ReceiptID(t.rec) != backend.ReceiptID(r) {
 		return false
 	}
 	for {
@@ -436,7 +437,7 @@ func (ls *leases) refundLeased(id string, d *keyrate.Decision, n int, now int64)
 		}
 	}
 	if left := r.N() - n; left > 0 {
-		d.Receipt = keyrate.NewReceipt(r.At(), left, r.ID())
+		d.Receipt = backend.NewReceipt(backend.ReceiptAt(r), left, backend.ReceiptID(r))
 	} else {
 		d.Receipt = keyrate.Receipt{}
 	}

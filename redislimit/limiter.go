@@ -77,7 +77,7 @@
 // the caller's context. A stopped, paused or unreachable Redis makes
 // TakeContext return an error within that budget instead of hanging the
 // request; the caller decides whether to fail open or closed. That is the
-// only budget: a Limiter is a keyrate.Bounded (TimeBudget), so middleware
+// only budget: a Limiter is a backend.Bounded (TimeBudget), so middleware
 // such as httplimit calls it directly, with no goroutine and no budget of
 // its own.
 //
@@ -119,6 +119,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -278,7 +279,7 @@ func newLimiter(client redis.UniversalClient, def *tier, opts []Option) (*Limite
 
 // TimeBudget returns the time budget of every call (WithTimeout):
 // TakeContext returns by its end whatever Redis does. It makes a Limiter a
-// keyrate.Bounded, so middleware calls it directly and adds no budget of
+// backend.Bounded, so middleware calls it directly and adds no budget of
 // its own: one budget, in one place.
 func (l *Limiter) TimeBudget() time.Duration { return l.timeout }
 
@@ -306,7 +307,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // breaker opens and calls return at once, from the local fallback if any.
 // Errors: keyrate.ErrInvalidKey for "", ctx's when it ends first (never a
 // fallback decision), keyrate.ErrUnavailable (with
-// context.DeadlineExceeded past the budget), keyrate.ErrOutOfMemory, and
+// context.DeadlineExceeded past the budget), backend.ErrOutOfMemory, and
 // Redis's own; with one, only the Decision's Limit is set. A call that
 // timed out may still be recorded. See "Errors" in the README.
 func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.Decision, error) {
@@ -376,7 +377,7 @@ func (l *Limiter) ask(ctx context.Context, r *request, what func(i int) string) 
 		l.breaker.trip(l.mono(), err)
 		err = fmt.Errorf("%w: %w", keyrate.ErrUnavailable, err)
 	}
-	if (down || errors.Is(err, keyrate.ErrOutOfMemory)) && l.fallback != nil {
+	if (down || errors.Is(err, backend.ErrOutOfMemory)) && l.fallback != nil {
 		return a, true, nil
 	}
 	return a, false, fmt.Errorf("redislimit: %s: %w", what(a.failedAt), err)
@@ -400,7 +401,7 @@ func (l *Limiter) remember(id string, tr *tier, n int, sent int64, d keyrate.Dec
 // budget, the call's budget context, that failed with err while the
 // caller's own context was not done (see unanswered), and returns why,
 // without naming the key. A refusal to record for want of memory wraps
-// keyrate.ErrOutOfMemory.
+// backend.ErrOutOfMemory.
 func (l *Limiter) callError(budget context.Context, err error) (down bool, cause error) {
 	if budget.Err() != nil {
 		// The budget began about l.timeout ago.
@@ -409,13 +410,13 @@ func (l *Limiter) callError(budget context.Context, err error) (down bool, cause
 		}
 		return true, fmt.Errorf("no answer from redis within the %v budget: %w", l.timeout, budget.Err())
 	}
-	if errors.Is(err, keyrate.ErrOutOfMemory) {
+	if errors.Is(err, backend.ErrOutOfMemory) {
 		return false, err
 	}
 	if redis.IsOOMError(err) {
 		// Redis runs a script until its first write, so a key at its
 		// limit is still refused; only what must be recorded fails.
-		return false, fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
+		return false, fmt.Errorf("%w: %w", backend.ErrOutOfMemory, err)
 	}
 	return unanswered(err), err
 }
@@ -476,7 +477,7 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 	if want := 3 + 4*len(t.policies); len(v) != want {
 		return keyrate.Decision{}, fmt.Errorf("script returned %d values for a key, want %d", len(v), want)
 	}
-	var parts [keyrate.MaxPolicies]keyrate.PolicyDecision
+	var parts [backend.MaxPolicies]keyrate.PolicyDecision
 	for i, p := range t.policies {
 		r := v.policy(i)
 		// The sliding log rounds instants up (to its tick, its
@@ -498,11 +499,11 @@ func (t *tier) decision(n int, admitted bool, v keyReply) (keyrate.Decision, err
 			// them.
 			parts[i].ResetAfter = time.Duration(r[2]) * time.Microsecond
 			parts[i].RefillAfter = time.Duration(r[3]) * time.Microsecond
-			start, end := p.Calendar.Period(time.UnixMicro(v.now()))
+			start, end := backend.Period(p.Calendar, time.UnixMicro(v.now()))
 			parts[i].Period = end.Sub(start)
 		}
 	}
-	d := keyrate.Combine(parts[:len(t.policies)]...)
+	d := backend.Combine(parts[:len(t.policies)]...)
 	if d.Allowed != admitted {
 		return keyrate.Decision{}, fmt.Errorf("script answered admitted=%v, its policies' numbers say %v", admitted, d.Allowed)
 	}

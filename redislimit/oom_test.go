@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -45,7 +46,7 @@ func fillRedis(t *testing.T, client *redis.Client) {
 
 // TestOutOfMemory runs every algorithm on a redis-server at its maxmemory
 // under the noeviction policy: an admission, which must write, fails with
-// an error wrapping ErrOutOfMemory (and keyrate.ErrOutOfMemory) that does
+// an error wrapping ErrOutOfMemory (and backend.ErrOutOfMemory) that does
 // not quote the key, while a key already at its limit is still refused,
 // as a refusal's one write, the instant it decided at, is left undone
 // when Redis refuses it.
@@ -67,7 +68,7 @@ func TestOutOfMemory(t *testing.T) {
 	for i, alg := range []keyrate.Algorithm{keyrate.SlidingLog, keyrate.FixedWindow, keyrate.GCRA} {
 		l := limiters[i]
 		d, err := l.TakeContext(context.Background(), "fresh-"+secret, 1)
-		if !errors.Is(err, keyrate.ErrOutOfMemory) || !errors.Is(err, keyrate.ErrOutOfMemory) || d.Allowed {
+		if !errors.Is(err, backend.ErrOutOfMemory) || !errors.Is(err, backend.ErrOutOfMemory) || d.Allowed {
 			t.Errorf("%v, a new key on a full Redis: %+v, %v; want an error wrapping ErrOutOfMemory", alg, d, err)
 		} else if strings.Contains(err.Error(), "sk_live") {
 			t.Errorf("%v: error %q reveals the key", alg, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/redislimit"
@@ -493,7 +494,7 @@ func TestFallbackTiers(t *testing.T) {
 	if n := admit(context.Background(), long); n != 5 {
 		t.Errorf("a pro key over 128 bytes: admitted %d, want 5", n)
 	}
-	if n := admit(keyrate.ContextWithIdentity(context.Background(), "pro-b"), "route\x00b"); n != 5 {
+	if n := admit(backend.ContextWithIdentity(context.Background(), "pro-b"), "route\x00b"); n != 5 {
 		t.Errorf("a key whose identity is pro: admitted %d, want 5", n)
 	}
 	if err := l.SetTier("pro", []keyrate.Policy{{Limit: 20, Window: time.Hour}}); err != nil {
@@ -535,7 +536,7 @@ func TestFallbackChoosesTierOnce(t *testing.T) {
 		}
 	}
 	calls.Store(0)
-	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "pro-b", N: 1}, {Key: "free", N: 1}})
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "pro-b", Weight: 1}, {Key: "free", Weight: 1}})
 	if err != nil || !ok || !ds[0].Fallback || ds[0].Limit != 5 || ds[1].Limit != 2 {
 		t.Fatalf("TakeAll: %+v, %v, %v; want the fallback's admission under pro's 5 and the default's 2", ds, ok, err)
 	}

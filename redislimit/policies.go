@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -12,7 +13,7 @@ import (
 // every policy has room, and then records it against all of them, as
 // keyrate.NewPolicies does, atomically across every client of the Redis:
 // one script run, one round trip and one Redis key, holding the longest
-// window's events. It takes 1 to keyrate.MaxPolicies policies, each with a
+// window's events. It takes 1 to backend.MaxPolicies policies, each with a
 // Limit of 1 to math.MaxInt32 and a Window of at least 1ms in whole
 // microseconds, or a Calendar with Window 0, and a Name of its own when
 // there are several; else, or for an invalid option, an error wrapping
@@ -51,18 +52,18 @@ func newTier(field string, policies []keyrate.Policy) (*tier, error) {
 	// window: the calendar is checked here.
 	check := make([]keyrate.Policy, len(policies))
 	for i, p := range policies {
-		if check[i] = p; !p.Calendar.IsZero() {
+		if check[i] = p; p.Calendar != (keyrate.Calendar{}) {
 			check[i].Window, check[i].Calendar = time.Hour, keyrate.Calendar{}
 		}
 	}
-	if err := keyrate.CheckPolicies(field, check); err != nil {
+	if err := backend.CheckPolicies(field, check); err != nil {
 		return nil, err
 	}
 	t := &tier{field: field, policies: make([]keyrate.Policy, len(policies)), args: make([]any, 0, 2*len(policies)),
 		ids: make([]uint32, len(policies))}
 	copy(t.policies, policies)
 	for i, p := range t.policies {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			if err := checkCalendar(field, i, p); err != nil {
 				return nil, err
 			}
@@ -123,7 +124,7 @@ func (l *Limiter) Window() time.Duration { return l.tiers.Load().def.policies[0]
 // twice its window.
 func (t *tier) checkResolution(res time.Duration) error {
 	for i, p := range t.policies {
-		if p.Window >= res || !p.Calendar.IsZero() {
+		if p.Window >= res || p.Calendar != (keyrate.Calendar{}) {
 			continue
 		}
 		return fmt.Errorf("%w: %s is %v, shorter than the resolution %v", keyrate.ErrConfig, windowField(t.field, i), p.Window, res)
@@ -132,7 +133,7 @@ func (t *tier) checkResolution(res time.Duration) error {
 }
 
 // windowField names the Window of the i-th policy of field in errors, as
-// keyrate.CheckPolicies does.
+// backend.CheckPolicies does.
 func windowField(field string, i int) string {
 	if field == "" {
 		return "window"

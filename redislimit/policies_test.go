@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -65,7 +66,7 @@ func runPolicyRows(t *testing.T, l *redislimit.Limiter, clock *keyrate.ManualClo
 				}
 				continue
 			}
-			if want := keyrate.Combine(r.parts...); got != want || got.Policy != r.bind {
+			if want := backend.Combine(r.parts...); got != want || got.Policy != r.bind {
 				t.Fatalf("row %d: at +%v Take(%d), binding %q\n got %+v\nwant %+v", i, r.at, r.n, r.bind, got, want)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -27,8 +28,8 @@ import (
 // leaves the time budget to it.
 var (
 	_ keyrate.Backend   = (*redislimit.Limiter)(nil)
-	_ keyrate.Bounded   = (*redislimit.Limiter)(nil)
-	_ keyrate.Described = (*redislimit.Limiter)(nil)
+	_ backend.Bounded   = (*redislimit.Limiter)(nil)
+	_ backend.Described = (*redislimit.Limiter)(nil)
 )
 
 // newLimiter returns a Limiter on the shared server with a prefix of its own.
@@ -46,7 +47,7 @@ func newLimiter(t *testing.T, client redis.UniversalClient, limit int, window ti
 // one unnamed policy of limit per window: the same numbers are the
 // policy's part, and Combine of that part is the Decision.
 func single(limit int, window time.Duration, want keyrate.Decision) keyrate.Decision {
-	return keyrate.Combine(keyrate.PolicyDecision{
+	return backend.Combine(keyrate.PolicyDecision{
 		Policy:  keyrate.Policy{Limit: limit, Window: window},
 		Allowed: want.Allowed, Remaining: want.Remaining,
 		RetryAfter: want.RetryAfter, ResetAfter: want.ResetAfter, RefillAfter: want.RefillAfter,
@@ -570,7 +571,7 @@ func TestClockSteppedBackAfterPrune(t *testing.T) {
 	}
 	clock.Set(start.Add(9 * time.Second)) // back
 	d := mustTakeReceipt(t, l, "p", 1)
-	if !d.Allowed || d.RefillAfter != time.Second || !d.Receipt.At().Equal(start.Add(14*time.Second)) {
+	if !d.Allowed || d.RefillAfter != time.Second || !backend.ReceiptAt(d.Receipt).Equal(start.Add(14*time.Second)) {
 		t.Fatalf("at +9s after a step back: got %+v, want admitted at 14s, the event of 5s leaving in 1s", d)
 	}
 	if d := mustTake(t, l, "p", 1); d.Allowed || d.RetryAfter != time.Second {

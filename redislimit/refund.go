@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -83,7 +84,7 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 	default:
 		return fmt.Errorf("redislimit: refund %s: %w: the key no longer holds the decision's weight", keyRef(t), keyrate.ErrNothingToRefund)
 	}
-	d.Receipt = keyrate.NewReceipt(r.At(), r.N()-n, r.ID())
+	d.Receipt = backend.NewReceipt(backend.ReceiptAt(r), r.N()-n, backend.ReceiptID(r))
 	if d.Receipt.N() == 0 {
 		d.Receipt = keyrate.Receipt{}
 	}
@@ -97,8 +98,8 @@ func (l *Limiter) RefundN(ctx context.Context, key string, d *keyrate.Decision, 
 // back n of the decision *d for the key id, of hash tag t, under tier tr.
 func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int) (string, []any) {
 	r := d.Receipt
-	args := make([]any, 5, 5+3*keyrate.MaxPolicies)
-	args[0], args[1], args[2], args[3], args[4] = n, "", r.At().UnixMicro(), int64(r.ID()&maxOffset), r.ID()>>48
+	args := make([]any, 5, 5+3*backend.MaxPolicies)
+	args[0], args[1], args[2], args[3], args[4] = n, "", backend.ReceiptAt(r).UnixMicro(), int64(backend.ReceiptID(r)&maxOffset), backend.ReceiptID(r)>>48
 	if l.clock != nil {
 		args[1] = l.localNow() / 1000
 	}
@@ -117,7 +118,7 @@ func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int)
 		cals := d.Policies()
 		entry := len(cals) == 0
 		for _, p := range cals {
-			entry = entry || p.Calendar.IsZero()
+			entry = entry || p.Calendar == (keyrate.Calendar{})
 		}
 		for i := 0; entry && i < len(tr.args); i += 2 {
 			if tr.ids[i/2] == 0 {
@@ -134,8 +135,8 @@ func (l *Limiter) refundArgs(id, t string, tr *tier, d *keyrate.Decision, n int)
 			}
 		}
 		for _, p := range cals {
-			if !p.Calendar.IsZero() {
-				_, end := p.Calendar.Period(r.At())
+			if p.Calendar != (keyrate.Calendar{}) {
+				_, end := backend.Period(p.Calendar, backend.ReceiptAt(r))
 				args = append(args, int64(calendarID(p.Calendar)), -1, end.UnixMicro())
 			}
 		}
@@ -167,7 +168,7 @@ func newReceipt(n int, now, rid, gen int64) keyrate.Receipt {
 	// instant that far; the refund then finds no entry, and says so.
 	// GCRA's ledger stops below 2^48 already.
 	off := min(max(rid, 0), maxOffset)
-	return keyrate.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
+	return backend.NewReceipt(time.UnixMicro(now), n, uint64(gen&0xffff)<<48|uint64(off))
 }
 
 // newGen is the Lua expression of a new generation for a key's state:
@@ -544,7 +545,7 @@ func (l *Limiter) fallbackRefund(ctx context.Context, key, id string, d *keyrate
 	if l.fallback == nil {
 		return fmt.Errorf("redislimit: refund: %w: a fallback's decision, and this Limiter has no fallback", keyrate.ErrNothingToRefund)
 	}
-	if err := l.fallback.lim.RefundN(l.fallbackKey(l.tierFor(ctx, key), id), d, n); err != nil {
+	if err := l.fallback.lim.RefundN(context.Background(), l.fallbackKey(l.tierFor(ctx, key), id), d, n); err != nil {
 		return fmt.Errorf("redislimit: refund in the local fallback: %w", err)
 	}
 	return nil

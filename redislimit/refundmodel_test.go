@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"pgregory.net/rapid"
@@ -111,7 +112,7 @@ func TestModelRefund(t *testing.T) {
 				}
 				if d.Receipt.N() > 0 {
 					k.held[redislimit.ReceiptRecorded(d.Receipt)] += n
-					k.last = max(k.last, d.Receipt.At().UnixMicro())
+					k.last = max(k.last, backend.ReceiptAt(d.Receipt).UnixMicro())
 					k.gen = redislimit.ReceiptGen(d.Receipt)
 				}
 				decisions = append(decisions, tk)
@@ -139,7 +140,7 @@ func TestModelRefund(t *testing.T) {
 				tk.refunded = true
 				k.held[at] -= r.N()
 				if exact {
-					if err := core.Refund(key, &tk.c); err != nil {
+					if err := core.Refund(context.Background(), key, &tk.c); err != nil {
 						t.Fatalf("step %d: the in-process limiter refused the refund Redis made: %v", step, err)
 					}
 				}

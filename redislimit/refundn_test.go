@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 	"github.com/stretchr/testify/require"
@@ -169,8 +170,8 @@ func TestRefundN(t *testing.T) {
 			require.Equal(t, 100, remaining(t, l, "k"))
 			require.NoError(t, l.RefundN(ctx, "k", &d, 300))
 			require.Equal(t, 600, d.Receipt.N())
-			require.Equal(t, receipt.At(), d.Receipt.At())
-			require.Equal(t, receipt.ID(), d.Receipt.ID())
+			require.Equal(t, backend.ReceiptAt(receipt), backend.ReceiptAt(d.Receipt))
+			require.Equal(t, backend.ReceiptID(receipt), backend.ReceiptID(d.Receipt))
 			require.Equal(t, 400, remaining(t, l, "k"))
 			require.ErrorIs(t, l.RefundN(ctx, "k", &d, 601), keyrate.ErrExceedsLimit)
 			require.Equal(t, 400, remaining(t, l, "k"))
@@ -224,7 +225,7 @@ func TestRefundNTakeAllAndDenyCache(t *testing.T) {
 	ctx := context.Background()
 	clock := keyrate.NewManualClock(start)
 	l := newLimiter(t, client, 10, time.Minute, redislimit.WithClock(clock), redislimit.WithDenyCache(10))
-	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", N: 8}, {Key: "b", N: 4}})
+	ds, ok, err := l.TakeAll(ctx, []keyrate.Hit{{Key: "a", Weight: 8}, {Key: "b", Weight: 4}})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.False(t, mustTake(t, l, "a", 5).Allowed, "held by the deny cache from now")

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,7 +49,7 @@ import (
 // n above a policy's limit has none, that policy's retryAfter 0. Each
 // policy's retryAfter is 0 when it has room for n (or can never fit it),
 // else how long until it has; which policy binds is left to the caller
-// (keyrate.Combine).
+// (backend.Combine).
 //
 // The reply is one string, each request's record in turn, little-endian:
 //
@@ -328,7 +328,7 @@ func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []ke
 		at, n := int(binary.LittleEndian.Uint16(b))-1, int(binary.LittleEndian.Uint16(b[2:]))
 		err = &scriptError{string(b[4 : 4+n])}
 		if redis.HasErrorPrefix(err, "OOM") {
-			err = fmt.Errorf("%w: %w", keyrate.ErrOutOfMemory, err)
+			err = fmt.Errorf("%w: %w", backend.ErrOutOfMemory, err)
 		}
 		return false, nil, b[4+n:], at, err
 	default:

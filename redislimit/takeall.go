@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/clientkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,14 +38,14 @@ func (l *Limiter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.De
 	if l.closed.Load() {
 		return fail(errClosed("take all"))
 	}
-	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.N > 0 {
+	if h := hits[0]; l.leases != nil && len(hits) == 1 && h.Key != "" && h.Weight > 0 {
 		// One key: from its lease. Several decide in Redis, each key
 		// looking back window + d as every decision does.
 		tr := l.tierFor(ctx, h.Key)
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.N)
+		d, err := l.takeLeased(ctx, h.Key, clientkey.Bound(h.Key), tr, h.Weight)
 		ds[0] = d
 		return ds, d.Allowed && err == nil, err
 	}
@@ -77,7 +78,7 @@ func (l *Limiter) takePlaces(hits []keyrate.Hit) (places []takePlace, at []int, 
 	at = make([]int, len(hits))
 	seen := make(map[string]int, len(hits))
 	for i, h := range hits {
-		key, n := h.Key, h.N
+		key, n := h.Key, h.Weight
 		if p, ok := seen[key]; ok {
 			at[i] = p
 			places[p].w = addWeight(places[p].w, n)
@@ -173,7 +174,7 @@ func (l *Limiter) keyTier(key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierOf(context.Background(), l.tierOf, key)]; ok {
+	if t, ok := tab.named[backend.TierOf(context.Background(), l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def
@@ -218,9 +219,9 @@ func (l *Limiter) fallbackTakeAll(places []takePlace) bool {
 	// one given.
 	hits := make([]keyrate.Hit, len(places))
 	for i := range places {
-		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].t, places[i].id), N: places[i].w}
+		hits[i] = keyrate.Hit{Key: l.fallbackKey(places[i].t, places[i].id), Weight: places[i].w}
 	}
-	pds, ok := l.fallback.lim.TakeAll(hits)
+	pds, ok, _ := l.fallback.lim.TakeAll(context.Background(), hits)
 	for i := range places {
 		places[i].d = pds[i]
 		places[i].d.Fallback = true

@@ -30,7 +30,7 @@ var (
 func hitsOf(n int, keys []string) []keyrate.Hit {
 	hits := make([]keyrate.Hit, len(keys))
 	for i, k := range keys {
-		hits[i] = keyrate.Hit{Key: k, N: n}
+		hits[i] = keyrate.Hit{Key: k, Weight: n}
 	}
 	return hits
 }
@@ -91,12 +91,12 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 		hits := make([]keyrate.Hit, 1+rng.IntN(4))
 		n := weights[rng.IntN(len(weights))]
 		for i := range hits {
-			hits[i] = keyrate.Hit{Key: pool[rng.IntN(len(pool))], N: n}
+			hits[i] = keyrate.Hit{Key: pool[rng.IntN(len(pool))], Weight: n}
 			if step%2 == 1 {
-				hits[i].N = weights[rng.IntN(len(weights))]
+				hits[i].Weight = weights[rng.IntN(len(weights))]
 			}
 		}
-		want, wantOK := model.TakeAll(hits)
+		want, wantOK, _ := model.TakeAll(context.Background(), hits)
 		got, ok, err := l.TakeAll(context.Background(), hits)
 		if err != nil {
 			t.Fatalf("step %d: TakeAll(%v): %v", step, hits, err)
@@ -104,11 +104,11 @@ func compareTakeAll(t *testing.T, client redis.UniversalClient, opts ...redislim
 		if ok != wantOK {
 			t.Fatalf("step %d: TakeAll(%v) admitted %v, in process %v", step, hits, ok, wantOK)
 		}
-		if ok && slices.ContainsFunc(hits, func(h keyrate.Hit) bool { return h.N > 0 }) {
+		if ok && slices.ContainsFunc(hits, func(h keyrate.Hit) bool { return h.Weight > 0 }) {
 			admitted++
 		}
 		for i := range want {
-			if ok && hits[i].N > 0 && got[i].Receipt.N() == 0 {
+			if ok && hits[i].Weight > 0 && got[i].Receipt.N() == 0 {
 				t.Fatalf("step %d: TakeAll(%v), hit %d: admitted without a receipt", step, hits, i)
 			}
 			// Each backend's receipt is its own.

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // WithTiers gives keys different policies by plan, as keyrate.WithTiers
 // does: tier names a key's tier, tiers maps each name to 1 to
-// keyrate.MaxPolicies policies, and a key in no tier (or "") gets the
+// backend.MaxPolicies policies, and a key in no tier (or "") gets the
 // default, New's or NewPolicies'. tier runs on every decision, on the
-// identity the context carries (keyrate.ContextWithIdentity), else the key;
+// identity the context carries (backend.ContextWithIdentity), else the key;
 // it must be cheap and safe for concurrent use, and a panic in it gives the
 // default tier. A key keeps its one Redis key, and its events, across
 // tiers ("Several policies and tiers" in the README). Default: no tiers.
@@ -69,7 +70,7 @@ func newTierTable(def *tier, tiers map[string][]keyrate.Policy, res time.Duratio
 // refuse, ones the options rule out (WithResolution, the algorithm,
 // WithLeases), or a name other than "" without WithTiers.
 func (l *Limiter) SetTier(name string, policies []keyrate.Policy) error {
-	field, err := keyrate.TierField(name, l.tierOf != nil)
+	field, err := backend.TierField(name, l.tierOf != nil)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func (l *Limiter) tierFor(ctx context.Context, key string) *tier {
 	if l.tierOf == nil {
 		return tab.def
 	}
-	if t, ok := tab.named[keyrate.TierOf(ctx, l.tierOf, key)]; ok {
+	if t, ok := tab.named[backend.TierOf(ctx, l.tierOf, key)]; ok {
 		return t
 	}
 	return tab.def

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // ruleSet is one loaded configuration: each domain's tree of descriptors.
@@ -500,7 +501,7 @@ func (p *parser) limits(r *rule, f map[string]*yaml.Node) bool {
 	case rls == nil:
 		return false
 	case rls.Kind != yaml.SequenceNode || len(rls.Content) == 0:
-		p.errorf(rls, "rate_limits: want a list of 1 to %d limits", keyrate.MaxPolicies)
+		p.errorf(rls, "rate_limits: want a list of 1 to %d limits", backend.MaxPolicies)
 	default:
 		r.line = rls.Line
 		p.rateLimits(r, rls.Content, "rate_limits")
@@ -534,8 +535,8 @@ func (p *parser) metadata(n *yaml.Node) *structpb.Struct {
 // rateLimits reads a rule's limits: a rate_limit block (one element) or
 // the elements of a rate_limits list.
 func (p *parser) rateLimits(r *rule, ns []*yaml.Node, field string) {
-	if len(ns) > keyrate.MaxPolicies {
-		p.errorf(ns[keyrate.MaxPolicies], "%s: %d limits, want at most %d", field, len(ns), keyrate.MaxPolicies)
+	if len(ns) > backend.MaxPolicies {
+		p.errorf(ns[backend.MaxPolicies], "%s: %d limits, want at most %d", field, len(ns), backend.MaxPolicies)
 		return
 	}
 	names := map[string]int{}

@@ -191,7 +191,7 @@ func (s *service) take(ctx context.Context, domain string, items []item, idx []i
 	for j, i := range idx {
 		hits[j] = keyrate.Hit{Key: items[i].key}
 		if !check {
-			hits[j].N = items[i].weight
+			hits[j].Weight = items[i].weight
 		}
 	}
 	ds, ok, err := s.store.TakeAll(ctx, domain, hits)

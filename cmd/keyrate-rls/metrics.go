@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/promlimit"
 )
@@ -220,10 +221,10 @@ func decisionOf(it *item) keyrate.Decision {
 	}
 	for _, l := range it.rule.limits {
 		if l.perUnit == 0 {
-			return keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Name: l.name, Window: l.window}})
+			return backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Name: l.name, Window: l.window}})
 		}
 	}
-	return keyrate.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Name: it.rule.limits[0].name}})
+	return backend.Combine(keyrate.PolicyDecision{Policy: keyrate.Policy{Name: it.rule.limits[0].name}})
 }
 
 // nearHits returns how many of an admitted item's hits fall past

@@ -114,7 +114,7 @@ func (o redisOptions) where() string {
 func (s *redisStore) TakeAll(ctx context.Context, domain string, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
 	in := make([]keyrate.Hit, len(hits))
 	for i, h := range hits {
-		in[i] = keyrate.Hit{Key: redisKey(domain, h.Key), N: h.N}
+		in[i] = keyrate.Hit{Key: redisKey(domain, h.Key), Weight: h.Weight}
 	}
 	return s.l.TakeAll(ctx, in)
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
 
@@ -127,7 +128,7 @@ func withoutKeeper(d *keyrate.Decision) *keyrate.Decision {
 	parts := d.Policies()
 	for i := range parts {
 		if parts[i].Name == keeperPolicy {
-			kept := keyrate.Combine(slices.Delete(slices.Clone(parts), i, i+1)...)
+			kept := backend.Combine(slices.Delete(slices.Clone(parts), i, i+1)...)
 			return &kept
 		}
 	}

@@ -74,11 +74,7 @@ func newLimiterStore(maxKeys int, clock keyrate.Clock, maxWindow time.Duration) 
 
 // TakeAll decides in memory; it fails only when ctx is already done.
 func (s *limiterStore) TakeAll(ctx context.Context, _ string, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	ds, ok := s.l.TakeAll(hits)
-	return ds, ok, nil
+	return s.l.TakeAll(ctx, hits)
 }
 
 // SetTier sets a rule's policies on the limiter.

@@ -101,7 +101,7 @@ func keyrateOptions(c Config, opts []keyrate.Option) []keyrate.Option {
 
 func (a keyrateAdapter) Allow(key string) bool         { return a.l.Allow(key) }
 func (a keyrateAdapter) AllowN(key string, n int) bool { return a.l.AllowN(key, n) }
-func (a keyrateAdapter) Exhaust(key string)            { a.l.AllowN(key, a.l.Limit()) }
+func (a keyrateAdapter) Exhaust(key string)            { a.l.AllowN(key, a.l.Policies()[0].Limit) }
 func (a keyrateAdapter) Close()                        { a.l.Close() }
 
 // Len exposes the number of tracked keys, for the memory measurement.

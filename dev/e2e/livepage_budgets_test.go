@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"slices"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestLivePageBudgets(t *testing.T) {
 // quotaRows returns how the page names the demo's day and month at now:
 // "1 d", and the month from the 15th's length, "30 d".
 func quotaRows(now time.Time) (day, month string) {
-	start, end := keyrate.Monthly(15, time.UTC).Period(now)
+	start, end := backend.Period(keyrate.Monthly(15, time.UTC), now)
 	return "1 d", fmt.Sprintf("%d d", end.Sub(start)/(24*time.Hour))
 }
 

@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/middleware"
 	"github.com/keyrate/keyrate/otellimit"
@@ -47,12 +48,12 @@ var (
 // violations counted, the backend's time recorded. The events are those of
 // a gRPC method under two policies: admitted, refused by both, and a store
 // that failed; and admitted-bare, a decision that reports no policies (a
-// keyrate.BackendFunc's), the route lookup and the counts alone.
+// backend.Func's), the route lookup and the counts alone.
 func BenchmarkObserve(b *testing.B) {
-	refused := keyrate.Combine(
+	refused := backend.Combine(
 		keyrate.PolicyDecision{Policy: perSecond, RetryAfter: time.Second},
 		keyrate.PolicyDecision{Policy: perDay, RetryAfter: time.Hour})
-	admitted := keyrate.Combine(
+	admitted := backend.Combine(
 		keyrate.PolicyDecision{Policy: perSecond, Allowed: true, Remaining: 9},
 		keyrate.PolicyDecision{Policy: perDay, Allowed: true, Remaining: 999})
 	events := []struct {

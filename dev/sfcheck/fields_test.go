@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/httplimit"
 	"github.com/keyrate/keyrate/ratelimitfield"
 )
@@ -110,13 +111,13 @@ func TestFieldsParse(t *testing.T) {
 		d    keyrate.Decision
 		unit string
 	}{
-		{"two policies, admitted", keyrate.Combine(
+		{"two policies, admitted", backend.Combine(
 			keyrate.PolicyDecision{Policy: second, Allowed: true, Remaining: 9, RefillAfter: time.Second},
 			keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 990, RefillAfter: 51840 * time.Second}), ""},
-		{"refused by one", keyrate.Combine(
+		{"refused by one", backend.Combine(
 			keyrate.PolicyDecision{Policy: second, RetryAfter: 300 * time.Millisecond, RefillAfter: 300 * time.Millisecond},
 			keyrate.PolicyDecision{Policy: day, Allowed: true, Remaining: 990}), ""},
-		{"a name to escape, no whole-second window", keyrate.Combine(
+		{"a name to escape, no whole-second window", backend.Combine(
 			keyrate.PolicyDecision{Policy: odd, Allowed: true, Remaining: -1}), "content-bytes"},
 		{"by hand, unnamed", keyrate.Decision{Allowed: true, Limit: 5, Window: time.Minute, Remaining: 4, ResetAfter: time.Minute}, ""},
 	} {
@@ -136,7 +137,7 @@ func TestFieldsParse(t *testing.T) {
 	}
 	// The name a parser reads: escapes undone, what a String cannot hold
 	// as '?'.
-	d := keyrate.Combine(keyrate.PolicyDecision{Policy: odd, Allowed: true})
+	d := backend.Combine(keyrate.PolicyDecision{Policy: odd, Allowed: true})
 	assert.Equal(t, `a "quoted" \ name, ??`, parse(t, policySchema, string(ratelimitfield.AppendPolicy(nil, &d, "", "")))[0].name)
 }
 
@@ -145,7 +146,7 @@ func TestFieldsParse(t *testing.T) {
 // least 0, t or w when the window holds something, c the weight admitted.
 func TestFieldsParseAnyDecision(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, keyrate.MaxPolicies).Draw(rt, "policies")
+		n := rapid.IntRange(1, backend.MaxPolicies).Draw(rt, "policies")
 		parts := make([]keyrate.PolicyDecision, n)
 		for i := range parts {
 			parts[i] = keyrate.PolicyDecision{
@@ -160,7 +161,7 @@ func TestFieldsParseAnyDecision(t *testing.T) {
 				RefillAfter: time.Duration(rapid.Int64Range(0, int64(400*24*time.Hour)).Draw(rt, "refill")),
 			}
 		}
-		d := keyrate.Combine(parts...)
+		d := backend.Combine(parts...)
 		route := rapid.String().Draw(rt, "route")
 		cost := rapid.IntRange(-3, 1<<20).Draw(rt, "cost")
 		if policy := ratelimitfield.AppendPolicy(nil, &d, route, "requests"); len(policy) > 0 {

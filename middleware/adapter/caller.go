@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -19,14 +20,14 @@ import (
 // safe for concurrent use.
 type Caller struct {
 	backend   keyrate.Backend
-	all       AllTaker // the backend as one (AllTakerOf); nil when it cannot be
-	inline    bool     // the backend is keyrate.Bounded: no goroutine, no timer
-	identity  bool     // the backend may read the identity: pass it
+	all       backend.AllTaker // the backend as one; nil when it is not
+	inline    bool             // the backend is backend.Bounded: no goroutine, no timer
+	identity  bool             // the backend may read the identity: pass it
 	budget    time.Duration
 	budgetErr error // what a call that outlives the budget fails with
 }
 
-// NewCaller returns a Caller for b. A keyrate.Bounded b (the in-process
+// NewCaller returns a Caller for b. A backend.Bounded b (the in-process
 // *keyrate.Limiter, which never waits, or the Redis backend, which bounds
 // its own calls) is called under its own budget alone, and budget is not
 // used. Any other is called under budget, which must then be positive. A
@@ -35,11 +36,11 @@ func NewCaller(b keyrate.Backend, budget time.Duration) (*Caller, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: middleware: backend is nil", keyrate.ErrConfig)
 	}
-	_, bounded := b.(keyrate.Bounded)
+	_, bounded := b.(backend.Bounded)
 	if !bounded && budget <= 0 {
 		return nil, fmt.Errorf("%w: middleware: time budget is %v, want > 0", keyrate.ErrConfig, budget)
 	}
-	all, _ := AllTakerOf(b)
+	all, _ := b.(backend.AllTaker)
 	return &Caller{
 		backend:   b,
 		all:       all,
@@ -56,7 +57,7 @@ type result struct {
 }
 
 // Take asks the backend about a request of weight n for key, made by the
-// client identity names as it sent it (see keyrate.ContextWithIdentity: an
+// client identity names as it sent it (see backend.ContextWithIdentity: an
 // API key without the route and header name the key adds to it); ctx is the
 // request's. A request whose ctx is done is not asked about at all, and one
 // whose ctx ends before the backend answers fails too: both with an error
@@ -81,7 +82,7 @@ func (c *Caller) TakeInto(ctx context.Context, key, identity string, n int, d *k
 	// identity equal to the key costs nothing.
 	bctx := ctx
 	if c.identity && identity != key {
-		bctx = keyrate.ContextWithIdentity(ctx, identity)
+		bctx = backend.ContextWithIdentity(ctx, identity)
 	}
 	var err error
 	if c.inline {
@@ -130,19 +131,19 @@ func (c *Caller) bounded(ctx context.Context, key string, n int) (keyrate.Decisi
 }
 
 // tiered reports whether b may read the identity a context carries: when
-// it says so (keyrate.Described), or when it says nothing.
+// it says so (backend.Described), or when it says nothing.
 func tiered(b keyrate.Backend) bool {
-	if d, ok := b.(keyrate.Described); ok {
+	if d, ok := b.(backend.Described); ok {
 		return d.Tiered()
 	}
 	return true
 }
 
 // CanRefund reports whether the backend can give back a decision's events,
-// in whole or in part: whether it is a keyrate.Refunder, as
+// in whole or in part: whether it is a backend.Refunder, as
 // *keyrate.Limiter and the Redis backend are.
 func (c *Caller) CanRefund() bool {
-	_, ok := c.backend.(keyrate.Refunder)
+	_, ok := c.backend.(backend.Refunder)
 	return ok
 }
 
@@ -159,11 +160,11 @@ func (c *Caller) RefundN(ctx context.Context, key string, d *keyrate.Decision, n
 		ctx, cancel = context.WithTimeoutCause(ctx, c.budget, c.budgetErr)
 		defer cancel()
 	}
-	r, ok := c.backend.(keyrate.Refunder)
+	r, ok := c.backend.(backend.Refunder)
 	if !ok {
 		return fmt.Errorf("%w: the backend cannot refund", middleware.ErrRefundFailed)
 	}
-	if err := r.RefundContext(ctx, key, d, n); err != nil {
+	if err := r.RefundN(ctx, key, d, n); err != nil {
 		return fmt.Errorf("%w: %w", middleware.ErrRefundFailed, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -239,7 +240,7 @@ func TestTakePassesIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-seen
-	if id, ok := keyrate.IdentityFromContext(got); !ok || id != "pro-42" || got.Value(ctxKey{}) != "request" {
+	if id, ok := backend.IdentityFromContext(got); !ok || id != "pro-42" || got.Value(ctxKey{}) != "request" {
 		t.Errorf("backend saw identity %q (%v), want pro-42 inside the request's context", id, ok)
 	}
 	caller.Take(ctx, "k", "k", 1)

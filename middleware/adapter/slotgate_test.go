@@ -42,7 +42,7 @@ func (f observerFunc) Observe(ev middleware.Event) { f(ev) }
 func TestNewSlotGate(t *testing.T) {
 	_, err := NewSlotGate(nil, 0, middleware.FailOpen, false, Hooks{})
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
-	conc, err := keyrate.NewConcurrency(1)
+	conc, err := keyrate.NewConcurrency(1, nil, nil)
 	require.NoError(t, err)
 	_, err = NewSlotGate(conc, -time.Second, middleware.FailOpen, false, Hooks{})
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
@@ -54,7 +54,7 @@ func TestNewSlotGate(t *testing.T) {
 func TestSlotGateHold(t *testing.T) {
 	for _, shadow := range []bool{false, true} {
 		t.Run(fmt.Sprint("shadow=", shadow), func(t *testing.T) {
-			conc, err := keyrate.NewConcurrency(1)
+			conc, err := keyrate.NewConcurrency(1, nil, nil)
 			require.NoError(t, err)
 			var log told
 			g, err := NewSlotGate(conc, 0, middleware.FailOpen, shadow, log.hooks())
@@ -132,7 +132,7 @@ func TestSlotGateFailures(t *testing.T) {
 	}
 
 	t.Run("gone", func(t *testing.T) {
-		conc, err := keyrate.NewConcurrency(1)
+		conc, err := keyrate.NewConcurrency(1, nil, nil)
 		require.NoError(t, err)
 		g, err := NewSlotGate(conc, 0, middleware.FailOpen, true, Hooks{})
 		require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware"
 )
 
@@ -60,7 +61,7 @@ func (s *slots) acquire(ctx context.Context, key, identity string, shadow bool) 
 	}
 	sctx := ctx
 	if s.identity && identity != key {
-		sctx = keyrate.ContextWithIdentity(ctx, identity)
+		sctx = backend.ContextWithIdentity(ctx, identity)
 	}
 	wait := s.wait > 0 && !shadow
 	if wait {
@@ -95,5 +96,5 @@ func slotPolicy(route string, limit int) keyrate.Policy {
 // of one of limit slots on route: refused by slotPolicy(route, limit),
 // none remaining, with a RetryAfter of SlotRetryAfter.
 func slotRefusal(route string, limit int) keyrate.Decision {
-	return keyrate.Combine(keyrate.PolicyDecision{Policy: slotPolicy(route, limit), RetryAfter: SlotRetryAfter})
+	return backend.Combine(keyrate.PolicyDecision{Policy: slotPolicy(route, limit), RetryAfter: SlotRetryAfter})
 }

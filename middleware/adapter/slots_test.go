@@ -17,7 +17,7 @@ import (
 var _ middleware.Concurrency = (*keyrate.Concurrency)(nil)
 
 func TestNewSlots(t *testing.T) {
-	c, err := keyrate.NewConcurrency(1)
+	c, err := keyrate.NewConcurrency(1, nil, nil)
 	require.NoError(t, err)
 	_, err = newSlots(nil, 0)
 	assert.ErrorIs(t, err, keyrate.ErrConfig)
@@ -31,7 +31,7 @@ func TestNewSlots(t *testing.T) {
 // context ends first, while it waits or before, has gone.
 func TestSlotsAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, err := keyrate.NewConcurrency(1)
+		c, err := keyrate.NewConcurrency(1, nil, nil)
 		require.NoError(t, err)
 		s, err := newSlots(c, 2*time.Second)
 		require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestSlotsPassTheIdentity(t *testing.T) {
 		}
 		return ""
 	}
-	c, err := keyrate.NewConcurrency(1, keyrate.WithTiers(plan, map[string][]keyrate.Policy{"pro": {{Limit: 4}}}))
+	c, err := keyrate.NewConcurrency(1, plan, map[string]int{"pro": 4})
 	require.NoError(t, err)
 	s, err := newSlots(c, 0)
 	require.NoError(t, err)

@@ -20,41 +20,8 @@ const (
 	TokensSuffix   = "/tokens"
 )
 
-// AllTaker is a Backend that decides a request against several keys at
-// once, all or nothing, each hit at its own weight and each key under the
-// tier its tier function names for the key itself: the Redis backend is
-// one. AllTakerOf makes one of a *keyrate.Limiter, whose TakeAll cannot
-// fail and takes no context.
-type AllTaker interface {
-	TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error)
-}
-
-// AllTakerOf returns b as an AllTaker, and whether it can be one: b itself
-// when it is one, a *keyrate.Limiter through an adapter that fails only
-// when ctx is done.
-func AllTakerOf(b keyrate.Backend) (AllTaker, bool) {
-	switch b := b.(type) {
-	case AllTaker:
-		return b, true
-	case *keyrate.Limiter:
-		return limiterAll{b}, true
-	}
-	return nil, false
-}
-
-// limiterAll is a *keyrate.Limiter as an AllTaker.
-type limiterAll struct{ l *keyrate.Limiter }
-
-func (a limiterAll) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	ds, ok := a.l.TakeAll(hits)
-	return ds, ok, nil
-}
-
 // CanTakeAll reports whether the backend can decide several keys in one
-// atomic call (Caller.TakeAll): whether AllTakerOf takes it.
+// atomic call (Caller.TakeAll): whether it is a backend.AllTaker.
 func (c *Caller) CanTakeAll() bool { return c.all != nil }
 
 // TakeAll asks the backend about a request that counts against every hit,
@@ -136,8 +103,8 @@ func neverFits(d *keyrate.Decision) bool { return d.RetryAfter == 0 && !d.Overfl
 // for key, into hits: key + RequestsSuffix at 1, key + TokensSuffix at
 // tokens.
 func TokenHits(hits *[2]keyrate.Hit, key string, tokens int) []keyrate.Hit {
-	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, N: 1}
-	hits[1] = keyrate.Hit{Key: key + TokensSuffix, N: tokens}
+	hits[0] = keyrate.Hit{Key: key + RequestsSuffix, Weight: 1}
+	hits[1] = keyrate.Hit{Key: key + TokensSuffix, Weight: tokens}
 	return hits[:]
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/internal/tokenkey"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -36,7 +37,7 @@ func TestCallerTakeAll(t *testing.T) {
 			t.Fatal("an AllTaker cannot take all")
 		}
 		start := time.Now()
-		_, _, err := c.TakeAll(t.Context(), []keyrate.Hit{{Key: "a", N: 1}})
+		_, _, err := c.TakeAll(t.Context(), []keyrate.Hit{{Key: "a", Weight: 1}})
 		if !errors.Is(err, middleware.ErrBudgetExceeded) || time.Since(start) != 50*time.Millisecond {
 			t.Errorf("a stuck backend: %v after %v, want ErrBudgetExceeded after the budget", err, time.Since(start))
 		}
@@ -46,7 +47,7 @@ func TestCallerTakeAll(t *testing.T) {
 			t.Errorf("a gone client: %v, want ErrClientGone", err)
 		}
 	})
-	plain := mustCaller(t, keyrate.BackendFunc(func(context.Context, string, int) (keyrate.Decision, error) {
+	plain := mustCaller(t, backend.Func(func(context.Context, string, int) (keyrate.Decision, error) {
 		return keyrate.Decision{}, nil
 	}), time.Second)
 	if _, _, err := plain.TakeAll(t.Context(), nil); plain.CanTakeAll() || !errors.Is(err, keyrate.ErrConfig) {
@@ -57,7 +58,7 @@ func TestCallerTakeAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ds, ok, err := mustCaller(t, l, 0).TakeAll(t.Context(), []keyrate.Hit{{Key: "a", N: 1}, {Key: "b", N: 2}})
+	ds, ok, err := mustCaller(t, l, 0).TakeAll(t.Context(), []keyrate.Hit{{Key: "a", Weight: 1}, {Key: "b", Weight: 2}})
 	if err != nil || ok || len(ds) != 2 || !ds[0].Allowed || ds[1].Allowed {
 		t.Errorf("the Limiter's TakeAll through the Caller: %v %v %+v, want b refusing, a as it stands", ok, err, ds)
 	}

@@ -90,7 +90,7 @@ func (s store) inFlight(rt route) (*countedSlots, error) {
 		}
 		return newCountedSlots(c), nil
 	}
-	c, err := keyrate.NewConcurrency(rt.InFlight)
+	c, err := keyrate.NewConcurrency(rt.InFlight, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/dev/cmd/keyrate-demo/internal/live"
 	"github.com/keyrate/keyrate/middleware"
 )
@@ -60,7 +61,7 @@ func budgetsOf(e middleware.Event, slots *countedSlots) []live.Budget {
 		var quotas []live.Budget
 		sliding := *d
 		for _, p := range d.Policies() {
-			if p.Calendar.IsZero() {
+			if p.Calendar == (keyrate.Calendar{}) {
 				continue
 			}
 			quotas = append(quotas, live.Budget{Name: p.Name, Unit: units[i], Limit: p.Limit, Remaining: max(p.Remaining, 0),
@@ -137,9 +138,9 @@ func (c *countedSlots) held(key string) (limit, running int) {
 func slidingOf(d *keyrate.Decision) keyrate.Decision {
 	var parts []keyrate.PolicyDecision
 	for _, p := range d.Policies() {
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			parts = append(parts, p)
 		}
 	}
-	return keyrate.Combine(parts...)
+	return backend.Combine(parts...)
 }

@@ -16,7 +16,7 @@ import (
 // API sells them: requests a minute (sliding); tokens a minute (sliding),
 // a calendar day and a month turning on the 15th, the billing day (UTC);
 // all decided together (httplimit.WithTokenBudget); and requests in
-// flight at once. Each list takes up to keyrate.MaxPolicies policies, and
+// flight at once. Each list takes up to backend.MaxPolicies policies, and
 // the route, the fields, the log and the live page follow them.
 var (
 	generateRequests  = []keyrate.Policy{{Name: "generate-requests", Limit: 20, Window: time.Minute}}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -65,8 +66,8 @@ func TestLiveViewIsWired(t *testing.T) {
 		all := append(got.Policies, got.Quotas...) // the sliding policies come first in every route
 		for j, p := range rt.Policies {
 			window := p.Window
-			if !p.Calendar.IsZero() {
-				start, end := p.Calendar.Period(time.Now())
+			if p.Calendar != (keyrate.Calendar{}) {
+				start, end := backend.Period(p.Calendar, time.Now())
 				window = end.Sub(start)
 			}
 			if g := all[j]; g.Name != p.Name || g.Limit != p.Limit || g.WindowMs != float64(window.Milliseconds()) || g.Calendar != calendarName(p) {
@@ -239,7 +240,7 @@ func liveEvents(t *testing.T, lines *bufio.Scanner, n int) []liveEvent {
 // calendarName is what the page is told of p's calendar: "" for a sliding
 // policy.
 func calendarName(p keyrate.Policy) string {
-	if p.Calendar.IsZero() {
+	if p.Calendar == (keyrate.Calendar{}) {
 		return ""
 	}
 	return p.Calendar.String()

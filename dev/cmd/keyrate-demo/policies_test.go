@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 const exportPolicy = `"export-burst";q=2;w=10, "export-hourly";q=5;w=3600`
@@ -113,11 +114,11 @@ func TestDecisionLogNamesThePolicy(t *testing.T) {
 	at := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	burst := keyrate.Policy{Name: "export-burst", Limit: 2, Window: 10 * time.Second}
 	hourly := keyrate.Policy{Name: "export-hourly", Limit: 5, Window: time.Hour}
-	log(decision{At: at, Route: "export", Key: "x-api-key=2bd806c9", Decision: keyrate.Combine(
+	log(decision{At: at, Route: "export", Key: "x-api-key=2bd806c9", Decision: backend.Combine(
 		keyrate.PolicyDecision{Policy: burst, Allowed: true, Remaining: 1},
 		keyrate.PolicyDecision{Policy: hourly, RetryAfter: 58 * time.Minute},
 	)})
-	log(decision{At: at, Route: "status", Key: "127.0.0.1", Decision: keyrate.Combine(
+	log(decision{At: at, Route: "status", Key: "127.0.0.1", Decision: backend.Combine(
 		keyrate.PolicyDecision{Policy: keyrate.Policy{Limit: 3, Window: time.Minute}, Allowed: true, Remaining: 2},
 	)})
 	want := `12:00:00.000 export  "x-api-key=2bd806c9"   refused  remaining=0 retry-after=58m0s policy=export-hourly

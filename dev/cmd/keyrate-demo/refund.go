@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/keyrate/keyrate/backend"
 	"github.com/keyrate/keyrate/middleware/adapter"
 	"strings"
 	"time"
@@ -16,9 +17,9 @@ import (
 // list their policies, which the middleware reads.
 type refundable interface {
 	keyrate.Backend
-	keyrate.Refunder
-	keyrate.Bounded
-	keyrate.Described
+	backend.Refunder
+	backend.Bounded
+	backend.Described
 }
 
 // refundReporter is a budget whose requests the middleware may give back,
@@ -48,19 +49,19 @@ func newRefundReporter(b keyrate.Backend, rt route, publish func(decision)) (key
 // TakeAll decides a token budget's request (httplimit.WithTokenBudget)
 // as the budget's own TakeAll does.
 func (r refundReporter) TakeAll(ctx context.Context, hits []keyrate.Hit) ([]keyrate.Decision, bool, error) {
-	all, ok := adapter.AllTakerOf(r.refundable)
+	all, ok := r.refundable.(backend.AllTaker)
 	if !ok {
 		return nil, false, fmt.Errorf("route %s: a budget of %T cannot decide several keys at once", r.route, r.refundable)
 	}
 	return all.TakeAll(ctx, hits)
 }
 
-// RefundContext gives back n of the events of the admitted decision *d
+// RefundN gives back n of the events of the admitted decision *d
 // for key, as the budget's own does, and publishes that it did, with the
 // key's budget as it then stands.
-func (r refundReporter) RefundContext(ctx context.Context, key string, d *keyrate.Decision, n int) error {
+func (r refundReporter) RefundN(ctx context.Context, key string, d *keyrate.Decision, n int) error {
 	receipt := d.Receipt // the refund lowers it
-	if err := r.refundable.RefundContext(ctx, key, d, n); err != nil {
+	if err := r.refundable.RefundN(ctx, key, d, n); err != nil {
 		return err
 	}
 	r.published(ctx, key, receipt, n)

@@ -115,7 +115,7 @@ func describe(policies []keyrate.Policy, unit string) string {
 		if unit != "" {
 			b.WriteString(" " + unit)
 		}
-		if p.Calendar.IsZero() {
+		if p.Calendar == (keyrate.Calendar{}) {
 			fmt.Fprintf(&b, " per %gs", p.Window.Seconds())
 		} else {
 			fmt.Fprintf(&b, " %s", p.Calendar) // "daily in UTC"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 	"net/http"
 	"strconv"
 	"time"
@@ -109,10 +110,10 @@ type policyJSON struct {
 
 // describePolicy returns p as the page reads it at now.
 func describePolicy(p keyrate.Policy, now time.Time) policyJSON {
-	if p.Calendar.IsZero() {
+	if p.Calendar == (keyrate.Calendar{}) {
 		return policyJSON{Name: p.Name, Limit: p.Limit, WindowMs: millis(p.Window)}
 	}
-	start, end := p.Calendar.Period(now)
+	start, end := backend.Period(p.Calendar, now)
 	return policyJSON{Name: p.Name, Limit: p.Limit, WindowMs: millis(end.Sub(start)), Calendar: p.Calendar.String()}
 }
 
@@ -127,7 +128,7 @@ func describe(cfg Config) configJSON {
 	for _, r := range cfg.Routes {
 		rj := routeJSON{Name: r.Name, Method: r.Method, Path: r.Path, Refunds: r.Refunds, Unit: r.Unit, Burst: r.Burst, Form: r.Form, Note: r.Note}
 		for _, p := range r.Policies {
-			if p.Calendar.IsZero() {
+			if p.Calendar == (keyrate.Calendar{}) {
 				rj.Policies = append(rj.Policies, describePolicy(p, time.Now()))
 			} else {
 				rj.Quotas = append(rj.Quotas, describePolicy(p, time.Now()))

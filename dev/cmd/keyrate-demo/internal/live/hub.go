@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // Route describes one limited route to the page: what to request and the
@@ -221,15 +222,15 @@ func New(cfg Config) (*Hub, error) {
 // checkPolicies validates a route's policies, as the page needs them.
 func checkPolicies(r Route) error {
 	n := len(r.Policies)
-	if n < 1 || n > keyrate.MaxPolicies {
-		return fmt.Errorf("%w: route %q has %d policies, want 1 to %d", ErrConfig, r.Name, n, keyrate.MaxPolicies)
+	if n < 1 || n > backend.MaxPolicies {
+		return fmt.Errorf("%w: route %q has %d policies, want 1 to %d", ErrConfig, r.Name, n, backend.MaxPolicies)
 	}
 	names := make(map[string]bool, n)
 	for i, p := range r.Policies {
 		switch {
 		case p.Limit < 1:
 			return fmt.Errorf("%w: route %q: policy %d: limit is %d, want >= 1", ErrConfig, r.Name, i, p.Limit)
-		case p.Calendar.IsZero() && p.Window < time.Millisecond:
+		case p.Calendar == (keyrate.Calendar{}) && p.Window < time.Millisecond:
 			return fmt.Errorf("%w: route %q: policy %d: window is %v, want >= 1ms", ErrConfig, r.Name, i, p.Window)
 		case n > 1 && p.Name == "":
 			return fmt.Errorf("%w: route %q: policy %d has no name; each of several policies needs one", ErrConfig, r.Name, i)
@@ -314,7 +315,7 @@ func policyEvents(d *keyrate.Decision) []policyEvent {
 	}
 	out := make([]policyEvent, 0, len(parts))
 	for _, p := range parts {
-		if !p.Calendar.IsZero() {
+		if p.Calendar != (keyrate.Calendar{}) {
 			continue // a quota, not a lane: the budgets say it (see routeJSON.Quotas)
 		}
 		out = append(out, policyEvent{
@@ -371,7 +372,7 @@ func (h *Hub) RecordRefundN(route, key string, r keyrate.Receipt, n int, after k
 	e := newEvent(route, key, after, at, r)
 	e.Weight, e.Given, e.Budgets = r.N(), n, budgets
 	if n < r.N() {
-		e.Rest = receiptID(keyrate.NewReceipt(r.At(), r.N()-n, r.ID()))
+		e.Rest = receiptID(backend.NewReceipt(backend.ReceiptAt(r), r.N()-n, backend.ReceiptID(r)))
 	}
 	h.publish("refund", e)
 }
@@ -430,7 +431,7 @@ func receiptID(r keyrate.Receipt) string {
 	if r.N() == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d.%d.%d", r.At().UnixNano(), r.N(), r.ID())
+	return fmt.Sprintf("%d.%d.%d", backend.ReceiptAt(r).UnixNano(), r.N(), backend.ReceiptID(r))
 }
 
 // Dropped returns how many events have been dropped, over all subscribers,

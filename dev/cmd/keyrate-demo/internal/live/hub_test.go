@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 var testRoutes = []Route{
@@ -62,7 +63,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"duplicate name":        {good, good},
 		"relative path":         with(func(r *Route) { r.Path = "a" }),
 		"no policy":             with(func(r *Route) { r.Policies = nil }),
-		"too many policies":     with(func(r *Route) { r.Policies = make([]keyrate.Policy, keyrate.MaxPolicies+1) }),
+		"too many policies":     with(func(r *Route) { r.Policies = make([]keyrate.Policy, backend.MaxPolicies+1) }),
 		"zero limit":            with(func(r *Route) { r.Policies[0].Limit = 0 }),
 		"negative limit":        with(func(r *Route) { r.Policies[0].Limit = -3 }),
 		"zero window":           with(func(r *Route) { r.Policies[0].Window = 0 }),
@@ -351,10 +352,10 @@ func TestStreamOverRealConnection(t *testing.T) {
 	status := keyrate.Policy{Limit: 3, Window: time.Minute}
 	burst := keyrate.Policy{Name: "burst", Limit: 2, Window: 10 * time.Second}
 	hourly := keyrate.Policy{Name: "hourly", Limit: 5, Window: time.Hour}
-	hub.Record("status", key, keyrate.Combine(keyrate.PolicyDecision{Policy: status,
+	hub.Record("status", key, backend.Combine(keyrate.PolicyDecision{Policy: status,
 		RetryAfter: 1500 * time.Millisecond, RefillAfter: 1500 * time.Millisecond, ResetAfter: 59 * time.Second}), at)
 	// Refused by hourly alone: burst had room, and says so.
-	hub.Record("export", "bob", keyrate.Combine(
+	hub.Record("export", "bob", backend.Combine(
 		keyrate.PolicyDecision{Policy: burst, Allowed: true, Remaining: 1, RefillAfter: 4 * time.Second, ResetAfter: 4 * time.Second},
 		keyrate.PolicyDecision{Policy: hourly, Remaining: 0, RetryAfter: 20 * time.Minute, RefillAfter: 20 * time.Minute, ResetAfter: 59 * time.Minute},
 	), at.Add(time.Millisecond))
@@ -861,11 +862,11 @@ func TestRefundFollowsItsDecision(t *testing.T) {
 		s := open(h, "")
 		at := time.Now()
 		status := keyrate.Policy{Limit: 3, Window: time.Minute}
-		admitted := keyrate.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 2})
-		admitted.Receipt = keyrate.NewReceipt(at, 1, 7)
+		admitted := backend.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 2})
+		admitted.Receipt = backend.NewReceipt(at, 1, 7)
 		h.Record("status", "k", admitted, at)
-		h.RecordRefund("status", "k", admitted.Receipt, keyrate.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 3}), at.Add(time.Millisecond))
-		h.Record("status", "k", keyrate.Combine(keyrate.PolicyDecision{Policy: status, RetryAfter: time.Second}), at.Add(2*time.Millisecond))
+		h.RecordRefund("status", "k", admitted.Receipt, backend.Combine(keyrate.PolicyDecision{Policy: status, Allowed: true, Remaining: 3}), at.Add(time.Millisecond))
+		h.Record("status", "k", backend.Combine(keyrate.PolicyDecision{Policy: status, RetryAfter: time.Second}), at.Add(2*time.Millisecond))
 
 		evs := parseSSE(t, s.drain())
 		if got := types(evs); got != "hello d1 refund d3" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
+	"github.com/keyrate/keyrate/backend"
 )
 
 // refundEvent decodes a refund event of the stream.
@@ -38,17 +39,17 @@ func TestSettleFollowsItsDecision(t *testing.T) {
 		at := time.Now()
 		tokens := keyrate.Policy{Limit: 10_000, Window: time.Minute}
 		budget := func(remaining int) keyrate.Decision {
-			return keyrate.Combine(keyrate.PolicyDecision{Policy: tokens, Allowed: true, Remaining: remaining})
+			return backend.Combine(keyrate.PolicyDecision{Policy: tokens, Allowed: true, Remaining: remaining})
 		}
 		admitted := budget(8000)
-		admitted.Receipt = keyrate.NewReceipt(at, 2000, 7)
+		admitted.Receipt = backend.NewReceipt(at, 2000, 7)
 		h.RecordN("status", "k", 2000, admitted, at)
 		h.RecordRefundN("status", "k", admitted.Receipt, 0, budget(8000), at)
 		h.RecordRefundN("status", "k", admitted.Receipt, 2001, budget(8000), at)
 		h.RecordRefundN("status", "k", admitted.Receipt, 1500, budget(9500), at.Add(time.Millisecond))
-		h.RecordRefundN("status", "k", keyrate.NewReceipt(at, 500, 7), 500, budget(10_000), at.Add(2*time.Millisecond))
+		h.RecordRefundN("status", "k", backend.NewReceipt(at, 500, 7), 500, budget(10_000), at.Add(2*time.Millisecond))
 		other := budget(9999)
-		other.Receipt = keyrate.NewReceipt(at.Add(3*time.Millisecond), 1, 7)
+		other.Receipt = backend.NewReceipt(at.Add(3*time.Millisecond), 1, 7)
 		h.Record("status", "k", other, at.Add(3*time.Millisecond))
 		h.RecordRefund("status", "k", other.Receipt, budget(10_000), at.Add(4*time.Millisecond))
 

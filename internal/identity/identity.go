@@ -1,17 +1,17 @@
-package keyrate
+// Package identity carries the client's identity in a context, for the
+// tier functions of the core and of every backend: package backend exports
+// it (backend.ContextWithIdentity, backend.IdentityFromContext).
+package identity
 
 import "context"
 
-// ContextWithIdentity returns ctx carrying the client's identity as sent (an
-// API key, an address), without the route middleware adds to the key, for
-// the tier function to choose the key's plan by; the budget is still the
-// key's. httplimit and grpclimit set it. It costs one small allocation.
-func ContextWithIdentity(ctx context.Context, identity string) context.Context {
+// With returns ctx carrying identity, in one allocation.
+func With(ctx context.Context, identity string) context.Context {
 	return &identityContext{Context: ctx, identity: identity}
 }
 
-// IdentityFromContext returns the identity ctx carries, and whether it does.
-func IdentityFromContext(ctx context.Context) (string, bool) {
+// From returns the identity ctx carries, and whether it does.
+func From(ctx context.Context) (string, bool) {
 	if c, ok := ctx.(*identityContext); ok { // what middleware passes, unless it adds a budget
 		return c.identity, true
 	}
