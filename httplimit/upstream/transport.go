@@ -27,10 +27,10 @@ type transport struct {
 // NewTransport returns an http.RoundTripper that sends through base
 // (http.DefaultTransport when nil) the requests b admits, holding each
 // upstream to its budget in b and to what the upstream says of its limits
-// (see the package doc). Put it in an http.Client; it is safe
-// for concurrent use, and every caller sharing it shares what it learns.
-// It has CloseIdleConnections, for http.Client's. A nil b, or an invalid
-// option, gives an error wrapping keyrate.ErrConfig.
+// (see the package doc). Put it in an http.Client; it is safe for
+// concurrent use, and every caller sharing it shares what it learns. It
+// has CloseIdleConnections, for http.Client's. A nil b, or an invalid
+// option, gives an error wrapping keyrate.ErrConfig that names it.
 func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...Option) (http.RoundTripper, error) {
 	t := &transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
 	t.key, t.clock, t.maxPause = upstreamHost, wallClock{}, defaultMaxPause
@@ -47,13 +47,13 @@ func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...Option) (ht
 	case b == nil:
 		return nil, fmt.Errorf("%w: upstream: backend is nil", keyrate.ErrConfig)
 	case t.keySet && t.key == nil:
-		return nil, fmt.Errorf("%w: upstream: upstream key function is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: upstream: WithUpstreamKey's function is nil", keyrate.ErrConfig)
 	case t.clockSet && t.clock == nil:
-		return nil, fmt.Errorf("%w: upstream: clock is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: upstream: WithClock's clock is nil", keyrate.ErrConfig)
 	case t.retries < 0 || t.retries > maxRetries:
-		return nil, fmt.Errorf("%w: upstream: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
+		return nil, fmt.Errorf("%w: upstream: WithRetries(%d), want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
 	case t.maxPause <= 0:
-		return nil, fmt.Errorf("%w: upstream: a maximum pause of %v, want one above 0", keyrate.ErrConfig, t.maxPause)
+		return nil, fmt.Errorf("%w: upstream: WithMaxPause(%v), want a pause above 0", keyrate.ErrConfig, t.maxPause)
 	}
 	return t, nil
 }
@@ -66,6 +66,7 @@ type LimitedError struct {
 	RetryAfter time.Duration
 }
 
+// Error says that the budget is spent, and when the request would fit.
 func (e *LimitedError) Error() string {
 	return "upstream: the upstream's budget is spent; retry in " + e.RetryAfter.String()
 }
