@@ -115,17 +115,23 @@ func TestClientIPErrors(t *testing.T) {
 			t.Errorf("RemoteAddr %q: key %q, err %v; want errRemoteAddr", remote, key, err)
 		}
 	}
-	bad := map[string]IPConfig{
-		"negative hops":  {TrustHops: -1},
-		"too many hops":  {TrustHops: 33},
-		"both":           {TrustHops: 1, TrustProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
-		"IPv4 bits":      {IPv4Bits: 33},
-		"IPv6 bits":      {IPv6Bits: -1},
-		"invalid prefix": {TrustProxies: []netip.Prefix{{}}},
+	bad := map[string]struct {
+		cfg   IPConfig
+		field string // the error names it
+	}{
+		"negative hops":  {IPConfig{TrustHops: -1}, "IPConfig.TrustHops"},
+		"too many hops":  {IPConfig{TrustHops: 33}, "IPConfig.TrustHops"},
+		"both":           {IPConfig{TrustHops: 1, TrustProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPConfig.TrustProxies"},
+		"IPv4 bits":      {IPConfig{IPv4Bits: 33}, "IPConfig.IPv4Bits"},
+		"IPv6 bits":      {IPConfig{IPv6Bits: -1}, "IPConfig.IPv6Bits"},
+		"invalid prefix": {IPConfig{TrustProxies: []netip.Prefix{{}}}, "IPConfig.TrustProxies[0]"},
 	}
-	for name, cfg := range bad {
-		if _, err := ClientIP(cfg); !errors.Is(err, keyrate.ErrConfig) {
+	for name, c := range bad {
+		_, err := ClientIP(c.cfg)
+		if !errors.Is(err, keyrate.ErrConfig) {
 			t.Errorf("%s: err = %v, want keyrate.ErrConfig", name, err)
+		} else if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: err = %v, want it to name %s", name, err, c.field)
 		}
 	}
 }
