@@ -96,11 +96,12 @@
 // (a keyrate.Concurrency, or the Redis backend's, shared by replicas),
 // advertised with the draft's "concurrent-requests" unit.
 //
-// Transport guards the other direction, the calls a service makes to
-// someone else's API: an http.RoundTripper that holds each upstream to a
-// keyrate.Backend's policies, waiting for the budget rather than sending
-// over it, and pausing when the upstream answers 429 or 503 with a
-// Retry-After or says, in its RateLimit fields, that nothing is left.
+// Package upstream (httplimit/upstream) guards the other direction, the
+// calls a service makes to someone else's API: an http.RoundTripper that
+// holds each upstream to a keyrate.Backend's policies, waiting for the
+// budget rather than sending over it, and pausing when the upstream
+// answers 429 or 503 with a Retry-After or says, in its RateLimit fields,
+// that nothing is left.
 //
 // Most callers need three lines per route:
 //

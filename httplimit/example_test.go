@@ -102,7 +102,7 @@ func routes(mux *http.ServeMux, searchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	ip, err := httplimit.ClientIP(httplimit.TrustHops(1)) // one reverse proxy in front
+	ip, err := httplimit.ClientIP(httplimit.IPConfig{TrustHops: 1}) // one reverse proxy in front
 	if err != nil {
 		return err
 	}

@@ -22,44 +22,39 @@ import (
 // which separates the parts of a key.
 type KeyFunc func(*http.Request) (string, error)
 
-// IPOption configures ClientIP.
-type IPOption func(*ipConfig)
+// IPConfig says how ClientIP reads a request's client address. The zero
+// IPConfig is the default: no proxy trusted (the socket's address), one
+// key per IPv4 address and per IPv6 /64. See the README, "Identity".
+type IPConfig struct {
+	// TrustHops says that exactly n reverse proxies stand in front of the
+	// server, each appending to X-Forwarded-For, as Express's "trust proxy
+	// n" does: the client is the n-th entry from the right (the leftmost
+	// when there are fewer); entries further left, which the client wrote,
+	// are never read. Set it to the real number: one too many hands the
+	// choice of key to the client, one too few limits the proxy. 0 to 32.
+	TrustHops int
 
+	// TrustProxies says that these addresses belong to reverse proxies that
+	// append to X-Forwarded-For: walking the header from the right, the
+	// client is the first address not in them (when all are, the
+	// leftmost). They must cover proxies only: a client inside them could
+	// choose its key. Exclusive with TrustHops.
+	TrustProxies []netip.Prefix
+
+	// IPv4Bits and IPv6Bits are the prefix lengths clients are grouped by;
+	// 0 means 32 and 64. A host can pick any of 2^64 addresses in an IPv6
+	// /64, the smallest network usually assigned to one subscriber, so
+	// limiting single IPv6 addresses would let it rotate past the limit.
+	IPv4Bits, IPv6Bits int
+}
+
+// ipConfig is a checked IPConfig, as the KeyFunc reads it.
 type ipConfig struct {
 	hops    int
 	proxies []netip.Prefix
 	v4bits  int
 	v6bits  int
 }
-
-// TrustHops says that exactly n reverse proxies stand in front of the
-// server, each appending to X-Forwarded-For, as Express's "trust proxy n"
-// does: the client is the n-th entry from the right (the leftmost when
-// there are fewer); entries further left, which the client wrote, are never
-// read. Set n to the real number: one too many hands the choice of key to
-// the client, one too few limits the proxy. Default: 0, the socket's
-// address.
-func TrustHops(n int) IPOption { return func(c *ipConfig) { c.hops = n } }
-
-// TrustProxies says that the addresses in prefixes belong to reverse proxies
-// that append to X-Forwarded-For. Starting at the socket and walking the
-// header from the right, the client is the first address not in prefixes
-// (when all are, the leftmost, which a trusted proxy wrote). The prefixes
-// must cover proxies only: a client inside them is taken for a proxy and
-// could choose its key. Exclusive with TrustHops.
-func TrustProxies(prefixes ...netip.Prefix) IPOption {
-	return func(c *ipConfig) { c.proxies = append(c.proxies, prefixes...) }
-}
-
-// GroupIPv4 sets the prefix length IPv4 clients are grouped by. Default: 32,
-// one key per address.
-func GroupIPv4(bits int) IPOption { return func(c *ipConfig) { c.v4bits = bits } }
-
-// GroupIPv6 sets the prefix length IPv6 clients are grouped by. Default: 64,
-// the smallest network usually assigned to one subscriber: a host can pick
-// any of 2^64 addresses in it, so limiting single addresses would let it
-// rotate past the limit.
-func GroupIPv6(bits int) IPOption { return func(c *ipConfig) { c.v6bits = bits } }
 
 // Bounds on what the X-Forwarded-For walk reads: a longer entry is not an
 // address, and a longer chain of trusted proxies is not a real deployment.
@@ -69,44 +64,44 @@ const (
 )
 
 // ClientIP returns a KeyFunc that identifies a request by its client's IP
-// address, grouped by prefix (see GroupIPv6), as text: "192.0.2.1",
-// "2001:db8:1:2::/64". With no trust option the address is the socket's,
-// whatever the request's headers say; with TrustHops or TrustProxies it is
-// read from X-Forwarded-For, and anything unexpected in the part trusted
-// proxies wrote falls back to the socket's address, never to a value the
-// client chose (see the README, "Identity"). The KeyFunc fails only when
-// RemoteAddr is not an address. Invalid options give an error wrapping
-// keyrate.ErrConfig.
-func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	c := *defaultIP()
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
+// address, grouped by prefix, as text: "192.0.2.1", "2001:db8:1:2::/64".
+// With the zero IPConfig the address is the socket's, whatever the
+// request's headers say; with TrustHops or TrustProxies it is read from
+// X-Forwarded-For, and anything unexpected in the part trusted proxies
+// wrote falls back to the socket's address, never to a value the client
+// chose (see the README, "Identity"). The KeyFunc fails only when
+// RemoteAddr is not an address. An invalid IPConfig gives an error
+// wrapping keyrate.ErrConfig that names the field.
+func ClientIP(cfg IPConfig) (KeyFunc, error) {
+	c := ipConfig{hops: cfg.TrustHops, v4bits: cfg.IPv4Bits, v6bits: cfg.IPv6Bits}
+	if c.v4bits == 0 {
+		c.v4bits = 32
+	}
+	if c.v6bits == 0 {
+		c.v6bits = 64
 	}
 	switch {
 	case c.hops < 0:
-		return nil, fmt.Errorf("%w: httplimit: trusted hops is %d, want >= 0", keyrate.ErrConfig, c.hops)
+		return nil, fmt.Errorf("%w: httplimit: IPConfig.TrustHops is %d, want >= 0", keyrate.ErrConfig, c.hops)
 	case c.hops > maxWalk:
-		return nil, fmt.Errorf("%w: httplimit: trusted hops is %d, want at most %d", keyrate.ErrConfig, c.hops, maxWalk)
-	case c.hops > 0 && len(c.proxies) > 0:
-		return nil, fmt.Errorf("%w: httplimit: TrustHops and TrustProxies are exclusive", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: httplimit: IPConfig.TrustHops is %d, want at most %d", keyrate.ErrConfig, c.hops, maxWalk)
+	case c.hops > 0 && len(cfg.TrustProxies) > 0:
+		return nil, fmt.Errorf("%w: httplimit: IPConfig.TrustHops and IPConfig.TrustProxies are exclusive", keyrate.ErrConfig)
 	case c.v4bits < 0 || c.v4bits > 32:
-		return nil, fmt.Errorf("%w: httplimit: IPv4 grouping is /%d, want /0 to /32", keyrate.ErrConfig, c.v4bits)
+		return nil, fmt.Errorf("%w: httplimit: IPConfig.IPv4Bits is %d, want 1 to 32 (0: 32)", keyrate.ErrConfig, c.v4bits)
 	case c.v6bits < 0 || c.v6bits > 128:
-		return nil, fmt.Errorf("%w: httplimit: IPv6 grouping is /%d, want /0 to /128", keyrate.ErrConfig, c.v6bits)
+		return nil, fmt.Errorf("%w: httplimit: IPConfig.IPv6Bits is %d, want 1 to 128 (0: 64)", keyrate.ErrConfig, c.v6bits)
 	}
-	proxies := make([]netip.Prefix, len(c.proxies))
-	for i, p := range c.proxies {
+	c.proxies = make([]netip.Prefix, len(cfg.TrustProxies))
+	for i, p := range cfg.TrustProxies {
 		if !p.IsValid() {
-			return nil, fmt.Errorf("%w: httplimit: trusted proxy prefix %v is invalid", keyrate.ErrConfig, p)
+			return nil, fmt.Errorf("%w: httplimit: IPConfig.TrustProxies[%d] is an invalid prefix", keyrate.ErrConfig, i)
 		}
 		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96) // addresses are compared unmapped
 		}
-		proxies[i] = p.Masked()
+		c.proxies[i] = p.Masked()
 	}
-	c.proxies = proxies
 	return c.key, nil
 }
 
@@ -128,7 +123,7 @@ func (c *ipConfig) appendKey(dst []byte, r *http.Request) ([]byte, error) {
 	return clientkey.AppendAddr(dst, a, c.v4bits, c.v6bits), nil
 }
 
-// defaultIP is ClientIP's configuration with no options.
+// defaultIP is ClientIP's configuration for the zero IPConfig.
 func defaultIP() *ipConfig { return &ipConfig{v4bits: 32, v6bits: 64} }
 
 // errRemoteAddr is returned for a RemoteAddr that holds no IP address.
@@ -246,7 +241,7 @@ func HeaderKey(header string, fallback KeyFunc) KeyFunc {
 	prefix := strings.ToLower(name) + "="
 	keyHeader(prefix[:len(prefix)-1], name)
 	if fallback == nil {
-		fallback, _ = ClientIP()
+		fallback = defaultIP().key
 	}
 	return func(r *http.Request) (string, error) {
 		if v := r.Header[name]; len(v) > 0 && v[0] != "" {

@@ -21,9 +21,9 @@ func request(remote string, xff ...string) *http.Request {
 	return r
 }
 
-func mustClientIP(t testing.TB, opts ...IPOption) KeyFunc {
+func mustClientIP(t testing.TB, c IPConfig) KeyFunc {
 	t.Helper()
-	k, err := ClientIP(opts...)
+	k, err := ClientIP(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +33,13 @@ func mustClientIP(t testing.TB, opts ...IPOption) KeyFunc {
 const proxy = "10.0.0.1:443" // the socket of a request that came through a proxy
 
 func TestClientIP(t *testing.T) {
-	hops := func(n int) []IPOption { return []IPOption{TrustHops(n)} }
-	private := []IPOption{TrustProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"))}
+	hops := func(n int) IPConfig { return IPConfig{TrustHops: n} }
+	private := IPConfig{TrustProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
 	long := strings.Repeat("198.51.100.66, ", 20000) // 300 kB a client prepended
 
 	cases := []struct {
 		name   string
-		opts   []IPOption
+		cfg    IPConfig
 		remote string
 		xff    []string
 		want   string
@@ -68,15 +68,15 @@ func TestClientIP(t *testing.T) {
 		{"IPv4 with leading zeros is not an address", hops(1), proxy, []string{"010.001.001.001"}, "10.0.0.1"},
 
 		// IPv6: grouping, zones, brackets, IPv4-mapped.
-		{"IPv6 socket grouped by /64", nil, "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
-		{"IPv6 zone dropped", nil, "[fe80::1%eth0]:443", nil, "fe80::/64"},
+		{"IPv6 socket grouped by /64", IPConfig{}, "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
+		{"IPv6 zone dropped", IPConfig{}, "[fe80::1%eth0]:443", nil, "fe80::/64"},
 		{"IPv6 zone in header dropped", hops(1), proxy, []string{"fe80::1:2%25eth0"}, "fe80::/64"},
 		{"bracketed IPv6 in header", hops(1), proxy, []string{"[2001:db8::7]"}, "2001:db8::/64"},
-		{"IPv4-mapped socket is IPv4", nil, "[::ffff:192.0.2.1]:443", nil, "192.0.2.1"},
+		{"IPv4-mapped socket is IPv4", IPConfig{}, "[::ffff:192.0.2.1]:443", nil, "192.0.2.1"},
 		{"IPv4-mapped in header is IPv4", hops(1), proxy, []string{"::ffff:203.0.113.9"}, "203.0.113.9"},
-		{"IPv6 full address with /128", []IPOption{GroupIPv6(128)}, "[2001:db8::1]:1", nil, "2001:db8::1"},
-		{"IPv4 grouped by /24", []IPOption{GroupIPv4(24)}, "192.0.2.77:1", nil, "192.0.2.0/24"},
-		{"RemoteAddr without port", nil, "192.0.2.1", nil, "192.0.2.1"},
+		{"IPv6 full address with /128", IPConfig{IPv6Bits: 128}, "[2001:db8::1]:1", nil, "2001:db8::1"},
+		{"IPv4 grouped by /24", IPConfig{IPv4Bits: 24}, "192.0.2.77:1", nil, "192.0.2.0/24"},
+		{"RemoteAddr without port", IPConfig{}, "192.0.2.1", nil, "192.0.2.1"},
 
 		// Trusted CIDRs, walked from the right.
 		{"CIDRs: first untrusted from the right", private, proxy, []string{"198.51.100.7, 203.0.113.9, 10.0.0.2"}, "203.0.113.9"},
@@ -85,12 +85,12 @@ func TestClientIP(t *testing.T) {
 		{"CIDRs: all trusted, the furthest", private, proxy, []string{"10.1.1.1, 10.0.0.2"}, "10.1.1.1"},
 		{"CIDRs: garbage behind a trusted proxy", private, proxy, []string{"203.0.113.9, junk, 10.0.0.2"}, "10.0.0.1"},
 		{"CIDRs: IPv6 proxies", private, "[fd00::1]:443", []string{"2001:db8:5::1"}, "2001:db8:5::/64"},
-		{"CIDRs: mapped prefix matches IPv4", []IPOption{TrustProxies(netip.MustParsePrefix("::ffff:10.0.0.0/104"))}, proxy, []string{"203.0.113.9"}, "203.0.113.9"},
+		{"CIDRs: mapped prefix matches IPv4", IPConfig{TrustProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}}, proxy, []string{"203.0.113.9"}, "203.0.113.9"},
 		{"CIDRs: chain longer than 32", private, proxy, []string{strings.Repeat("10.0.0.3, ", 40)}, "10.0.0.1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := mustClientIP(t, c.opts...)(request(c.remote, c.xff...))
+			got, err := mustClientIP(t, c.cfg)(request(c.remote, c.xff...))
 			if err != nil || got != c.want {
 				t.Fatalf("key = %q, %v; want %q", got, err, c.want)
 			}
@@ -99,7 +99,7 @@ func TestClientIP(t *testing.T) {
 }
 
 func TestClientIPGroupsIPv6Hosts(t *testing.T) {
-	k := mustClientIP(t)
+	k := mustClientIP(t, IPConfig{})
 	a, _ := k(request("[2001:db8:1:2::1]:1"))
 	b, _ := k(request("[2001:db8:1:2:ffff:ffff:ffff:ffff]:1"))
 	c, _ := k(request("[2001:db8:1:3::1]:1"))
@@ -109,23 +109,29 @@ func TestClientIPGroupsIPv6Hosts(t *testing.T) {
 }
 
 func TestClientIPErrors(t *testing.T) {
-	k := mustClientIP(t)
+	k := mustClientIP(t, IPConfig{})
 	for _, remote := range []string{"", "@", "example.com:80", "[::1"} {
 		if key, err := k(request(remote)); !errors.Is(err, errRemoteAddr) {
 			t.Errorf("RemoteAddr %q: key %q, err %v; want errRemoteAddr", remote, key, err)
 		}
 	}
-	bad := map[string][]IPOption{
-		"negative hops":  {TrustHops(-1)},
-		"too many hops":  {TrustHops(33)},
-		"both":           {TrustHops(1), TrustProxies(netip.MustParsePrefix("10.0.0.0/8"))},
-		"IPv4 bits":      {GroupIPv4(33)},
-		"IPv6 bits":      {GroupIPv6(-1)},
-		"invalid prefix": {TrustProxies(netip.Prefix{})},
+	bad := map[string]struct {
+		cfg   IPConfig
+		field string // the error names it
+	}{
+		"negative hops":  {IPConfig{TrustHops: -1}, "IPConfig.TrustHops"},
+		"too many hops":  {IPConfig{TrustHops: 33}, "IPConfig.TrustHops"},
+		"both":           {IPConfig{TrustHops: 1, TrustProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPConfig.TrustProxies"},
+		"IPv4 bits":      {IPConfig{IPv4Bits: 33}, "IPConfig.IPv4Bits"},
+		"IPv6 bits":      {IPConfig{IPv6Bits: -1}, "IPConfig.IPv6Bits"},
+		"invalid prefix": {IPConfig{TrustProxies: []netip.Prefix{{}}}, "IPConfig.TrustProxies[0]"},
 	}
-	for name, opts := range bad {
-		if _, err := ClientIP(opts...); !errors.Is(err, keyrate.ErrConfig) {
+	for name, c := range bad {
+		_, err := ClientIP(c.cfg)
+		if !errors.Is(err, keyrate.ErrConfig) {
 			t.Errorf("%s: err = %v, want keyrate.ErrConfig", name, err)
+		} else if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: err = %v, want it to name %s", name, err, c.field)
 		}
 	}
 }
@@ -148,7 +154,7 @@ func TestHeaderKeyAndJoin(t *testing.T) {
 		t.Errorf("long header: %d bytes, want the header's identity", len(got))
 	}
 	r.Header.Set("X-API-Key", "alice")
-	both := Join(HeaderKey("X-API-Key", nil), mustClientIP(t))
+	both := Join(HeaderKey("X-API-Key", nil), mustClientIP(t, IPConfig{}))
 	if got, _ := both(r); got != "x-api-key=alice\x00192.0.2.1" {
 		t.Errorf("joined: %q", got)
 	}
@@ -178,10 +184,10 @@ func FuzzClientIP(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.remote, s.xff, s.hops)
 	}
-	plain := mustClientIP(f)
+	plain := mustClientIP(f, IPConfig{})
 	f.Fuzz(func(t *testing.T, remote, xff string, hops uint8) {
 		n := int(hops%4) + 1
-		trusting := mustClientIP(t, TrustHops(n))
+		trusting := mustClientIP(t, IPConfig{TrustHops: n})
 		r := request(remote, xff)
 		socketKey, sockErr := plain(request(remote))
 

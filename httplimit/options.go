@@ -82,7 +82,7 @@ const (
 func WithRoute(name string) Option { return func(c *config) { c.route = name } }
 
 // WithKeyFunc sets how a request maps to the identity it is limited by.
-// Default: ClientIP() with no trusted proxies, the socket's address (IPv6
+// Default: ClientIP of the zero IPConfig, the socket's address (IPv6
 // grouped by /64); see ClientIP, HeaderKey and Join. An identity over 128
 // bytes, or one that starts with "sha256:", is limited under its SHA-256
 // digest, so every key stays bounded. An empty identity, or an error, is

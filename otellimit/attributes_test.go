@@ -27,7 +27,7 @@ func TestAttributesNeverNameClients(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	require.NoError(t, m.TrackKeys("search", l))
-	ip, err := httplimit.ClientIP()
+	ip, err := httplimit.ClientIP(httplimit.IPConfig{})
 	require.NoError(t, err)
 	h, _ := limited(t, m, l, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key", ip)))
 	for i := range 100 {

@@ -23,7 +23,8 @@
 // can write into a buffer of its own without allocating.
 //
 // ParseRateLimit reads a RateLimit field back, for a client: what an
-// upstream says it has left (httplimit.NewTransport holds its calls to it).
+// upstream says it has left (httplimit/upstream's transport holds its
+// calls to it).
 package ratelimitfield
 
 // unnamed names the policy of a caller with no route whose policy has no

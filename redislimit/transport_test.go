@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/httplimit/upstream"
 	"github.com/keyrate/keyrate/redislimit"
 	"github.com/keyrate/keyrate/redislimit/redistest"
 )
 
-// Two replicas call one paid API through httplimit.NewTransport, each over
+// Two replicas call one paid API through upstream.NewTransport, each over
 // its own redislimit.Limiter on one Redis: they share one budget of 5 a
 // second, so the API never sees 6 calls within a second from the two
 // together, and 12 calls take 2 seconds, as from one process.
@@ -46,7 +46,7 @@ func TestTransportSharesTheBudgetAcrossReplicas(t *testing.T) {
 		for range 2 {
 			l, err := redislimit.New(client, 5, time.Second, redislimit.WithPrefix(prefix), redislimit.WithClock(wallClock{}))
 			require.NoError(t, err)
-			tr, err := httplimit.NewTransport(api, l)
+			tr, err := upstream.NewTransport(api, l)
 			require.NoError(t, err)
 			replica := &http.Client{Transport: tr}
 			for range 6 {

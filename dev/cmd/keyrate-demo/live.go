@@ -26,7 +26,7 @@ func newLive(cfg config) (*live.Hub, error) {
 			rs[i].Refunds = true
 		}
 	}
-	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
+	ip, err := httplimit.ClientIP(httplimit.IPConfig{TrustHops: cfg.TrustedProxies})
 	if err != nil {
 		return nil, err
 	}

@@ -205,7 +205,7 @@ type config struct {
 // /metrics. close releases the in-process limiters once the server has
 // stopped. "/" is left unrouted (404) for a front page.
 func newServer(cfg config) (h http.Handler, close func(), err error) {
-	ip, err := httplimit.ClientIP(httplimit.TrustHops(cfg.TrustedProxies))
+	ip, err := httplimit.ClientIP(httplimit.IPConfig{TrustHops: cfg.TrustedProxies})
 	if err != nil {
 		return nil, nil, err
 	}

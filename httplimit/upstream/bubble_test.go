@@ -1,4 +1,4 @@
-package httplimit_test
+package upstream_test
 
 import (
 	"net/http"
@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 )
+
+// t0 is the instant the tests' clocks start at.
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // bubbleClock is the clock of a testing/synctest bubble, given to the
 // backend and the Transport alike (WithClock): its time moves only once

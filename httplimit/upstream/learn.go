@@ -1,4 +1,4 @@
-package httplimit
+package upstream
 
 import (
 	"errors"
@@ -10,6 +10,16 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate/ratelimitfield"
+)
+
+// The fields an upstream says what it has left in, as httplimit writes
+// them.
+var (
+	hRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	hRemaining  = http.CanonicalHeaderKey("RateLimit-Remaining")
+	hReset      = http.CanonicalHeaderKey("RateLimit-Reset")
+	hXRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hXReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
 )
 
 // upstream is what a transport has learned of one upstream key: a pause

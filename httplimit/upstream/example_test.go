@@ -1,4 +1,4 @@
-package httplimit_test
+package upstream_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/httplimit/upstream"
 )
 
 // A client of a paid API held to its plan, 3 calls a second and 1,000 a
@@ -29,7 +29,7 @@ func ExampleNewTransport() {
 		panic(err)
 	}
 	defer plan.Close()
-	transport, err := httplimit.NewTransport(http.DefaultTransport, plan)
+	transport, err := upstream.NewTransport(http.DefaultTransport, plan)
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +61,7 @@ func ExampleWithFailFast() {
 	clock := keyrate.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	plan, _ := keyrate.New(2, time.Minute, keyrate.WithClock(clock))
 	defer plan.Close()
-	transport, err := httplimit.NewTransport(nil, plan, httplimit.WithFailFast(), httplimit.WithClock(clock))
+	transport, err := upstream.NewTransport(nil, plan, upstream.WithFailFast(), upstream.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
@@ -69,7 +69,7 @@ func ExampleWithFailFast() {
 
 	for range 3 {
 		resp, err := client.Get(api.URL)
-		var limited *httplimit.LimitedError
+		var limited *upstream.LimitedError
 		switch {
 		case errors.As(err, &limited):
 			fmt.Println("not sent; it fits in", limited.RetryAfter)

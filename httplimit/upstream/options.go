@@ -1,4 +1,4 @@
-package httplimit
+package upstream
 
 import (
 	"net/http"
@@ -7,10 +7,10 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// TransportOption configures the RoundTripper of NewTransport.
-type TransportOption func(*transportConfig)
+// Option configures the RoundTripper of NewTransport.
+type Option func(*config)
 
-type transportConfig struct {
+type config struct {
 	key      func(*http.Request) string
 	keySet   bool
 	failFast bool
@@ -34,8 +34,8 @@ const defaultMaxPause = time.Minute
 // per account of a shared API with the host and the account's name, say.
 // A nil f is an error; a request for which f returns "" is not sent, and
 // RoundTrip returns an error wrapping keyrate.ErrInvalidKey.
-func WithUpstreamKey(f func(*http.Request) string) TransportOption {
-	return func(c *transportConfig) { c.key, c.keySet = f, true }
+func WithUpstreamKey(f func(*http.Request) string) Option {
+	return func(c *config) { c.key, c.keySet = f, true }
 }
 
 // WithFailFast makes the transport refuse a request it would otherwise
@@ -44,8 +44,8 @@ func WithUpstreamKey(f func(*http.Request) string) TransportOption {
 // it. Use it where a caller has something better to do than wait (serve a
 // cached answer, shed the work). Default: a request waits within its
 // context.
-func WithFailFast() TransportOption {
-	return func(c *transportConfig) { c.failFast = true }
+func WithFailFast() Option {
+	return func(c *config) { c.failFast = true }
 }
 
 // WithRetries lets the transport send a request again, up to n times, when
@@ -54,8 +54,8 @@ func WithFailFast() TransportOption {
 // answer is returned. Only a request safe to repeat is (an idempotent
 // method, a body that can be read again: none, or GetBody); any other is
 // never sent twice. n must be 0 to 10. Default: 0, no retries.
-func WithRetries(n int) TransportOption {
-	return func(c *transportConfig) { c.retries = n }
+func WithRetries(n int) Option {
+	return func(c *config) { c.retries = n }
 }
 
 // WithClock sets the clock the transport waits on and learns pauses by.
@@ -64,8 +64,8 @@ func WithRetries(n int) TransportOption {
 // the method After(time.Duration) <-chan time.Time, as keyrate.ManualClock
 // has, wakes the transport's waits when it is moved. A nil clock is an
 // error.
-func WithClock(c keyrate.Clock) TransportOption {
-	return func(cfg *transportConfig) { cfg.clock, cfg.clockSet = c, true }
+func WithClock(c keyrate.Clock) Option {
+	return func(cfg *config) { cfg.clock, cfg.clockSet = c, true }
 }
 
 // WithMaxPause bounds how long one answer of an upstream can hold back the
@@ -76,6 +76,6 @@ func WithClock(c keyrate.Clock) TransportOption {
 // gets what any wait that does not fit gives: an error wrapping
 // context.DeadlineExceeded when its context's deadline comes first, a
 // *LimitedError with WithFailFast. d must be positive. Default: a minute.
-func WithMaxPause(d time.Duration) TransportOption {
-	return func(c *transportConfig) { c.maxPause = d }
+func WithMaxPause(d time.Duration) Option {
+	return func(c *config) { c.maxPause = d }
 }

@@ -1,4 +1,4 @@
-package httplimit
+package upstream
 
 import (
 	"context"
@@ -14,64 +14,29 @@ import (
 	"github.com/keyrate/keyrate"
 )
 
-// transport is the http.RoundTripper NewTransport returns: it holds the
-// calls a service makes to someone else's API to that API's limits: each
-// upstream (by host, or WithUpstreamKey) to a budget in a keyrate.Backend,
-// and to what the upstream itself says of its limits. Put it in an
-// http.Client; it is safe for concurrent use, and every caller sharing it
-// shares what it learns.
-//
-// A request waits for its budget, within its context, before it is sent,
-// so that the upstream never sees more than the backend's policies admit:
-// on a *keyrate.Limiter, through its WaitN; on any other backend (the
-// Redis one, which replicas share, so that an API's limit per account
-// holds however many replicas call it), by taking the budget and, when
-// refused, waiting the Decision's RetryAfter and asking again.
-// WithFailFast refuses instead of waiting.
-//
-// It learns from the answers. A 429 Too Many Requests or 503 Service
-// Unavailable with a Retry-After (seconds, or an HTTP date, read against
-// the answer's Date) pauses the upstream: no request is sent to it until
-// then, by any caller. The IETF RateLimit field (the member with the least
-// remaining), the older RateLimit-Remaining and RateLimit-Reset, and the
-// common X-RateLimit-Remaining and X-RateLimit-Reset (the latter in
-// seconds, or a Unix time in seconds when it reads as one, as GitHub's
-// does) hold it to what the upstream says is left: with r remaining until
-// a reset, at most r more requests are sent before it, and with none
-// remaining, none. No answer holds the upstream back longer than
-// WithMaxPause (a minute by default): a caller waits at most that for what
-// the upstream said, or gets the error of a wait that passes its context's
-// deadline. The answers themselves, a 429 included, are returned
-// to the caller as they are: a request that may not be idempotent is never
-// sent twice (WithRetries retries those that are, on request).
-//
-// What it learns is kept in this process, per upstream key, until it
-// lapses: replicas sharing a Redis budget each learn from their own
-// answers, at the cost of one refused request per replica when a pause
-// begins. (Sharing it would need the store to keep a pause beside the
-// budget, which its decision script does not, or another round trip per
-// request.)
+// transport is the http.RoundTripper NewTransport returns; the package
+// doc says what it does, the README why.
 type transport struct {
 	base      http.RoundTripper
 	backend   keyrate.Backend
 	limiter   *keyrate.Limiter // backend, when it is one: WaitN waits for it
 	upstreams *xsync.MapOf[string, *upstream]
-	transportConfig
+	config
 }
 
 // NewTransport returns an http.RoundTripper that sends through base
 // (http.DefaultTransport when nil) the requests b admits, holding each
 // upstream to its budget in b and to what the upstream says of its limits
-// (see the README, "Outbound calls"). Put it in an http.Client; it is safe
-// for concurrent use, and every caller sharing it shares what it learns.
-// It has CloseIdleConnections, for http.Client's. A nil b, or an invalid
-// option, gives an error wrapping keyrate.ErrConfig.
-func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOption) (http.RoundTripper, error) {
+// (see the package doc). Put it in an http.Client; it is safe for
+// concurrent use, and every caller sharing it shares what it learns. It
+// has CloseIdleConnections, for http.Client's. A nil b, or an invalid
+// option, gives an error wrapping keyrate.ErrConfig that names it.
+func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...Option) (http.RoundTripper, error) {
 	t := &transport{base: base, backend: b, upstreams: xsync.NewMapOf[string, *upstream]()}
 	t.key, t.clock, t.maxPause = upstreamHost, wallClock{}, defaultMaxPause
 	for _, o := range opts {
 		if o != nil {
-			o(&t.transportConfig)
+			o(&t.config)
 		}
 	}
 	if t.base == nil {
@@ -80,15 +45,15 @@ func NewTransport(base http.RoundTripper, b keyrate.Backend, opts ...TransportOp
 	t.limiter, _ = b.(*keyrate.Limiter)
 	switch {
 	case b == nil:
-		return nil, fmt.Errorf("%w: httplimit: transport: backend is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: upstream: backend is nil", keyrate.ErrConfig)
 	case t.keySet && t.key == nil:
-		return nil, fmt.Errorf("%w: httplimit: transport: upstream key function is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: upstream: WithUpstreamKey's function is nil", keyrate.ErrConfig)
 	case t.clockSet && t.clock == nil:
-		return nil, fmt.Errorf("%w: httplimit: transport: clock is nil", keyrate.ErrConfig)
+		return nil, fmt.Errorf("%w: upstream: WithClock's clock is nil", keyrate.ErrConfig)
 	case t.retries < 0 || t.retries > maxRetries:
-		return nil, fmt.Errorf("%w: httplimit: transport: %d retries, want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
+		return nil, fmt.Errorf("%w: upstream: WithRetries(%d), want 0 to %d", keyrate.ErrConfig, t.retries, maxRetries)
 	case t.maxPause <= 0:
-		return nil, fmt.Errorf("%w: httplimit: transport: a maximum pause of %v, want one above 0", keyrate.ErrConfig, t.maxPause)
+		return nil, fmt.Errorf("%w: upstream: WithMaxPause(%v), want a pause above 0", keyrate.ErrConfig, t.maxPause)
 	}
 	return t, nil
 }
@@ -101,8 +66,9 @@ type LimitedError struct {
 	RetryAfter time.Duration
 }
 
+// Error says that the budget is spent, and when the request would fit.
 func (e *LimitedError) Error() string {
-	return "httplimit: transport: the upstream's budget is spent; retry in " + e.RetryAfter.String()
+	return "upstream: the upstream's budget is spent; retry in " + e.RetryAfter.String()
 }
 
 // RoundTrip sends req once its upstream's budget and pause allow, and
@@ -118,7 +84,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key := t.key(req)
 	if key == "" {
 		closeBody(req)
-		return nil, fmt.Errorf("httplimit: transport: %w: the request has no upstream key", keyrate.ErrInvalidKey)
+		return nil, fmt.Errorf("upstream: %w: the request has no upstream key", keyrate.ErrInvalidKey)
 	}
 	send := req
 	for try := 0; ; try++ {
@@ -171,7 +137,7 @@ func (t *transport) admit(ctx context.Context, key string) error {
 func (t *transport) take(ctx context.Context, key string) error {
 	if t.limiter != nil && !t.failFast {
 		if err := t.limiter.WaitN(ctx, key, 1); err != nil {
-			return fmt.Errorf("httplimit: transport: %w", err)
+			return fmt.Errorf("upstream: %w", err)
 		}
 		return nil
 	}
@@ -179,11 +145,11 @@ func (t *transport) take(ctx context.Context, key string) error {
 		d, err := t.backend.TakeContext(ctx, key, 1)
 		switch {
 		case err != nil:
-			return fmt.Errorf("httplimit: transport: the budget could not be had: %w", err)
+			return fmt.Errorf("upstream: the budget could not be had: %w", err)
 		case d.Allowed:
 			return nil
 		case d.RetryAfter <= 0 && !d.Overflow:
-			return fmt.Errorf("httplimit: transport: %w: the budget's limit is %d", keyrate.ErrExceedsLimit, d.Limit)
+			return fmt.Errorf("upstream: %w: the budget's limit is %d", keyrate.ErrExceedsLimit, d.Limit)
 		}
 		if err := t.await(ctx, d.RetryAfter); err != nil {
 			return err
@@ -201,7 +167,7 @@ func (t *transport) await(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
-		return fmt.Errorf("httplimit: transport: a wait of %v would pass the context deadline: %w", d, context.DeadlineExceeded)
+		return fmt.Errorf("upstream: a wait of %v would pass the context deadline: %w", d, context.DeadlineExceeded)
 	}
 	var wake <-chan time.Time
 	if c, ok := t.clock.(interface {

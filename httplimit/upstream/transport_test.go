@@ -1,4 +1,4 @@
-package httplimit_test
+package upstream_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/backend"
-	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/httplimit/upstream"
 )
 
 // upstreamServer is an HTTP handler, served in process (memoryNet), that
@@ -102,7 +102,7 @@ func TestTransportHoldsCallsToTheBudget(t *testing.T) {
 						b = viaBackendFunc(l)
 					}
 					up := newUpstream(t, clock, nil)
-					client := &http.Client{Transport: mustTransport(t, nil, b, httplimit.WithClock(clock))}
+					client := &http.Client{Transport: mustTransport(t, nil, b, upstream.WithClock(clock))}
 					call := func() {
 						code, err := fetch(t, client, up.URL)
 						assert.NoError(t, err)
@@ -164,7 +164,7 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 						refusal(w, clock)
 					}
 				})
-				client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+				client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock))}
 				var codes []int
 				var mu sync.Mutex
 				call := func() {
@@ -222,7 +222,7 @@ func TestTransportHeedsWhatIsLeft(t *testing.T) {
 						tc.header(w.Header(), clock.Now())
 					}
 				})
-				client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+				client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock))}
 				run(func() {
 					for range 4 {
 						_, err := fetch(t, client, up.URL)
@@ -245,7 +245,7 @@ func TestTransportStopsAtTheContext(t *testing.T) {
 		require.NoError(t, err)
 		defer l.Close()
 		up := newUpstream(t, clock, nil)
-		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+		client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock))}
 		_, err = fetch(t, client, up.URL)
 		require.NoError(t, err)
 
@@ -283,11 +283,11 @@ func TestTransportFailFast(t *testing.T) {
 		require.NoError(t, err)
 		defer l.Close()
 		up := newUpstream(t, clock, nil)
-		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock), upstream.WithFailFast())}
 		_, err = fetch(t, client, up.URL)
 		require.NoError(t, err)
 		_, err = fetch(t, client, up.URL)
-		var limited *httplimit.LimitedError
+		var limited *upstream.LimitedError
 		require.ErrorAs(t, err, &limited)
 		assert.Equal(t, time.Minute, limited.RetryAfter)
 		assert.Len(t, up.arrivals(), 1)
@@ -309,7 +309,7 @@ func TestTransportRetries(t *testing.T) {
 				w.WriteHeader(http.StatusTooManyRequests)
 			}
 		})
-		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithRetries(2))}
+		client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock), upstream.WithRetries(2))}
 		run(func() {
 			req, _ := http.NewRequest("PUT", up.URL, strings.NewReader("same body"))
 			resp, err := client.Do(req)
@@ -345,21 +345,21 @@ func TestTransportErrors(t *testing.T) {
 	up := newUpstream(t, keyrate.NewManualClock(t0), nil)
 	for name, opts := range map[string]struct {
 		b    keyrate.Backend
-		opts []httplimit.TransportOption
+		opts []upstream.Option
 	}{
 		"nil backend":   {nil, nil},
-		"nil key":       {l, []httplimit.TransportOption{httplimit.WithUpstreamKey(nil)}},
-		"nil clock":     {l, []httplimit.TransportOption{httplimit.WithClock(nil)}},
-		"11 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(11)}},
-		"-1 retries":    {l, []httplimit.TransportOption{httplimit.WithRetries(-1)}},
-		"0 max pause":   {l, []httplimit.TransportOption{httplimit.WithMaxPause(0)}},
-		"-1s max pause": {l, []httplimit.TransportOption{httplimit.WithMaxPause(-time.Second)}},
+		"nil key":       {l, []upstream.Option{upstream.WithUpstreamKey(nil)}},
+		"nil clock":     {l, []upstream.Option{upstream.WithClock(nil)}},
+		"11 retries":    {l, []upstream.Option{upstream.WithRetries(11)}},
+		"-1 retries":    {l, []upstream.Option{upstream.WithRetries(-1)}},
+		"0 max pause":   {l, []upstream.Option{upstream.WithMaxPause(0)}},
+		"-1s max pause": {l, []upstream.Option{upstream.WithMaxPause(-time.Second)}},
 	} {
-		tr, err := httplimit.NewTransport(nil, opts.b, opts.opts...)
+		tr, err := upstream.NewTransport(nil, opts.b, opts.opts...)
 		assert.ErrorIs(t, err, keyrate.ErrConfig, name)
 		assert.Nil(t, tr, name)
 	}
-	tr := mustTransport(t, nil, l, httplimit.WithUpstreamKey(func(*http.Request) string { return "" }))
+	tr := mustTransport(t, nil, l, upstream.WithUpstreamKey(func(*http.Request) string { return "" }))
 	body := &closeCounter{Reader: strings.NewReader("x")}
 	req, _ := http.NewRequest("POST", up.URL, body)
 	_, err = tr.RoundTrip(req)
@@ -392,16 +392,16 @@ func TestTransportKeys(t *testing.T) {
 		require.NoError(t, err)
 		defer l.Close()
 		a, b := newUpstream(t, clock, nil), newUpstream(t, clock, nil)
-		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock), upstream.WithFailFast())}
 		for _, u := range []string{a.URL, b.URL} {
 			_, err := fetch(t, client, u)
 			assert.NoError(t, err, "each host has its own budget")
 		}
 		_, err = fetch(t, client, a.URL)
-		assert.True(t, errors.As(err, new(*httplimit.LimitedError)))
+		assert.True(t, errors.As(err, new(*upstream.LimitedError)))
 
-		byAccount := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast(),
-			httplimit.WithUpstreamKey(func(r *http.Request) string { return "acct:" + r.Header.Get("X-Account") }))}
+		byAccount := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock), upstream.WithFailFast(),
+			upstream.WithUpstreamKey(func(r *http.Request) string { return "acct:" + r.Header.Get("X-Account") }))}
 		for _, acct := range []string{"1", "2"} {
 			req, _ := http.NewRequest("GET", a.URL, nil)
 			req.Header.Set("X-Account", acct)
@@ -415,12 +415,12 @@ func TestTransportKeys(t *testing.T) {
 
 // mustTransport returns NewTransport's RoundTripper, failing t on an
 // error; a nil base is the in-process one (inMemory).
-func mustTransport(t testing.TB, base http.RoundTripper, b keyrate.Backend, opts ...httplimit.TransportOption) http.RoundTripper {
+func mustTransport(t testing.TB, base http.RoundTripper, b keyrate.Backend, opts ...upstream.Option) http.RoundTripper {
 	t.Helper()
 	if base == nil {
 		base = inMemory{}
 	}
-	tr, err := httplimit.NewTransport(base, b, opts...)
+	tr, err := upstream.NewTransport(base, b, opts...)
 	require.NoError(t, err)
 	return tr
 }

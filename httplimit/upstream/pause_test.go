@@ -1,4 +1,4 @@
-package httplimit_test
+package upstream_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyrate/keyrate"
-	"github.com/keyrate/keyrate/httplimit"
+	"github.com/keyrate/keyrate/httplimit/upstream"
 )
 
 // farOff are answers that ask for a pause far longer than anyone should
@@ -59,10 +59,10 @@ func TestTransportBoundsThePause(t *testing.T) {
 	for name, answer := range farOff {
 		for _, maxPause := range []time.Duration{0, 5 * time.Second} {
 			want := time.Minute
-			var opts []httplimit.TransportOption
+			var opts []upstream.Option
 			if maxPause > 0 {
 				want = maxPause
-				opts = append(opts, httplimit.WithMaxPause(maxPause))
+				opts = append(opts, upstream.WithMaxPause(maxPause))
 			}
 			t.Run(name+"/"+want.String(), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
@@ -75,7 +75,7 @@ func TestTransportBoundsThePause(t *testing.T) {
 							w.WriteHeader(answer(w.Header(), clock.Now()))
 						}
 					})
-					opts := append([]httplimit.TransportOption{httplimit.WithClock(clock)}, opts...)
+					opts := append([]upstream.Option{upstream.WithClock(clock)}, opts...)
 					client := &http.Client{Transport: mustTransport(t, nil, l, opts...)}
 					run(func() {
 						for range 2 {
@@ -103,7 +103,7 @@ func TestTransportPauseAgainstTheContext(t *testing.T) {
 			w.Header().Set("Retry-After", "99999999")
 			w.WriteHeader(http.StatusTooManyRequests)
 		})
-		client := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock))}
+		client := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock))}
 		code, err := fetch(t, client, up.URL)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusTooManyRequests, code)
@@ -114,12 +114,12 @@ func TestTransportPauseAgainstTheContext(t *testing.T) {
 		_, err = client.Do(req)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "a minute's pause does not fit 10s")
 
-		failFast := &http.Client{Transport: mustTransport(t, nil, l, httplimit.WithClock(clock), httplimit.WithFailFast())}
+		failFast := &http.Client{Transport: mustTransport(t, nil, l, upstream.WithClock(clock), upstream.WithFailFast())}
 		code, err = fetch(t, failFast, up.URL) // each Transport learns for itself
 		require.NoError(t, err)
 		require.Equal(t, http.StatusTooManyRequests, code)
 		_, err = fetch(t, failFast, up.URL)
-		var limited *httplimit.LimitedError
+		var limited *upstream.LimitedError
 		require.ErrorAs(t, err, &limited)
 		assert.Equal(t, time.Minute, limited.RetryAfter)
 		assert.Len(t, up.arrivals(), 2)
