@@ -12,9 +12,9 @@ const otherRoute = "(other)"
 // fallback decided it), a refusal once more for each policy that refused
 // it. An error counts as result error and, when the backend was asked, as
 // a backend error of a kind (timeout, unavailable, oom, invalid; a failed
-// refund only as kind refund);
-// a client gone before the decision counts as client_gone and nowhere
-// else. The README's table says what each label value means.
+// refund only as kind refund); a client gone before the decision counts
+// as client_gone and nowhere else. The README's table says what each label
+// value means.
 func (m *Metrics) Observe(ev middleware.Event) {
 	r := m.observedRoute(ev.Route)
 	if ev.Err != nil {
