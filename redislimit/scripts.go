@@ -91,10 +91,10 @@ const (
 // names, ticks, refill intervals) is done once a run, not once a key.
 const driverNow = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
-local now0 = tonumber(ARGV[1])
+local now0 = ARGV[1] ~= '' and tonumber(ARGV[1]) or nil
 if not now0 then
   local t = redis.call('TIME')
-  now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now0 = t[1] * 1000000 + t[2]
 end
 local res = tonumber(ARGV[2])
 local leasable, pre, fast
@@ -176,11 +176,11 @@ while a <= #ARGV do
   elseif K == 1 then
     local n, tr = tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])]
     local s, r, err
-    if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick) end
+    if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, true) end
     if s == nil then r, err = load(KEYS[ki], n, tr) end
     ki, a = ki + 1, a + 2
     if s then
-      reply[#reply + 1] = '\1' .. s
+      reply[#reply + 1] = s
     elseif s == false then
       reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
     elseif not r then
@@ -211,18 +211,18 @@ while a <= #ARGV do
     for j = 1, K do
       if not hs then break end
       local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
-      local h = not tr.cals and redis.pcall('GETRANGE', key, 0, 151)
-      if not (h and fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, h, true)) then hs = nil end
+      local h = not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
+      if not (h and fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true)) then hs = nil end
       if hs then hs[j] = h end
     end
     if hs then
       local fail, at
-      local rec = {'\1'}
+      local rec = {}
       for j = 1, K do
         local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
-        local s, err = fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, hs[j])
+        local s, err = fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, j == 1, hs[j])
         if not s then fail, at = err, j break end
-        rec[j + 1] = s
+        rec[j] = s
       end
       ki, a = ki + K, a + 2 * K
       if fail then

@@ -99,11 +99,17 @@ local HDR, HOT, ENT, SLOT = '<BBHIIIIIIdIIId', '<IIId', '<II', '<IId'
 ` + calendarLua + `
 
 -- prepare gives a tier its tick: 2^k µs, the least in which its longest
--- window is under 2^31-1 ticks.
+-- window is under 2^31-1 ticks; and fl, fw, its limits and windows as the
+-- fast path takes them (one policy's as numbers, several as tables).
 local function prepare(tr)
   local k, tick = 0, 1
   while tr.wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
   tr.k, tr.tick = k, tick
+  if tr.P == 1 then
+    tr.fl, tr.fw = tr.limits[1], tr.windows[1]
+  else
+    tr.fl, tr.fw = tr.limits, tr.windows
+  end
   return tr
 end
 

@@ -22,11 +22,11 @@ import "github.com/redis/go-redis/v9"
 // several keys when every key would take it (each read once, all checked,
 // then all written, as the driver does).
 const slidingLogFast = `
-fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
+fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
   local H, HB, B, M = 56, 88, 4, 4294967296
   if n <= 0 or n > lmin then return nil end
   if not hdr then
-    hdr = redis.pcall('GETRANGE', key, 0, HB + 63)
+    hdr = redis.pcall('GETRANGE', key, '0', '151') -- HB + 63
     pre = hdr
   end
   if type(hdr) ~= 'string' or #hdr < HB then return nil end
@@ -38,8 +38,12 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
   local now = now0
   if now < last then now = last end
   local held = (total - base) % M
-  for i = 1, P do
-    if R0 <= now - win[i] or held + n > lim[i] then return nil end
+  if P == 1 then
+    if R0 <= now - win or held + n > lim then return nil end
+  else
+    for i = 1, P do
+      if R0 <= now - win[i] or held + n > lim[i] then return nil end
+    end
   end
   local nb = cnt - rc
   local R = now
@@ -58,41 +62,49 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
   local m = cnt
   if not merge then m = cnt + 1 end
   local c, tr = (total + n) % M, (R / tick) % M
-  local e = struct.pack('<II', tr, c)
-  local buf = hdr:sub(H + 1, H + 8 * nb)
-  local tail, ok = buf .. e, 0
+  -- buf: the buffer's entries the write keeps before the new entry,
+  -- which follows them unless it replaced the newest in the ring.
+  local buf, ok, te = '', 0, true
   if merge and nb == 0 then
     local p = head + rc - 1
     if p >= cap then p = p - cap end
-    ok, tail = redis.pcall('SETRANGE', key, HB + 8 * p, e), ''
+    ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
   elseif merge then
-    tail = buf:sub(1, -9) .. e
+    buf = hdr:sub(H + 1, H + 8 * nb - 8)
   elseif nb == B then
     local p = head + rc
     if p >= cap then p = p - cap end
+    buf = hdr:sub(H + 1, H + 8 * nb)
     if p + B <= cap then
       ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
     else
       ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
       if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
     end
-    rc, tail, fixed = rc + B, e, true
+    rc, buf, fixed = rc + B, '', true
+  elseif nb > 0 then
+    buf = hdr:sub(H + 1, H + 8 * nb)
   end
   if m == 1 then c0, t0, fixed = c, tr, true end
+  -- Offsets go as strings: Redis formats a number argument with printf.
   if type(ok) ~= 'table' then
-    if fixed then
-      ok = redis.pcall('SETRANGE', key, 0, struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now) .. tail)
+    if fixed and te then
+      ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
+    elseif fixed then
+      ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
+    elseif te then
+      ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
     else
-      ok = redis.pcall('SETRANGE', key, 36, struct.pack('<IIId', m, c, tr, now) .. tail)
+      ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
     end
   end
   if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
   if type(ok) == 'table' then return false, tostring(ok.err) end
   if P == 1 then
-    local w = win[1]
-    local refill = R + w - now
-    if held > 0 then refill = R0 + w - now end
-    return struct.pack('<i8i8i8i8i8i8i8', now, lim[1] - held - n, 0, R + w - now, refill, gen, R - now)
+    local refill = R + win - now
+    if held > 0 then refill = R0 + win - now end
+    if lead then return struct.pack('<Bi8i8i8i8i8i8i8', 1, now, lim - held - n, 0, R + win - now, refill, gen, R - now) end
+    return struct.pack('<i8i8i8i8i8i8i8', now, lim - held - n, 0, R + win - now, refill, gen, R - now)
   end
   local out = {now}
   for i = 1, P do
@@ -102,7 +114,9 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = lim[i] - held - n, 0, R + w - now, refill
   end
   out[2 + 4 * P], out[3 + 4 * P] = gen, R - now
-  return struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+  local s = struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+  if lead then return '\1' .. s end
+  return s
 end
 `
 
@@ -120,28 +134,36 @@ end
 // runs the batch script's code, held in a function that only then makes
 // its closures, on the header the fast path read.
 const slidingLogOneSource = driverNow + slidingLogFast + `
-local function general()
-` + slidingLogSource + driverTiers + driverTail + `
+do
+  -- The shape is checked by its strings, as the client writes them:
+  -- anything else takes the general code below.
+  local P, go = 1, ARGV[3] == '1'
+  if go and ARGV[4] ~= '1' then P = tonumber(ARGV[4]) end
+  go = go and ARGV[5 + 2 * P] == '1'
+  local lim, win, wmax, lmin
+  if go and P == 1 then
+    lim, win = tonumber(ARGV[5]), tonumber(ARGV[6])
+    wmax, lmin, go = win, lim, win > 0
+  elseif go then
+    lim, win, wmax, lmin = {}, {}, 0, math.huge
+    for i = 1, P do
+      local l, w = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+      if w == 0 then go = false break end
+      lim[i], win[i] = l, w
+      if w > wmax then wmax = w end
+      if l < lmin then lmin = l end
+    end
+  end
+  if go then
+    local k, tick = 0, 1
+    while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
+    local s, err = fast(KEYS[1], tonumber(ARGV[6 + 2 * P]), P, lim, win, wmax, lmin, k, tick, true)
+    if s then return s end
+    if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
+    fast = nil -- the driver's request is this one, which fast declined
+  end
 end
-local P = tonumber(ARGV[4])
-if tonumber(ARGV[3]) ~= 1 or tonumber(ARGV[5 + 2 * P]) ~= 1 then return general() end
-local n = tonumber(ARGV[6 + 2 * P])
-local lim, win, wmax, lmin = {}, {}, 0, math.huge
-for i = 1, P do
-  local l, w = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
-  if w == 0 then return general() end
-  lim[i], win[i] = l, w
-  if w > wmax then wmax = w end
-  if l < lmin then lmin = l end
-end
-local k, tick = 0, 1
-while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
-local s, err = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick)
-if s then return '\1' .. s end
-if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
-fast = nil -- the driver's request is this one, which fast declined
-return general()
-`
+` + slidingLogSource + driverTiers + driverTail
 
 // slidingLogOneScript decides a run of one request under the sliding log
 // (batch.go picks it).
