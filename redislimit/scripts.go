@@ -96,7 +96,7 @@ if not now0 then
   local t = redis.call('TIME')
   now0 = t[1] * 1000000 + t[2]
 end
-local res = tonumber(ARGV[2])
+local res = ARGV[2] + 0
 local leasable, pre, fast
 `
 

@@ -29,76 +29,96 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
     hdr = redis.pcall('GETRANGE', key, '0', '151') -- HB + 63
     pre = hdr
   end
-  if type(hdr) ~= 'string' or #hdr < HB then return nil end
-  local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
-  if v ~= 1 or cnt == 0 or lk ~= k then return nil end
-  local lt = math.ceil(last / tick)
-  local TN = lt + (tn - lt + 2147483648) % M - 2147483648
-  local R0, Rn = (TN - (tn - t0) % M) * tick, TN * tick
-  local now = now0
-  if now < last then now = last end
-  local held = (total - base) % M
-  if P == 1 then
-    if R0 <= now - win or held + n > lim then return nil end
+  if type(hdr) ~= 'string' then return nil end
+  local now, R, R0, held, gen, ok = now0
+  if #hdr < HB then
+    -- No key: a new log of a generation of its own, its entry in the
+    -- buffer, no ring, as admit writes it.
+    if #hdr > 0 then return nil end
+    if dry then return true end
+    pre = nil
+    R, held = now, 0
+    if res > 0 then R = math.ceil(R / res) * res end
+    R = math.ceil(R / tick) * tick
+    local ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+    local t = (R / tick) % M
+    gen = ` + newGen + `
+    ok = redis.pcall('SET', key, struct.pack('<BBHIIIIIIdIIIdIIxxxxxxxxxxxxxxxxxxxxxxxx', 1, k, gen, 0, 0, 0, 0, n, t, now + ttl, 1, n, t, now, t, n),
+      'PX', ttl / 1000)
+    if ok.ok then ok = 0 end -- SET's status reply, a table as errors are
   else
-    for i = 1, P do
-      if R0 <= now - win[i] or held + n > lim[i] then return nil end
-    end
-  end
-  local nb = cnt - rc
-  local R = now
-  if res > 0 then R = math.ceil(R / res) * res end
-  R = math.ceil(R / tick) * tick
-  if R < Rn then R = math.ceil(Rn / tick) * tick end
-  local merge = R == Rn
-  if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
-  if dry then return true end
-  pre = nil -- decided here: nothing for load
-  local fixed, ttl = false, nil
-  if expires < R + wmax then
-    ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
-    expires, fixed = now + ttl, true
-  end
-  local m = cnt
-  if not merge then m = cnt + 1 end
-  local c, tr = (total + n) % M, (R / tick) % M
-  -- buf: the buffer's entries the write keeps before the new entry,
-  -- which follows them unless it replaced the newest in the ring.
-  local buf, ok, te = '', 0, true
-  if merge and nb == 0 then
-    local p = head + rc - 1
-    if p >= cap then p = p - cap end
-    ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
-  elseif merge then
-    buf = hdr:sub(H + 1, H + 8 * nb - 8)
-  elseif nb == B then
-    local p = head + rc
-    if p >= cap then p = p - cap end
-    buf = hdr:sub(H + 1, H + 8 * nb)
-    if p + B <= cap then
-      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+    local v, lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last
+    v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
+    if v ~= 1 or cnt == 0 or lk ~= k then return nil end
+    local lt = math.ceil(last / tick)
+    local TN = lt + (tn - lt + 2147483648) % M - 2147483648
+    local Rn = TN * tick
+    R0 = (TN - (tn - t0) % M) * tick
+    if now < last then now = last end
+    held = (total - base) % M
+    if P == 1 then
+      if R0 <= now - win or held + n > lim then return nil end
     else
-      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
-      if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+      for i = 1, P do
+        if R0 <= now - win[i] or held + n > lim[i] then return nil end
+      end
     end
-    rc, buf, fixed = rc + B, '', true
-  elseif nb > 0 then
-    buf = hdr:sub(H + 1, H + 8 * nb)
-  end
-  if m == 1 then c0, t0, fixed = c, tr, true end
-  -- Offsets go as strings: Redis formats a number argument with printf.
-  if type(ok) ~= 'table' then
-    if fixed and te then
-      ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
-    elseif fixed then
-      ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
-    elseif te then
-      ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
-    else
-      ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
+    local nb = cnt - rc
+    R = now
+    if res > 0 then R = math.ceil(R / res) * res end
+    R = math.ceil(R / tick) * tick
+    if R < Rn then R = math.ceil(Rn / tick) * tick end
+    local merge = R == Rn
+    if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
+    if dry then return true end
+    pre = nil -- decided here: nothing for load
+    local fixed, ttl = false, nil
+    if expires < R + wmax then
+      ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+      expires, fixed = now + ttl, true
     end
+    local m = cnt
+    if not merge then m = cnt + 1 end
+    local c, tr = (total + n) % M, (R / tick) % M
+    -- buf: the buffer's entries the write keeps before the new entry,
+    -- which follows them unless it replaced the newest in the ring.
+    local buf, te = '', true
+    ok = 0
+    if merge and nb == 0 then
+      local p = head + rc - 1
+      if p >= cap then p = p - cap end
+      ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
+    elseif merge then
+      buf = hdr:sub(H + 1, H + 8 * nb - 8)
+    elseif nb == B then
+      local p = head + rc
+      if p >= cap then p = p - cap end
+      buf = hdr:sub(H + 1, H + 8 * nb)
+      if p + B <= cap then
+        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+      else
+        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
+        if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+      end
+      rc, buf, fixed = rc + B, '', true
+    elseif nb > 0 then
+      buf = hdr:sub(H + 1, H + 8 * nb)
+    end
+    if m == 1 then c0, t0, fixed = c, tr, true end
+    -- Offsets go as strings: Redis formats a number argument with printf.
+    if type(ok) ~= 'table' then
+      if fixed and te then
+        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
+      elseif fixed then
+        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
+      elseif te then
+        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
+      else
+        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
+      end
+    end
+    if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
   end
-  if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
   if type(ok) == 'table' then return false, tostring(ok.err) end
   if P == 1 then
     local refill = R + win - now
@@ -142,7 +162,8 @@ do
   go = go and ARGV[5 + 2 * P] == '1'
   local lim, win, wmax, lmin
   if go and P == 1 then
-    lim, win = tonumber(ARGV[5]), tonumber(ARGV[6])
+    -- x + 0 converts x as tonumber does, without the call.
+    lim, win = ARGV[5] + 0, ARGV[6] + 0
     wmax, lmin, go = win, lim, win > 0
   elseif go then
     lim, win, wmax, lmin = {}, {}, 0, math.huge
@@ -157,7 +178,7 @@ do
   if go then
     local k, tick = 0, 1
     while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
-    local s, err = fast(KEYS[1], tonumber(ARGV[6 + 2 * P]), P, lim, win, wmax, lmin, k, tick, true)
+    local s, err = fast(KEYS[1], ARGV[6 + 2 * P] + 0, P, lim, win, wmax, lmin, k, tick, true)
     if s then return s end
     if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
     fast = nil -- the driver's request is this one, which fast declined
