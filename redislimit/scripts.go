@@ -143,9 +143,9 @@ end
 // when it sets one (the sliding log's, slidinglogone.go), which decides
 // the common admission or returns nil.
 const driverTail = `
-local reply, ki = {}, 1
-while a <= #ARGV do
-  local K = tonumber(ARGV[a])
+local reply, ki, na = {}, 1, #ARGV
+while a <= na do
+  local K = ARGV[a] + 0 -- as tonumber, without the call
   a = a + 1
   if K == 0 then
     -- A lease: one key, at least n and at most m, as leasable grants.
@@ -174,7 +174,7 @@ while a <= #ARGV do
       end
     end
   elseif K == 1 then
-    local n, tr = tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])]
+    local n, tr = ARGV[a] + 0, tiers[ARGV[a + 1] + 0]
     local s, r, err
     if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, true) end
     if s == nil then r, err = load(KEYS[ki], n, tr) end
@@ -210,17 +210,17 @@ while a <= #ARGV do
     local hs = fast and {}
     for j = 1, K do
       if not hs then break end
-      local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
+      local key, tr = KEYS[ki + j - 1], tiers[ARGV[a + 2 * j - 1] + 0]
       local h = not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
-      if not (h and fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true)) then hs = nil end
+      if not (h and fast(key, ARGV[a + 2 * j - 2] + 0, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true)) then hs = nil end
       if hs then hs[j] = h end
     end
     if hs then
       local fail, at
       local rec = {}
       for j = 1, K do
-        local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
-        local s, err = fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, j == 1, hs[j])
+        local key, tr = KEYS[ki + j - 1], tiers[ARGV[a + 2 * j - 1] + 0]
+        local s, err = fast(key, ARGV[a + 2 * j - 2] + 0, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, j == 1, hs[j])
         if not s then fail, at = err, j break end
         rec[j] = s
       end
