@@ -2,25 +2,28 @@ package redislimit
 
 import "github.com/redis/go-redis/v9"
 
-// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick, hdr,
-// dry): the key's part of an admitted record (its numbers, packed) of
-// weight n under P sliding policies (limits lim, windows win, the longest
-// wmax, the least limit lmin, ticks of tick = 2^k µs), or false and the
-// text of the error of a write Redis refused, in the common case of an
-// admission, decided from the
-// header unpacked into locals, with no tables of the key's state: a
-// weight n > 0 that fits in a log of version 1 in the tier's tick whose
-// windows have lost nothing since the last decision, appended in place
-// (to the buffer, flushed into the ring when full, or merged into the
-// newest entry). It writes what admit writes in that case, byte for byte,
-// and answers as the driver would (TestOneScriptMatchesBatch). In any
-// other case (a new or empty log, a refusal, a window to prune, a
-// rewrite) it writes nothing and returns nil, leaving the header it read
-// in pre for load. hdr, when given, is the key's header as read; with dry
-// set it writes nothing and returns true where it would decide. The batch
-// script takes it for each request of one key, and for a request of
-// several keys when every key would take it (each read once, all checked,
-// then all written, as the driver does).
+// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick,
+// lead, hdr, dry): the key's part of an admitted record (its numbers,
+// packed, after the status byte 1 when lead is set) of weight n under P
+// sliding policies (limits lim, windows win, as numbers when P is 1, else
+// tables; the longest window wmax, the least limit lmin, ticks of tick =
+// 2^k µs), or false and the text of the error of a write Redis refused,
+// in the common case of an admission, decided from the header unpacked
+// into locals, with no tables of the key's state: a weight n > 0 that
+// fits, on a key with no log (written whole with one SET) or a log of
+// version 1 in the tier's tick whose windows have lost nothing since the
+// last decision, appended in place (to the buffer, flushed into the ring
+// when full, or merged into the newest entry). It writes what admit
+// writes in that case, byte for byte, and answers as the driver would
+// (TestOneScriptMatchesBatch). In any other case (an empty log, a
+// refusal, a window to prune, a rewrite) it writes nothing and returns
+// nil, leaving the header it read in pre for load. hdr, when given, is
+// the key's header as read; with dry set it writes nothing and returns
+// true where it would decide. The batch script takes it for each request
+// of one key, and for each key of a request of several that it would
+// decide (each read once, all checked, then all written, as the driver
+// does). Each command's constant offsets go as strings: Redis formats a
+// number argument with printf, which costs about what the command does.
 const slidingLogFast = `
 fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
   local H, HB, B, M = 56, 88, 4, 4294967296
@@ -142,21 +145,19 @@ end
 
 // slidingLogOneSource is the sliding log's script for a run of one
 // request (a lone caller's): the batch script's protocol, reply and log
-// layout (scripts.go, slidinglog.go), with a fast path in front for the
+// layout (scripts.go, slidinglog.go), with fast (above) in front for the
 // common case, a request of one key at a weight n > 0 under sliding
-// policies alone, that fits in a log of version 1 in the tier's tick whose
-// windows have lost nothing since the last decision, appended in place
-// (the buffer, flushed into the ring when full, or merged into the newest
-// entry). It reads the header into locals, with no tables of tiers and no
-// key's table, and writes what admit writes in that case, byte for byte
-// (TestOneScriptMatchesBatch). Any other case (a new or empty log, a
-// refusal, a window to prune, a rewrite, a calendar, a lease, several keys)
-// runs the batch script's code, held in a function that only then makes
-// its closures, on the header the fast path read.
+// policies alone, its shape checked by ARGV's strings and one policy's
+// limit and window read as numbers, with no tables of tiers and no key's
+// table (TestOneScriptMatchesBatch). Any other case (an empty log, a
+// refusal, a window to prune, a rewrite, a calendar, a lease, several
+// keys) runs the batch script's code, which follows in the same chunk, on
+// the header fast read: a decision fast takes returns before the code
+// that makes the general closures runs.
 const slidingLogOneSource = driverNow + slidingLogFast + `
 do
-  -- The shape is checked by its strings, as the client writes them:
-  -- anything else takes the general code below.
+  -- The shape, by its strings as the client writes them: anything else
+  -- takes the general code below.
   local P, go = 1, ARGV[3] == '1'
   if go and ARGV[4] ~= '1' then P = tonumber(ARGV[4]) end
   go = go and ARGV[5 + 2 * P] == '1'
