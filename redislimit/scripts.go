@@ -91,12 +91,12 @@ const (
 // names, ticks, refill intervals) is done once a run, not once a key.
 const driverNow = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
-local now0 = tonumber(ARGV[1])
+local now0 = ARGV[1] ~= '' and tonumber(ARGV[1]) or nil
 if not now0 then
   local t = redis.call('TIME')
-  now0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now0 = t[1] * 1000000 + t[2]
 end
-local res = tonumber(ARGV[2])
+local res = ARGV[2] + 0
 local leasable, pre, fast
 `
 
@@ -141,11 +141,14 @@ end
 // its request alone. A request of one key, the most common, takes a path
 // of its own, with no table of keys, and first the algorithm's fast(...)
 // when it sets one (the sliding log's, slidinglogone.go), which decides
-// the common admission or returns nil.
+// the common admission or returns nil. A request of several keys reads
+// each key once: those fast would decide are checked dry, the others
+// loaded and assessed; then, if every key has room, fast writes its keys
+// and admit the others, in order, else every key is described.
 const driverTail = `
-local reply, ki = {}, 1
-while a <= #ARGV do
-  local K = tonumber(ARGV[a])
+local reply, ki, na = {}, 1, #ARGV
+while a <= na do
+  local K = ARGV[a] + 0 -- as tonumber, without the call
   a = a + 1
   if K == 0 then
     -- A lease: one key, at least n and at most m, as leasable grants.
@@ -174,13 +177,13 @@ while a <= #ARGV do
       end
     end
   elseif K == 1 then
-    local n, tr = tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])]
+    local n, tr = ARGV[a] + 0, tiers[ARGV[a + 1] + 0]
     local s, r, err
-    if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick) end
+    if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, true) end
     if s == nil then r, err = load(KEYS[ki], n, tr) end
     ki, a = ki + 1, a + 2
     if s then
-      reply[#reply + 1] = '\1' .. s
+      reply[#reply + 1] = s
     elseif s == false then
       reply[#reply + 1] = struct.pack('<BHH', 2, 1, #err) .. err
     elseif not r then
@@ -205,66 +208,57 @@ while a <= #ARGV do
       end
     end
   else
-    -- fast, when every key takes it: each read and checked, then each
-    -- written; else the keys' tables.
-    local hs = fast and {}
+    -- Each key read once: fast checks (dry) those it would decide, the
+    -- others have their tables; an admission writes fast's keys with
+    -- fast, the others with admit, in order; a refusal describes every
+    -- key from its table.
+    local hs, rs, admitted, fail, at = {}, {}, true, nil, 0
     for j = 1, K do
-      if not hs then break end
-      local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
-      local h = not tr.cals and redis.pcall('GETRANGE', key, 0, 151)
-      if not (h and fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, h, true)) then hs = nil end
-      if hs then hs[j] = h end
-    end
-    if hs then
-      local fail, at
-      local rec = {'\1'}
-      for j = 1, K do
-        local key, tr = KEYS[ki + j - 1], tiers[tonumber(ARGV[a + 2 * j - 1])]
-        local s, err = fast(key, tonumber(ARGV[a + 2 * j - 2]), tr.P, tr.limits, tr.windows, tr.wmax, tr.lmin, tr.k, tr.tick, hs[j])
-        if not s then fail, at = err, j break end
-        rec[j + 1] = s
-      end
-      ki, a = ki + K, a + 2 * K
-      if fail then
-        reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
+      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2] + 0, tiers[ARGV[a + 2 * j - 1] + 0]
+      local h = fast and not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
+      if h and fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true) then
+        hs[j] = h
       else
-        reply[#reply + 1] = table.concat(rec)
+        if h then pre = h end
+        local r, err = load(key, n, tr)
+        if not r then fail, at = err, j break end
+        assess(r)
+        admitted = admitted and r.room
+        rs[j] = r
       end
-    else
-      local rs, admitted, fail, at = {}, true, nil, 0
-      for j = 1, K do
-        if not fail then
-          local r, err = load(KEYS[ki], tonumber(ARGV[a]), tiers[tonumber(ARGV[a + 1])])
-          if not r then
-            fail, at = err, j
-          else
-            assess(r)
-            admitted = admitted and r.room
-            rs[j] = r
-          end
+    end
+    local rec = {''}
+    for j = 1, K do
+      if fail then break end
+      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2] + 0, tiers[ARGV[a + 2 * j - 1] + 0]
+      local r, ok, s = rs[j]
+      if admitted and hs[j] then
+        s, fail = fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, hs[j])
+        if s then ok, fail = true, nil else ok, s = false, fail end
+      else
+        if not r then
+          pre = hs[j]
+          r, s = load(key, n, tr)
+          if r then assess(r) end
         end
-        ki, a = ki + 1, a + 2
-      end
-      local rec = {''}
-      for j = 1, K do
-        if fail then break end
-        local r = rs[j]
-        local ok, s
-        if admitted and r.n > 0 then
+        if not r then
+          ok = false
+        elseif admitted and r.n > 0 then
           ok, s = pcall(admit, r)
         elseif admitted or r.room then
           ok, s = pcall(describe, r, 0)
         else
           ok, s = pcall(describe, r, r.n)
         end
-        if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
       end
-      if fail then
-        reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
-      else
-        if admitted then rec[1] = '\1' else rec[1] = '\0' end
-        reply[#reply + 1] = table.concat(rec)
-      end
+      if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
+    end
+    ki, a = ki + K, a + 2 * K
+    if fail then
+      reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
+    else
+      if admitted then rec[1] = '\1' else rec[1] = '\0' end
+      reply[#reply + 1] = table.concat(rec)
     end
   end
 end

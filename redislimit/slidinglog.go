@@ -99,11 +99,17 @@ local HDR, HOT, ENT, SLOT = '<BBHIIIIIIdIIId', '<IIId', '<II', '<IId'
 ` + calendarLua + `
 
 -- prepare gives a tier its tick: 2^k µs, the least in which its longest
--- window is under 2^31-1 ticks.
+-- window is under 2^31-1 ticks; and fl, fw, its limits and windows as the
+-- fast path takes them (one policy's as numbers, several as tables).
 local function prepare(tr)
   local k, tick = 0, 1
   while tr.wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
   tr.k, tr.tick = k, tick
+  if tr.P == 1 then
+    tr.fl, tr.fw = tr.limits[1], tr.windows[1]
+  else
+    tr.fl, tr.fw = tr.limits, tr.windows
+  end
   return tr
 end
 
@@ -114,7 +120,7 @@ end
 -- TN, in ticks.
 local function load(key, n, tr)
   local hdr = pre
-  if hdr then pre = nil else hdr = redis.pcall('GETRANGE', key, 0, HB + CS - 1) end
+  if hdr then pre = nil else hdr = redis.pcall('GETRANGE', key, '0', '151') end -- to HB + CS - 1, as strings (see slidingLogFast)
   if type(hdr) ~= 'string' then return nil, tostring(hdr.err) end
   if #hdr >= HB then
     local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack(HDR, hdr)
@@ -360,9 +366,9 @@ local function admit(r)
     if m == 1 then st.c0, st.t0, fixed = c, tn, true end
     if tr.cals then tail = tail .. string.rep('\0', 8 * B - #tail) .. sect end
     if fixed then
-      redis.call('SETRANGE', key, 0, struct.pack(HDR, st.v, st.lk, st.gen, cap, head, rc, st.base, st.c0, st.t0, st.expires, m, c, tn, now) .. tail)
+      redis.call('SETRANGE', key, '0', struct.pack(HDR, st.v, st.lk, st.gen, cap, head, rc, st.base, st.c0, st.t0, st.expires, m, c, tn, now) .. tail)
     else
-      redis.call('SETRANGE', key, 36, struct.pack(HOT, m, c, tn, now) .. tail)
+      redis.call('SETRANGE', key, '36', struct.pack(HOT, m, c, tn, now) .. tail)
     end
     if ttl then redis.call('PEXPIRE', key, ttl / 1000) end
   end
@@ -469,11 +475,11 @@ local function describe(r, n)
     st.last = now
     pcall(write, st, tr, table.concat(parts), #parts, #parts, px)
   elseif fixed or ttl then
-    local ok = redis.pcall('SETRANGE', r.key, 0, struct.pack(HDR, st.v, st.lk, st.gen, st.cap, st.head, st.rc, st.base, st.c0, st.t0,
+    local ok = redis.pcall('SETRANGE', r.key, '0', struct.pack(HDR, st.v, st.lk, st.gen, st.cap, st.head, st.rc, st.base, st.c0, st.t0,
       st.expires, st.cnt, st.total, st.tn, now) .. buf .. string.rep('\0', 8 * B - #buf))
     if ttl and type(ok) ~= 'table' then redis.pcall('PEXPIRE', r.key, ttl / 1000) end
   elseif now > st.last then
-    redis.pcall('SETRANGE', r.key, 48, struct.pack('<d', now))
+    redis.pcall('SETRANGE', r.key, '48', struct.pack('<d', now))
   end
   return packed
 end

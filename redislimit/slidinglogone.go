@@ -2,97 +2,132 @@ package redislimit
 
 import "github.com/redis/go-redis/v9"
 
-// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick, hdr,
-// dry): the key's part of an admitted record (its numbers, packed) of
-// weight n under P sliding policies (limits lim, windows win, the longest
-// wmax, the least limit lmin, ticks of tick = 2^k µs), or false and the
-// text of the error of a write Redis refused, in the common case of an
-// admission, decided from the
-// header unpacked into locals, with no tables of the key's state: a
-// weight n > 0 that fits in a log of version 1 in the tier's tick whose
-// windows have lost nothing since the last decision, appended in place
-// (to the buffer, flushed into the ring when full, or merged into the
-// newest entry). It writes what admit writes in that case, byte for byte,
-// and answers as the driver would (TestOneScriptMatchesBatch). In any
-// other case (a new or empty log, a refusal, a window to prune, a
-// rewrite) it writes nothing and returns nil, leaving the header it read
-// in pre for load. hdr, when given, is the key's header as read; with dry
-// set it writes nothing and returns true where it would decide. The batch
-// script takes it for each request of one key, and for a request of
-// several keys when every key would take it (each read once, all checked,
-// then all written, as the driver does).
+// slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick,
+// lead, hdr, dry): the key's part of an admitted record (its numbers,
+// packed, after the status byte 1 when lead is set) of weight n under P
+// sliding policies (limits lim, windows win, as numbers when P is 1, else
+// tables; the longest window wmax, the least limit lmin, ticks of tick =
+// 2^k µs), or false and the text of the error of a write Redis refused,
+// in the common case of an admission, decided from the header unpacked
+// into locals, with no tables of the key's state: a weight n > 0 that
+// fits, on a key with no log (written whole with one SET) or a log of
+// version 1 in the tier's tick whose windows have lost nothing since the
+// last decision, appended in place (to the buffer, flushed into the ring
+// when full, or merged into the newest entry). It writes what admit
+// writes in that case, byte for byte, and answers as the driver would
+// (TestOneScriptMatchesBatch). In any other case (an empty log, a
+// refusal, a window to prune, a rewrite) it writes nothing and returns
+// nil, leaving the header it read in pre for load. hdr, when given, is
+// the key's header as read; with dry set it writes nothing and returns
+// true where it would decide. The batch script takes it for each request
+// of one key, and for each key of a request of several that it would
+// decide (each read once, all checked, then all written, as the driver
+// does). Each command's constant offsets go as strings: Redis formats a
+// number argument with printf, which costs about what the command does.
 const slidingLogFast = `
-fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
+fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
   local H, HB, B, M = 56, 88, 4, 4294967296
   if n <= 0 or n > lmin then return nil end
   if not hdr then
-    hdr = redis.pcall('GETRANGE', key, 0, HB + 63)
+    hdr = redis.pcall('GETRANGE', key, '0', '151') -- HB + 63
     pre = hdr
   end
-  if type(hdr) ~= 'string' or #hdr < HB then return nil end
-  local v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
-  if v ~= 1 or cnt == 0 or lk ~= k then return nil end
-  local lt = math.ceil(last / tick)
-  local TN = lt + (tn - lt + 2147483648) % M - 2147483648
-  local R0, Rn = (TN - (tn - t0) % M) * tick, TN * tick
-  local now = now0
-  if now < last then now = last end
-  local held = (total - base) % M
-  for i = 1, P do
-    if R0 <= now - win[i] or held + n > lim[i] then return nil end
-  end
-  local nb = cnt - rc
-  local R = now
-  if res > 0 then R = math.ceil(R / res) * res end
-  R = math.ceil(R / tick) * tick
-  if R < Rn then R = math.ceil(Rn / tick) * tick end
-  local merge = R == Rn
-  if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
-  if dry then return true end
-  pre = nil -- decided here: nothing for load
-  local fixed, ttl = false, nil
-  if expires < R + wmax then
-    ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
-    expires, fixed = now + ttl, true
-  end
-  local m = cnt
-  if not merge then m = cnt + 1 end
-  local c, tr = (total + n) % M, (R / tick) % M
-  local e = struct.pack('<II', tr, c)
-  local buf = hdr:sub(H + 1, H + 8 * nb)
-  local tail, ok = buf .. e, 0
-  if merge and nb == 0 then
-    local p = head + rc - 1
-    if p >= cap then p = p - cap end
-    ok, tail = redis.pcall('SETRANGE', key, HB + 8 * p, e), ''
-  elseif merge then
-    tail = buf:sub(1, -9) .. e
-  elseif nb == B then
-    local p = head + rc
-    if p >= cap then p = p - cap end
-    if p + B <= cap then
-      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+  if type(hdr) ~= 'string' then return nil end
+  local now, R, R0, held, gen, ok = now0
+  if #hdr < HB then
+    -- No key: a new log of a generation of its own, its entry in the
+    -- buffer, no ring, as admit writes it.
+    if #hdr > 0 then return nil end
+    if dry then return true end
+    pre = nil
+    R, held = now, 0
+    if res > 0 then R = math.ceil(R / res) * res end
+    R = math.ceil(R / tick) * tick
+    local ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+    local t = (R / tick) % M
+    gen = ` + newGen + `
+    ok = redis.pcall('SET', key, struct.pack('<BBHIIIIIIdIIIdIIxxxxxxxxxxxxxxxxxxxxxxxx', 1, k, gen, 0, 0, 0, 0, n, t, now + ttl, 1, n, t, now, t, n),
+      'PX', ttl / 1000)
+    if ok.ok then ok = 0 end -- SET's status reply, a table as errors are
+  else
+    local v, lk, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last
+    v, lk, gen, cap, head, rc, base, c0, t0, expires, cnt, total, tn, last = struct.unpack('<BBHIIIIIIdIIId', hdr)
+    if v ~= 1 or cnt == 0 or lk ~= k then return nil end
+    local lt = math.ceil(last / tick)
+    local TN = lt + (tn - lt + 2147483648) % M - 2147483648
+    local Rn = TN * tick
+    R0 = (TN - (tn - t0) % M) * tick
+    if now < last then now = last end
+    held = (total - base) % M
+    if P == 1 then
+      if R0 <= now - win or held + n > lim then return nil end
     else
-      ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
-      if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+      for i = 1, P do
+        if R0 <= now - win[i] or held + n > lim[i] then return nil end
+      end
     end
-    rc, tail, fixed = rc + B, e, true
-  end
-  if m == 1 then c0, t0, fixed = c, tr, true end
-  if type(ok) ~= 'table' then
-    if fixed then
-      ok = redis.pcall('SETRANGE', key, 0, struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now) .. tail)
-    else
-      ok = redis.pcall('SETRANGE', key, 36, struct.pack('<IIId', m, c, tr, now) .. tail)
+    local nb = cnt - rc
+    R = now
+    if res > 0 then R = math.ceil(R / res) * res end
+    R = math.ceil(R / tick) * tick
+    if R < Rn then R = math.ceil(Rn / tick) * tick end
+    local merge = R == Rn
+    if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
+    if dry then return true end
+    pre = nil -- decided here: nothing for load
+    local fixed, ttl = false, nil
+    if expires < R + wmax then
+      ttl = math.ceil((R - now + wmax * 1.5) / 1000) * 1000
+      expires, fixed = now + ttl, true
     end
+    local m = cnt
+    if not merge then m = cnt + 1 end
+    local c, tr = (total + n) % M, (R / tick) % M
+    -- buf: the buffer's entries the write keeps before the new entry,
+    -- which follows them unless it replaced the newest in the ring.
+    local buf, te = '', true
+    ok = 0
+    if merge and nb == 0 then
+      local p = head + rc - 1
+      if p >= cap then p = p - cap end
+      ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
+    elseif merge then
+      buf = hdr:sub(H + 1, H + 8 * nb - 8)
+    elseif nb == B then
+      local p = head + rc
+      if p >= cap then p = p - cap end
+      buf = hdr:sub(H + 1, H + 8 * nb)
+      if p + B <= cap then
+        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+      else
+        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
+        if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+      end
+      rc, buf, fixed = rc + B, '', true
+    elseif nb > 0 then
+      buf = hdr:sub(H + 1, H + 8 * nb)
+    end
+    if m == 1 then c0, t0, fixed = c, tr, true end
+    -- Offsets go as strings: Redis formats a number argument with printf.
+    if type(ok) ~= 'table' then
+      if fixed and te then
+        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
+      elseif fixed then
+        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
+      elseif te then
+        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
+      else
+        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
+      end
+    end
+    if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
   end
-  if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
   if type(ok) == 'table' then return false, tostring(ok.err) end
   if P == 1 then
-    local w = win[1]
-    local refill = R + w - now
-    if held > 0 then refill = R0 + w - now end
-    return struct.pack('<i8i8i8i8i8i8i8', now, lim[1] - held - n, 0, R + w - now, refill, gen, R - now)
+    local refill = R + win - now
+    if held > 0 then refill = R0 + win - now end
+    if lead then return struct.pack('<Bi8i8i8i8i8i8i8', 1, now, lim - held - n, 0, R + win - now, refill, gen, R - now) end
+    return struct.pack('<i8i8i8i8i8i8i8', now, lim - held - n, 0, R + win - now, refill, gen, R - now)
   end
   local out = {now}
   for i = 1, P do
@@ -102,46 +137,55 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, hdr, dry)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = lim[i] - held - n, 0, R + w - now, refill
   end
   out[2 + 4 * P], out[3 + 4 * P] = gen, R - now
-  return struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+  local s = struct.pack('<' .. string.rep('i8', 3 + 4 * P), unpack(out))
+  if lead then return '\1' .. s end
+  return s
 end
 `
 
 // slidingLogOneSource is the sliding log's script for a run of one
 // request (a lone caller's): the batch script's protocol, reply and log
-// layout (scripts.go, slidinglog.go), with a fast path in front for the
+// layout (scripts.go, slidinglog.go), with fast (above) in front for the
 // common case, a request of one key at a weight n > 0 under sliding
-// policies alone, that fits in a log of version 1 in the tier's tick whose
-// windows have lost nothing since the last decision, appended in place
-// (the buffer, flushed into the ring when full, or merged into the newest
-// entry). It reads the header into locals, with no tables of tiers and no
-// key's table, and writes what admit writes in that case, byte for byte
-// (TestOneScriptMatchesBatch). Any other case (a new or empty log, a
-// refusal, a window to prune, a rewrite, a calendar, a lease, several keys)
-// runs the batch script's code, held in a function that only then makes
-// its closures, on the header the fast path read.
+// policies alone, its shape checked by ARGV's strings and one policy's
+// limit and window read as numbers, with no tables of tiers and no key's
+// table (TestOneScriptMatchesBatch). Any other case (an empty log, a
+// refusal, a window to prune, a rewrite, a calendar, a lease, several
+// keys) runs the batch script's code, which follows in the same chunk, on
+// the header fast read: a decision fast takes returns before the code
+// that makes the general closures runs.
 const slidingLogOneSource = driverNow + slidingLogFast + `
-local function general()
-` + slidingLogSource + driverTiers + driverTail + `
+do
+  -- The shape, by its strings as the client writes them: anything else
+  -- takes the general code below.
+  local P, go = 1, ARGV[3] == '1'
+  if go and ARGV[4] ~= '1' then P = tonumber(ARGV[4]) end
+  go = go and ARGV[5 + 2 * P] == '1'
+  local lim, win, wmax, lmin
+  if go and P == 1 then
+    -- x + 0 converts x as tonumber does, without the call.
+    lim, win = ARGV[5] + 0, ARGV[6] + 0
+    wmax, lmin, go = win, lim, win > 0
+  elseif go then
+    lim, win, wmax, lmin = {}, {}, 0, math.huge
+    for i = 1, P do
+      local l, w = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+      if w == 0 then go = false break end
+      lim[i], win[i] = l, w
+      if w > wmax then wmax = w end
+      if l < lmin then lmin = l end
+    end
+  end
+  if go then
+    local k, tick = 0, 1
+    while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
+    local s, err = fast(KEYS[1], ARGV[6 + 2 * P] + 0, P, lim, win, wmax, lmin, k, tick, true)
+    if s then return s end
+    if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
+    fast = nil -- the driver's request is this one, which fast declined
+  end
 end
-local P = tonumber(ARGV[4])
-if tonumber(ARGV[3]) ~= 1 or tonumber(ARGV[5 + 2 * P]) ~= 1 then return general() end
-local n = tonumber(ARGV[6 + 2 * P])
-local lim, win, wmax, lmin = {}, {}, 0, math.huge
-for i = 1, P do
-  local l, w = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
-  if w == 0 then return general() end
-  lim[i], win[i] = l, w
-  if w > wmax then wmax = w end
-  if l < lmin then lmin = l end
-end
-local k, tick = 0, 1
-while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
-local s, err = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick)
-if s then return '\1' .. s end
-if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
-fast = nil -- the driver's request is this one, which fast declined
-return general()
-`
+` + slidingLogSource + driverTiers + driverTail
 
 // slidingLogOneScript decides a run of one request under the sliding log
 // (batch.go picks it).
