@@ -10,7 +10,7 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 		g.decide(&d, now, n, t, true)
 		return d.Allowed
 	}
-	now, r := g.settleFor(now, t)
+	_, r := g.settleFor(now, t)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}

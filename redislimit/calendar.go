@@ -19,10 +19,6 @@ import (
 // end), and the script picks the period that holds the server's instant,
 // so that a client clock a little off still counts in Redis's period.
 
-// calendarArgs is the number of ARGV a calendar policy takes after its
-// limit and its window of 0: its id and four boundaries.
-const calendarArgs = 5
-
 // calendarID identifies a calendar in the counters a key keeps: a hash of
 // its description (kind, day and zone), never 0 (an empty counter), so
 // that two policies of one calendar share a counter and a key whose tier

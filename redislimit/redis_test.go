@@ -376,7 +376,7 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	d, err := l.TakeContext(ctx, "", 1)
-	if !errors.Is(err, keyrate.ErrInvalidKey) || !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
+	if !errors.Is(err, keyrate.ErrInvalidKey) || d.Allowed || d.Limit != 3 {
 		t.Errorf("Take(\"\") = %+v, %v; want ErrInvalidKey", d, err)
 	}
 	if ok, err := l.Allow(ctx, ""); ok || !errors.Is(err, keyrate.ErrInvalidKey) {

@@ -75,7 +75,7 @@ func TestRefundErrors(t *testing.T) {
 					receipt = d.Receipt
 				}
 				err := l.Refund(ctx, key, d)
-				if !errors.Is(err, keyrate.ErrNothingToRefund) || !errors.Is(err, keyrate.ErrNothingToRefund) {
+				if !errors.Is(err, keyrate.ErrNothingToRefund) {
 					t.Fatalf("%s: Refund = %v, want an error wrapping ErrNothingToRefund", why, err)
 				}
 				if d != nil && d.Receipt != receipt {
