@@ -35,6 +35,13 @@ type Limiter struct {
 	scale     scale     // every log's ticks, for the limiter's life
 	algorithm Algorithm // WithAlgorithm's
 
+	// lockFree reports that Allow may refuse a full key without its lock
+	// (see refusal.go): not while WithMaxKeys makes room by evicting the
+	// least recently decided keys, whose order only locked decisions keep,
+	// for an unlocked refusal would leave a key hammered at its limit
+	// looking idle, and a flood of new keys would evict it, events and all.
+	lockFree bool
+
 	closed     atomic.Bool
 	done       chan struct{}
 	closeOnce  sync.Once
@@ -77,6 +84,7 @@ func newLimiter(def *tier, opts []Option) (*Limiter, error) {
 		scale:     cfg.scale,
 		algorithm: cfg.algorithm,
 		baseUnix:  cfg.base.UnixNano(),
+		lockFree:  cfg.maxKeys == 0 || cfg.refuseNewKeys,
 	}
 	l.keys.counts = cfg.calendars
 	l.publish(tab)
@@ -193,18 +201,26 @@ func (l *Limiter) AllowN(key string, n int) bool {
 		return n == 0
 	}
 	now := l.now()
-	g := l.lock(key, true)
+	g := l.keys.load(key)
+	quick := t.lockFree && l.lockFree
+	if g != nil && quick && g.refuses(now, n, t) {
+		return false // full: see refusal.go
+	}
+	g = l.lockFrom(g, key, true)
 	if g == nil {
 		return false // WithMaxKeys is full
 	}
-	if g.tier != t.id {
+	if g.tier != t.id && !quick {
 		g.retier(t)
 	}
 	var ok bool
 	if len(t.policies) == 1 {
-		ok = g.allow(now, n, t)
+		ok = g.allow(now, n, t, quick)
 	} else {
-		ok = g.allowAll(now, n, t)
+		ok = g.allowAll(now, n, t, quick)
+	}
+	if ok && g.tier != t.id {
+		g.retier(t) // a refusal that leaves the log as it is leaves its tier too
 	}
 	g.mu.Unlock()
 	return ok
@@ -348,8 +364,12 @@ func (l *Limiter) Peek(key string) (d Decision) {
 // the instant it decides at is too, and each key's instants stay in the
 // order its decisions were made: every decision is linearizable.
 func (l *Limiter) lock(key string, create bool) *eventLog {
+	return l.lockFrom(l.keys.load(key), key, create)
+}
+
+// lockFrom is lock for a caller that has looked key up already and found g.
+func (l *Limiter) lockFrom(g *eventLog, key string, create bool) *eventLog {
 	for {
-		g := l.keys.load(key)
 		if g == nil {
 			if !create {
 				return nil
@@ -365,6 +385,7 @@ func (l *Limiter) lock(key string, create bool) *eventLog {
 		}
 		g.mu.Unlock() // evicted between lookup and lock: look again
 		runtime.Gosched()
+		g = l.keys.load(key)
 	}
 }
 

@@ -114,6 +114,10 @@ type tier struct {
 	// period (see calendarCounts); periods[i] caches its current period.
 	cals    uint8
 	periods [maxPolicies]atomic.Pointer[period]
+	// lockFree reports that Allow may refuse under this tier without a
+	// key's lock, from its refusal word: a sliding log with no calendar
+	// policy, whose decision is the log's alone.
+	lockFree bool
 }
 
 // checkPolicies returns why policies cannot be a tier, naming the field at
@@ -204,6 +208,7 @@ func (t *tier) shortest() time.Duration {
 // the ticks can hold.
 func (t *tier) setup(s scale, algorithm Algorithm, wall int64) error {
 	t.algorithm, t.wall, t.scale = algorithm, wall, s
+	t.lockFree = algorithm == SlidingLog && t.cals == 0
 	switch {
 	case s.res && s.unit > int64(t.shortest()):
 		return fmt.Errorf("%w: resolution is %v, want at most the shortest window, %v", ErrConfig, time.Duration(s.unit), t.shortest())

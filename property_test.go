@@ -181,6 +181,22 @@ func (m *model) settle(k *modelKey, now int64, policies []Policy) int64 {
 // own when tracked, a new one when it is about to be, or a scratch one. It
 // returns the Decision and, for an admitted, recorded weight, the id of
 // its event.
+// unlockedRefusals reports whether AllowN's refusals under policies leave
+// the key as it was, its instant and tier included, as a refusal that
+// takes no lock must: under the sliding log with no calendar policy, unless
+// WithMaxKeys makes room, whose order of recency every decision moves.
+func (m *model) unlockedRefusals(policies []Policy, maxKeys int, refuse bool) bool {
+	if m.algorithm != SlidingLog || maxKeys > 0 && !refuse {
+		return false
+	}
+	for _, p := range policies {
+		if p.Calendar != (Calendar{}) {
+			return false
+		}
+	}
+	return true
+}
+
 func (m *model) decide(key string, n int, now int64, record bool) (Decision, int) {
 	name, policies := m.tierOf(key)
 	k, tracked := m.keys[key]
@@ -792,12 +808,20 @@ func TestModel(t *testing.T) {
 				}
 				var want Decision
 				id := 0
-				_, tracked := m.keys[key]
+				k, tracked := m.keys[key]
+				var before modelKey
+				if tracked {
+					before = *k
+					before.events = slices.Clone(k.events)
+				}
 				switch {
 				case admissible && atBound(key):
 					want = m.overflow(key, now)
 				case admissible || tracked && !allowN:
 					want, id = m.decide(key, n, now, true)
+					if tracked && allowN && !want.Allowed && m.unlockedRefusals(policies, maxKeys, refuse) {
+						*k = before // such a refusal leaves the key as it was
+					}
 				case !allowN:
 					want = m.untracked(key, n, now)
 				default:

@@ -2,6 +2,7 @@ package keyrate
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -30,19 +31,17 @@ import (
 // which serve every shorter one: the events in a policy's window are the
 // newest of them.
 //
-// The struct fills one 48-byte allocation, and a narrow log keeps its first
-// two events inline: such a key costs that allocation, its map entry and
-// its key string, under 128 bytes in all (TestMemoryPerKey). The ring is
-// held as a pointer to its first slot and a capacity rather than a slice,
-// whose header would take 16 bytes more and push the struct into the next
-// size class (measured: 110.9 B per key as it is, 126.9 B with a slice).
-// The same bound keeps refusals under mu: a refusal read without the lock
-// needs a word that only atomics write (the oldest tick, the count, the
-// tier) and last written atomically, 8 bytes the struct does not have, and
-// every plain field it read instead would race with the holder's writes.
+// The struct takes 56 bytes, in a 64-byte allocation, and a narrow log
+// keeps its first two events inline: such a key costs that allocation, its
+// map entry and its key string, under 144 bytes in all (TestMemoryPerKey).
+// The ring is held as a pointer to its first slot and a capacity rather than
+// a slice, whose header would take 16 bytes more and push the struct into
+// the next size class. 8 of the bytes are the refusal word, which lets Allow
+// refuse a full key without mu (refusal.go): it took a log from 48 bytes to
+// 64, about 111 B per key to 127 in TestMemoryPerKey.
 //
-// Every field is guarded by mu. state holds three flags. dead marks a log
-// that has left the map (evicted or Reset): a caller that finds it so
+// Every field but refusal is guarded by mu. Of state's flags, dead marks a
+// log that has left the map (evicted or Reset): a caller that finds it so
 // retries with a fresh lookup. pinned marks a log that TakeAll created and
 // has yet to decide: making room and the janitor leave it be (see TakeAll).
 // cached marks a narrow log on the heap whose inline[0] holds the tick of
@@ -52,16 +51,22 @@ import (
 // that last decided the key, whose longest window the janitor evicts it
 // by.
 type eventLog struct {
-	mu     sync.Mutex
-	last   int64   // newest instant this key was decided at; time never runs back past it
-	ring   *uint32 // the ring's first slot: &inline[0], a heap array, or nil
-	head   uint32  // index in the ring of the oldest entry (GCRA: see ledger)
-	n      uint32  // number of entries held (GCRA: see ledger)
-	size   uint32  // the ring's capacity, in entries
-	tier   uint16
-	wide   bool  // entries are pairs: a tick and the running total before it
-	state  uint8 // dead, pinned, cached, counting
-	inline [2]uint32
+	mu sync.Mutex
+	// last is the newest instant this key was decided at: time never runs
+	// back past it. Under the sliding log it is stored atomically, as
+	// refuses loads it without mu.
+	last int64
+	ring *uint32 // the ring's first slot: &inline[0], a heap array, or nil
+	// refusal summarises the log for refusals read without mu (see
+	// refusal.go); only atomics touch it.
+	refusal atomic.Uint64
+	head    uint32 // index in the ring of the oldest entry (GCRA: see ledger)
+	n       uint32 // number of entries held (GCRA: see ledger)
+	size    uint32 // the ring's capacity, in entries
+	tier    uint16
+	wide    bool  // entries are pairs: a tick and the running total before it
+	state   uint8 // dead, pinned, cached, counting
+	inline  [2]uint32
 }
 
 // The flags of eventLog.state.
@@ -298,6 +303,9 @@ func (g *eventLog) first(t *tier, i int, lim uint32, r int64) uint32 {
 // drop forgets the oldest k entries and gives memory back once the ring is
 // mostly empty.
 func (g *eventLog) drop(k uint32) {
+	if k > 0 {
+		g.forgetRefusal()
+	}
 	if k == g.n {
 		g.head, g.n = 0, 0
 	} else {
@@ -438,6 +446,7 @@ func (g *eventLog) resize(c uint32) {
 // remove takes the k entries from index i out of the log, moving the
 // fewer of the entries before them and after them to close the gap.
 func (g *eventLog) remove(i, k uint32) {
+	g.forgetRefusal()
 	wd := g.width()
 	if i < g.n-i-k { // the older side is the shorter: move it towards the newest
 		for j := i; j > 0; j-- {
@@ -467,6 +476,7 @@ func (g *eventLog) remove(i, k uint32) {
 // totals of the entries after it fall by k, and the entry goes when nothing
 // is left of it.
 func (g *eventLog) unpushCounted(i, k uint32) {
+	g.forgetRefusal()
 	for j := i + 1; j < g.n; j++ {
 		*g.slot(j, 1) -= k
 	}
@@ -501,17 +511,35 @@ func (g *eventLog) settleFor(now int64, t *tier) (int64, int64) {
 // settleTicks is settle for a window of k whole ticks (ageBound), and
 // returns the reference tick too.
 func (g *eventLog) settleTicks(now, window int64, k uint32, s *scale) (int64, int64) {
-	now = max(now, g.last)
-	if g.n > 0 && now-g.last >= window+s.unit {
-		g.drop(g.n) // even the newest entry, rounded up, is out
-	}
-	g.last = now
-	r := s.ceil(now)
-	if g.n > 0 {
-		lim := ageBound(now, window, r, k, s)
-		if g.age(0, r) >= lim {
-			g.drop(g.leaving(lim, r))
-		}
-	}
+	now, r, gone := g.leavingAt(now, window, k, s)
+	g.settleTo(now, gone)
 	return now, r
+}
+
+// leavingAt is settleTicks without its changes: it returns the instant to
+// decide at, its reference tick, and how many of the oldest entries have
+// left the window there, which settleTo then drops.
+func (g *eventLog) leavingAt(now, window int64, k uint32, s *scale) (int64, int64, uint32) {
+	now = max(now, g.last)
+	r := s.ceil(now)
+	switch {
+	case g.n == 0:
+		return now, r, 0
+	case now-g.last >= window+s.unit:
+		return now, r, g.n // even the newest entry, rounded up, is out
+	}
+	lim := ageBound(now, window, r, k, s)
+	if g.age(0, r) < lim {
+		return now, r, 0
+	}
+	return now, r, g.leaving(lim, r)
+}
+
+// settleTo moves the log to instant now, which leavingAt returned, and drops
+// the gone oldest entries it counted.
+func (g *eventLog) settleTo(now int64, gone uint32) {
+	atomic.StoreInt64(&g.last, now) // refuses loads it without mu
+	if gone > 0 {
+		g.drop(gone)
+	}
 }

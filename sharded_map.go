@@ -168,6 +168,7 @@ func (k *keyMap) removeIf(key string, g *eventLog, drop func(*eventLog) bool) bo
 		removed = drop(old)
 		if removed {
 			old.state |= dead
+			old.forgetRefusal() // a refusal read without the lock would not see the mark
 		}
 		old.mu.Unlock()
 		return old, removed

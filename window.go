@@ -4,20 +4,33 @@ import "time"
 
 // allow is decide reduced to its answer, for Allow: it records n events at
 // now when they fit. n must be in [1, limit]. Called with mu held.
-func (g *eventLog) allow(now int64, n int, t *tier) bool {
+//
+// When untouched is set, a refusal leaves the log as it is, its instant
+// included, as a refusal read off the refusal word does (Limiter.lockFree):
+// the two then answer alike whichever a call takes, also when the clock
+// steps back. Every other decision settles the log at now.
+func (g *eventLog) allow(now int64, n int, t *tier, untouched bool) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
 		var d Decision
 		g.decide(&d, now, n, t, true)
 		return d.Allowed
 	}
-	_, r := g.settleFor(now, t)
+	now, r, gone := g.leavingAt(now, t.longest, t.longTicks, &t.scale)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
-	if g.count(0)+n > t.minLimit {
+	if held := g.count(gone); held+n > t.minLimit {
+		g.publishRefusal(held, g.instant(gone, r, &t.scale))
+		if !untouched {
+			g.settleTo(now, gone)
+		}
 		return false
 	}
+	g.settleTo(now, gone)
 	g.push(r, uint32(n), t.entries, t.scale.res)
+	if held := g.count(0); held >= t.minLimit {
+		g.publishRefusal(held, g.instant(0, r, &t.scale)) // full: the next call can be refused unlocked
+	}
 	return true
 }
 
@@ -25,33 +38,42 @@ func (g *eventLog) allow(now int64, n int, t *tier) bool {
 // when they fit each policy's window. n must be in [1, t.minLimit]. Called
 // with mu held.
 //
-// Settling at the longest window leaves the events any policy counts; a
-// policy's own window holds the newest of them. In a narrow log it has room
-// for n when the (limit-n+1)-th newest event has left that window: one
-// comparison. A wide log counts its window's weight.
-func (g *eventLog) allowAll(now int64, n int, t *tier) bool {
+// The longest window holds the events any policy counts; a policy's own
+// window holds the newest of them. In a narrow log it has room for n when
+// the (limit-n+1)-th newest event has left that window: one comparison. A
+// wide log counts its window's weight.
+func (g *eventLog) allowAll(now int64, n int, t *tier, untouched bool) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
-		return g.allow(now, n, t)
+		return g.allow(now, n, t, untouched)
 	}
-	now, r := g.settleFor(now, t)
+	now, r, gone := g.leavingAt(now, t.longest, t.longTicks, &t.scale)
 	if g.state&cached == 0 && t.cacheable {
 		g.cache(true)
 	}
-	held := g.count(0)
+	held := g.count(gone)
 	for i := range t.policies {
 		p := &t.policies[i]
 		if held+n <= p.Limit {
 			continue
 		}
 		lim := t.lim(i, now, int64(p.Window), r)
+		c, from := 0, uint32(0) // the newest c entries, from entry from, fill the window
 		if !g.wide {
-			if g.age(g.n+uint32(n-p.Limit)-1, r) < lim {
-				return false
+			if j := g.n + uint32(n-p.Limit) - 1; g.age(j, r) < lim {
+				c, from = int(g.n-j), j
 			}
-		} else if g.count(g.first(t, i, lim, r))+n > p.Limit {
+		} else if f := g.first(t, i, lim, r); g.count(f)+n > p.Limit {
+			c, from = g.count(f), f
+		}
+		if c > 0 {
+			g.publishRefusal(c, g.instant(from, r, &t.scale))
+			if !untouched {
+				g.settleTo(now, gone)
+			}
 			return false
 		}
 	}
+	g.settleTo(now, gone)
 	g.push(r, uint32(n), t.entries, t.scale.res)
 	return true
 }

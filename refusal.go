@@ -1,0 +1,82 @@
+package keyrate
+
+import "sync/atomic"
+
+// A key at its limit is mostly asked again before anything leaves its
+// window, and every such call is a refusal that records nothing. Allow
+// answers those without the key's lock, from one word of its log that only
+// atomics touch: the refusal word, a summary of the log that stays true
+// until events leave it.
+//
+// The word says "the log holds at least c events, each at an instant at or
+// after from". It is written under the log's mutex, by a decision that
+// finds the key full (publishRefusal), and cleared under it by anything
+// that takes events out (forgetRefusal): settling them out of the window,
+// a refund, Reset and eviction. Adding events leaves it true. A call at now
+// no earlier than the key's last instant (stored atomically for this) is
+// decided at now, and must refuse n events under a policy of limit L and
+// window w when c+n > L and from > now-w, for those c events are then all
+// inside (now-w, now], the window the locked decision counts (windowAge
+// keeps an entry exactly when its instant is after now-w). A call whose
+// clock reads earlier takes the lock, to be decided at the last instant.
+// Neither part of the summary depends on the tier, so it holds across
+// SetTier and tier moves: the caller's own tier supplies L and w.
+//
+// A refusal read off the word changes nothing, so Allow's locked refusals
+// change nothing either (allow's untouched): the key's instant, events and
+// tier stay as they were, and the two answer alike whichever a call takes.
+// Under WithMaxKeys that makes room, every call takes the lock instead
+// (Limiter.lockFree).
+//
+// The word packs c, capped at refusalCount (a lower bound stays true), and
+// from rounded down to refusalUnit nanoseconds (an earlier bound stays true
+// too): a call in the last refusalUnit before room opens takes the lock.
+// The word costs the log 8 bytes (see eventLog).
+const (
+	refusalCountBits = 20
+	refusalCount     = 1<<refusalCountBits - 1
+	refusalUnitBits  = 16
+	refusalUnit      = 1 << refusalUnitBits
+	// refusalSpan bounds the instants a word can hold, about 36 years of
+	// a limiter's life; a later one is never summarised.
+	refusalSpan = 1 << (64 - refusalCountBits + refusalUnitBits)
+)
+
+// publishRefusal records that g holds at least c events at instants at or
+// after from. Called with mu held, by a decision that found g full.
+func (g *eventLog) publishRefusal(c int, from int64) {
+	if c <= 0 || from < 0 || from >= refusalSpan {
+		return
+	}
+	w := uint64(from)>>refusalUnitBits<<refusalCountBits | uint64(min(c, refusalCount))
+	if g.refusal.Load() != w {
+		g.refusal.Store(w)
+	}
+}
+
+// forgetRefusal clears the refusal word, as events leave g. Called with mu
+// held.
+func (g *eventLog) forgetRefusal() {
+	if g.refusal.Load() != 0 {
+		g.refusal.Store(0)
+	}
+}
+
+// refuses reports whether the refusal word shows that n events cannot fit
+// at now under some policy of t, which must be a sliding tier without
+// calendar policies (tier.lockFree). It takes no lock: false only means
+// that the locked decision must answer.
+func (g *eventLog) refuses(now int64, n int, t *tier) bool {
+	w := g.refusal.Load()
+	if w == 0 || now < atomic.LoadInt64(&g.last) {
+		return false // the locked decision is taken at the key's last instant, not at now
+	}
+	c := int(w & refusalCount)
+	from := int64(w>>refusalCountBits) << refusalUnitBits
+	for i := range t.policies {
+		if p := &t.policies[i]; c+n > p.Limit && from > now-int64(p.Window) {
+			return true
+		}
+	}
+	return false
+}
