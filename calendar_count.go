@@ -19,10 +19,10 @@ type calendarCounts struct {
 }
 
 // calendarLog is the log of a limiter with calendar policies: an eventLog
-// followed by its counts, 104 bytes in one allocation of 112. The map holds
+// followed by its counts, 112 bytes in one allocation. The map holds
 // a pointer to the eventLog, its first field; the counts are found from it
 // (eventLog.quota). A limiter without calendar policies allocates the
-// eventLog alone, 56 bytes in 64.
+// eventLog alone, 64 bytes.
 type calendarLog struct {
 	log eventLog
 	c   calendarCounts

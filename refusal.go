@@ -1,7 +1,5 @@
 package keyrate
 
-import "sync/atomic"
-
 // A key at its limit is mostly asked again before anything leaves its
 // window, and every such call is a refusal that records nothing. Allow
 // answers those without the key's lock, from one word of its log that only
@@ -10,17 +8,22 @@ import "sync/atomic"
 //
 // The word says "the log holds at least c events, each at an instant at or
 // after from". It is written under the log's mutex, by a decision that
-// finds the key full (publishRefusal), and cleared under it by anything
-// that takes events out (forgetRefusal): settling them out of the window,
-// a refund, Reset and eviction. Adding events leaves it true. A call at now
-// no earlier than the key's last instant (stored atomically for this) is
-// decided at now, and must refuse n events under a policy of limit L and
-// window w when c+n > L and from > now-w, for those c events are then all
-// inside (now-w, now], the window the locked decision counts (windowAge
-// keeps an entry exactly when its instant is after now-w). A call whose
-// clock reads earlier takes the lock, to be decided at the last instant.
-// Neither part of the summary depends on the tier, so it holds across
-// SetTier and tier moves: the caller's own tier supplies L and w.
+// finds the key full (publishRefusal), with the key's last instant then
+// (published), and cleared under it by anything that takes events out
+// (forgetRefusal): settling them out of the window, a refund, Reset and
+// eviction, and by any decision that moves the key's last instant on, so
+// that while the word stands, the key's last instant is the one published
+// with it. Adding events leaves it true. A call at now no earlier than that
+// instant is decided at now, and must refuse n events under a policy of
+// limit L and window w when c+n > L and from > now-w, for those c events
+// are then all inside (now-w, now], the window the locked decision counts
+// (windowAge keeps an entry exactly when its instant is after now-w). A
+// call whose clock reads earlier takes the lock, to be decided at the last
+// instant. The instant is stored before the word and loaded after it, so a
+// reader that sees a word sees its instant or a later one (last only moves
+// on), which only sends more calls to the lock. Neither part of the summary
+// depends on the tier, so it holds across SetTier and tier moves: the
+// caller's own tier supplies L and w.
 //
 // A refusal read off the word changes nothing, so Allow's locked refusals
 // change nothing either (allow's untouched): the key's instant, events and
@@ -31,7 +34,7 @@ import "sync/atomic"
 // The word packs c, capped at refusalCount (a lower bound stays true), and
 // from rounded down to refusalUnit nanoseconds (an earlier bound stays true
 // too): a call in the last refusalUnit before room opens takes the lock.
-// The word costs the log 8 bytes (see eventLog).
+// The word and its instant cost the log 16 bytes (see eventLog).
 const (
 	refusalCountBits = 20
 	refusalCount     = 1<<refusalCountBits - 1
@@ -49,7 +52,8 @@ func (g *eventLog) publishRefusal(c int, from int64) {
 		return
 	}
 	w := uint64(from)>>refusalUnitBits<<refusalCountBits | uint64(min(c, refusalCount))
-	if g.refusal.Load() != w {
+	if g.refusal.Load() != w || g.published.Load() != g.last {
+		g.published.Store(g.last) // first: a reader that sees w sees this instant or a later one
 		g.refusal.Store(w)
 	}
 }
@@ -68,7 +72,7 @@ func (g *eventLog) forgetRefusal() {
 // that the locked decision must answer.
 func (g *eventLog) refuses(now int64, n int, t *tier) bool {
 	w := g.refusal.Load()
-	if w == 0 || now < atomic.LoadInt64(&g.last) {
+	if w == 0 || now < g.published.Load() {
 		return false // the locked decision is taken at the key's last instant, not at now
 	}
 	c := int(w & refusalCount)

@@ -31,16 +31,17 @@ import (
 // which serve every shorter one: the events in a policy's window are the
 // newest of them.
 //
-// The struct takes 56 bytes, in a 64-byte allocation, and a narrow log
-// keeps its first two events inline: such a key costs that allocation, its
-// map entry and its key string, under 144 bytes in all (TestMemoryPerKey).
-// The ring is held as a pointer to its first slot and a capacity rather than
-// a slice, whose header would take 16 bytes more and push the struct into
-// the next size class. 8 of the bytes are the refusal word, which lets Allow
-// refuse a full key without mu (refusal.go): it took a log from 48 bytes to
-// 64, about 111 B per key to 127 in TestMemoryPerKey.
+// The struct fills one 64-byte allocation, and a narrow log keeps its first
+// two events inline: such a key costs that allocation, its map entry and
+// its key string, under 144 bytes in all (TestMemoryPerKey). The ring is
+// held as a pointer to its first slot and a capacity rather than a slice,
+// whose header would take 16 bytes more and push the struct into the next
+// size class. 16 of the bytes are the refusal word and the instant it was
+// published at, which let Allow refuse a full key without mu (refusal.go):
+// they took a log from 48 bytes to 64, about 111 B per key to 127 in
+// TestMemoryPerKey.
 //
-// Every field but refusal is guarded by mu. Of state's flags, dead marks a
+// Every field but refusal and published is guarded by mu. Of state's flags, dead marks a
 // log that has left the map (evicted or Reset): a caller that finds it so
 // retries with a fresh lookup. pinned marks a log that TakeAll created and
 // has yet to decide: making room and the janitor leave it be (see TakeAll).
@@ -51,22 +52,21 @@ import (
 // that last decided the key, whose longest window the janitor evicts it
 // by.
 type eventLog struct {
-	mu sync.Mutex
-	// last is the newest instant this key was decided at: time never runs
-	// back past it. Under the sliding log it is stored atomically, as
-	// refuses loads it without mu.
-	last int64
+	mu   sync.Mutex
+	last int64   // newest instant this key was decided at; time never runs back past it
 	ring *uint32 // the ring's first slot: &inline[0], a heap array, or nil
-	// refusal summarises the log for refusals read without mu (see
-	// refusal.go); only atomics touch it.
-	refusal atomic.Uint64
-	head    uint32 // index in the ring of the oldest entry (GCRA: see ledger)
-	n       uint32 // number of entries held (GCRA: see ledger)
-	size    uint32 // the ring's capacity, in entries
-	tier    uint16
-	wide    bool  // entries are pairs: a tick and the running total before it
-	state   uint8 // dead, pinned, cached, counting
-	inline  [2]uint32
+	// refusal summarises the log for refusals read without mu, and
+	// published is last when it was written (see refusal.go); only
+	// atomics touch them.
+	refusal   atomic.Uint64
+	published atomic.Int64
+	head      uint32 // index in the ring of the oldest entry (GCRA: see ledger)
+	n         uint32 // number of entries held (GCRA: see ledger)
+	size      uint32 // the ring's capacity, in entries
+	tier      uint16
+	wide      bool  // entries are pairs: a tick and the running total before it
+	state     uint8 // dead, pinned, cached, counting
+	inline    [2]uint32
 }
 
 // The flags of eventLog.state.
@@ -538,7 +538,10 @@ func (g *eventLog) leavingAt(now, window int64, k uint32, s *scale) (int64, int6
 // settleTo moves the log to instant now, which leavingAt returned, and drops
 // the gone oldest entries it counted.
 func (g *eventLog) settleTo(now int64, gone uint32) {
-	atomic.StoreInt64(&g.last, now) // refuses loads it without mu
+	if now != g.last {
+		g.forgetRefusal() // it stands for the key's instant when it was published
+		g.last = now
+	}
 	if gone > 0 {
 		g.drop(gone)
 	}

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
 )
 
 // Hit is one key of a TakeAll request and the weight it counts against it.
@@ -91,7 +90,7 @@ func (l *Limiter) lockAll(places []place, now int64) {
 			if p.g == nil && p.admissible() {
 				if g, fresh := l.keys.create(p.key); g != nil {
 					if fresh {
-						atomic.StoreInt64(&g.last, max(g.last, now)) // see eventLog.last
+						g.last = max(g.last, now)
 						g.state |= pinned
 						p.pin = g
 						g.mu.Unlock()
