@@ -26,7 +26,7 @@ func WithLocalFallback(share float64) Option {
 const defaultFallbackKeys = 100_000
 
 // WithLocalFallbackMaxKeys bounds the keys the local fallback
-// (WithLocalFallback) tracks, about 110 bytes each plus 4 per event held.
+// (WithLocalFallback) tracks, about 127 bytes each plus 4 per event held.
 // Default: 100,000. Past n, a new key evicts those decided least recently,
 // which forget their events and may get their share again within a window:
 // size it a sixteenth above the clients active in the longest window. n

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"sync/atomic"
@@ -156,15 +157,8 @@ func benchRandom1M(b *testing.B, p Peer, path Path) {
 	if path == Deny && p.Refills {
 		b.Skip("its budget refills every Window/Limit and cannot be put into deficit: not a deny workload for it")
 	}
-	l := newForBench(b, p, path)
+	l := random1M.limiter(b, p, path)
 	keys := Keys(keys1M)
-	held := 1 // Exhaust spends a key at once
-	if path == Admit {
-		held = randomHeld
-	}
-	for range held {
-		path.Prepare(l, keys)
-	}
 	b.ReportAllocs()
 	var admits, seed atomic.Int64
 	errBase := errorsOf(l)
@@ -189,6 +183,53 @@ func benchRandom1M(b *testing.B, p Peer, path Path) {
 // randomHeld is how many events each key of random-1m holds before timing:
 // a few, as an active key of a real service does, so a log holds a ring.
 const randomHeld = 5
+
+// random1M keeps random-1m's limiter, its million keys prepared, from one
+// run of a benchmark to the next: the rounds go tests makes to size b.N,
+// and the -count runs. Preparing took up to a minute a round for the slower
+// peers (go-limiter spends a key in 100 calls), which made the whole
+// workload two hours long. A round adds about one event to a key on the
+// admit path, far from the limit of 100 in a minute, and a refusal changes
+// nothing; a fixed window's deny path, whose budget comes back at the
+// window's boundary, is prepared afresh each round, as newForBench waits
+// for a boundary far enough away.
+var random1M random1MCache
+
+type random1MCache struct {
+	name string // the peer, path and GOMAXPROCS l was prepared for
+	l    Limiter
+}
+
+// limiter returns a limiter of p prepared for path, the one kept when it
+// was prepared for the same peer, path and GOMAXPROCS, closing any other.
+func (c *random1MCache) limiter(b *testing.B, p Peer, path Path) Limiter {
+	b.Helper()
+	name := fmt.Sprintf("%s/%s/%d", p.Name, path, runtime.GOMAXPROCS(0))
+	if c.name == name && !(path == Deny && p.Aligned) {
+		return c.l
+	}
+	if c.l != nil {
+		c.l.Close()
+		c.name, c.l = "", nil
+	}
+	if path == Deny && p.Aligned {
+		time.Sleep(UntilClearOfBoundary(time.Now(), BudgetWindow, AlignedMargin))
+	}
+	l, err := p.New(Budget())
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := Keys(keys1M)
+	held := 1 // Exhaust spends a key at once
+	if path == Admit {
+		held = randomHeld
+	}
+	for range held {
+		path.Prepare(l, keys)
+	}
+	c.name, c.l = name, l
+	return l
+}
 
 func benchZipf(b *testing.B, p Peer, path Path) {
 	l := newForBench(b, p, path)
