@@ -191,7 +191,10 @@ func (l *Limiter) tierKey(ctx context.Context, key string) string {
 func (l *Limiter) Allow(key string) bool { return l.AllowN(key, 1) }
 
 // AllowN reports whether n events for key fit now, and records them if so:
-// Take(key, n).Allowed, without the rest of the Decision.
+// Take(key, n).Allowed, without the rest of the Decision. Under the sliding
+// log without calendar policies a refusal changes nothing, and one of a key
+// at its limit takes no lock, unless WithMaxKeys makes room by evicting,
+// for which every decision counts as the key's use.
 func (l *Limiter) AllowN(key string, n int) bool {
 	t := l.only.Load() // tierFor, inlined
 	if t == nil {
