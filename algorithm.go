@@ -40,6 +40,7 @@ func (g *eventLog) counters(t *tier) []uint32 {
 // across tiers: moving a key to another plan never gives it a fresh budget.
 func (g *eventLog) retier(t *tier) {
 	g.tier = t.id
+	g.forgetRefusal() // it was published for the tier that decided g before
 }
 
 // decideCounted is decide under FixedWindow or GCRA: each policy's part

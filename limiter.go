@@ -213,7 +213,7 @@ func (l *Limiter) AllowN(key string, n int) bool {
 	if g == nil {
 		return false // WithMaxKeys is full
 	}
-	if g.tier != t.id && !quick {
+	if g.tier != t.id {
 		g.retier(t)
 	}
 	var ok bool
@@ -221,9 +221,6 @@ func (l *Limiter) AllowN(key string, n int) bool {
 		ok = g.allow(now, n, t, quick)
 	} else {
 		ok = g.allowAll(now, n, t, quick)
-	}
-	if ok && g.tier != t.id {
-		g.retier(t) // a refusal that leaves the log as it is leaves its tier too
 	}
 	g.mu.Unlock()
 	return ok

@@ -182,9 +182,11 @@ func (m *model) settle(k *modelKey, now int64, policies []Policy) int64 {
 // returns the Decision and, for an admitted, recorded weight, the id of
 // its event.
 // unlockedRefusals reports whether AllowN's refusals under policies leave
-// the key as it was, its instant and tier included, as a refusal that
-// takes no lock must: under the sliding log with no calendar policy, unless
-// WithMaxKeys makes room, whose order of recency every decision moves.
+// the key as it was, its instant included, as a refusal that takes no lock
+// must (the key moves to the tier that refused it, which such a refusal
+// only reads when the key is in it already): under the sliding log with no
+// calendar policy, unless WithMaxKeys makes room, whose order of recency
+// every decision moves.
 func (m *model) unlockedRefusals(policies []Policy, maxKeys int, refuse bool) bool {
 	if m.algorithm != SlidingLog || maxKeys > 0 && !refuse {
 		return false
@@ -820,7 +822,9 @@ func TestModel(t *testing.T) {
 				case admissible || tracked && !allowN:
 					want, id = m.decide(key, n, now, true)
 					if tracked && allowN && !want.Allowed && m.unlockedRefusals(policies, maxKeys, refuse) {
-						*k = before // such a refusal leaves the key as it was
+						name := k.tier
+						*k = before // such a refusal leaves the key as it was, but in the tier that decided it
+						k.tier = name
 					}
 				case !allowN:
 					want = m.untracked(key, n, now)

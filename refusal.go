@@ -21,13 +21,18 @@ package keyrate
 // call whose clock reads earlier takes the lock, to be decided at the last
 // instant. The instant is stored before the word and loaded after it, so a
 // reader that sees a word sees its instant or a later one (last only moves
-// on), which only sends more calls to the lock. Neither part of the summary
-// depends on the tier, so it holds across SetTier and tier moves: the
-// caller's own tier supplies L and w.
+// on), which only sends more calls to the lock. The instant is rounded up to
+// refusalUnit, and its low bits hold the id of the key's tier, as moving the
+// key to another tier clears the word: a call under a tier other than the
+// key's takes the lock, which moves the key there, so that the janitor keeps
+// its events for as long as the tier refusing it counts them. Neither part
+// of the summary depends on the tier's policies, so it holds across SetTier:
+// the caller's own tier supplies L and w.
 //
 // A refusal read off the word changes nothing, so Allow's locked refusals
-// change nothing either (allow's untouched): the key's instant, events and
-// tier stay as they were, and the two answer alike whichever a call takes.
+// change nothing either but the key's tier (allow's untouched): its instant
+// and events stay as they were, and the two answer alike whichever a call
+// takes.
 // Under WithMaxKeys that makes room, every call takes the lock instead
 // (Limiter.lockFree).
 //
@@ -52,8 +57,9 @@ func (g *eventLog) publishRefusal(c int, from int64) {
 		return
 	}
 	w := uint64(from)>>refusalUnitBits<<refusalCountBits | uint64(min(c, refusalCount))
-	if g.refusal.Load() != w || g.published.Load() != g.last {
-		g.published.Store(g.last) // first: a reader that sees w sees this instant or a later one
+	p := (g.last+refusalUnit-1)&^(refusalUnit-1) | int64(g.tier)
+	if g.refusal.Load() != w || g.published.Load() != p {
+		g.published.Store(p) // first: a reader that sees w sees this or a later one
 		g.refusal.Store(w)
 	}
 }
@@ -72,8 +78,9 @@ func (g *eventLog) forgetRefusal() {
 // that the locked decision must answer.
 func (g *eventLog) refuses(now int64, n int, t *tier) bool {
 	w := g.refusal.Load()
-	if w == 0 || now < g.published.Load() {
-		return false // the locked decision is taken at the key's last instant, not at now
+	p := g.published.Load()
+	if w == 0 || uint16(p) != t.id || now < p&^(refusalUnit-1) {
+		return false // another tier's, or the locked decision is taken at the key's last instant
 	}
 	c := int(w & refusalCount)
 	from := int64(w>>refusalCountBits) << refusalUnitBits

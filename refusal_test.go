@@ -114,3 +114,29 @@ func TestHammeredKeyKeepsItsPlace(t *testing.T) {
 	}
 	assert.Equal(t, 0, l.Peek("hammered").Remaining, "its events stayed")
 }
+
+// TestRefusalMovesTheKeyToItsTier checks that a key refused under a tier
+// whose window is longer than the one that last decided it moves to that
+// tier, so that the janitor keeps the events that tier still counts: left
+// in the shorter tier, it would be swept as idle and admit again.
+func TestRefusalMovesTheKeyToItsTier(t *testing.T) {
+	plan := map[string]string{}
+	c := NewManualClock(t0)
+	l, err := New(2, time.Minute, WithClock(c), WithJanitorInterval(0),
+		WithTiers(func(key string) string { return plan[key] }, map[string][]Policy{"long": {{Limit: 2, Window: time.Hour}}}))
+	require.NoError(t, err)
+	defer l.Close()
+	for _, key := range []string{"k", "j"} {
+		require.True(t, l.Allow(key))
+		require.True(t, l.Allow(key))
+		require.False(t, l.Allow(key), "full under a minute: its refusal word is the minute tier's")
+		plan[key] = "long"
+	}
+	c.Advance(30 * time.Second)
+	require.False(t, l.Allow("k"), "the hour holds both events, read under the hour's tier")
+	c.Advance(90 * time.Second)
+	require.False(t, l.Allow("j"), "the hour holds both events, the minute none")
+	assert.Equal(t, 0, l.sweep(l.now()), "the hour's tier keeps both keys")
+	assert.False(t, l.Allow("k"))
+	assert.False(t, l.Allow("j"))
+}

@@ -56,8 +56,8 @@ type eventLog struct {
 	last int64   // newest instant this key was decided at; time never runs back past it
 	ring *uint32 // the ring's first slot: &inline[0], a heap array, or nil
 	// refusal summarises the log for refusals read without mu, and
-	// published is last when it was written (see refusal.go); only
-	// atomics touch them.
+	// published is last when it was written, with the key's tier (see
+	// refusal.go); only atomics touch them.
 	refusal   atomic.Uint64
 	published atomic.Int64
 	head      uint32 // index in the ring of the oldest entry (GCRA: see ledger)
