@@ -30,7 +30,7 @@ package keyrate
 // the caller's own tier supplies L and w.
 //
 // A refusal read off the word changes nothing, so Allow's locked refusals
-// change nothing either but the key's tier (allow's untouched): its instant
+// change nothing either but the key's tier (allow's lockFree): its instant
 // and events stay as they were, and the two answer alike whichever a call
 // takes.
 // Under WithMaxKeys that makes room, every call takes the lock instead

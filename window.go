@@ -5,11 +5,13 @@ import "time"
 // allow is decide reduced to its answer, for Allow: it records n events at
 // now when they fit. n must be in [1, limit]. Called with mu held.
 //
-// When untouched is set, a refusal leaves the log as it is, its instant
-// included, as a refusal read off the refusal word does (Limiter.lockFree):
-// the two then answer alike whichever a call takes, also when the clock
-// steps back. Every other decision settles the log at now.
-func (g *eventLog) allow(now int64, n int, t *tier, untouched bool) bool {
+// When lockFree is set, Allow may refuse the key without its lock
+// (Limiter.lockFree): a decision that finds the key full publishes its
+// refusal word, and a refusal leaves the log as it is, its instant
+// included, as a refusal read off the word does, so that the two answer
+// alike whichever a call takes, also when the clock steps back. Every other
+// decision settles the log at now.
+func (g *eventLog) allow(now int64, n int, t *tier, lockFree bool) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
 		var d Decision
 		g.decide(&d, now, n, t, true)
@@ -20,15 +22,16 @@ func (g *eventLog) allow(now int64, n int, t *tier, untouched bool) bool {
 		g.cache(true)
 	}
 	if held := g.count(gone); held+n > t.minLimit {
-		g.publishRefusal(held, g.instant(gone, r, &t.scale))
-		if !untouched {
+		if lockFree {
+			g.publishRefusal(held, g.instant(gone, r, &t.scale))
+		} else {
 			g.settleTo(now, gone)
 		}
 		return false
 	}
 	g.settleTo(now, gone)
 	g.push(r, uint32(n), t.entries, t.scale.res)
-	if held := g.count(0); held >= t.minLimit {
+	if held := g.count(0); lockFree && held >= t.minLimit {
 		g.publishRefusal(held, g.instant(0, r, &t.scale)) // full: the next call can be refused unlocked
 	}
 	return true
@@ -42,9 +45,9 @@ func (g *eventLog) allow(now int64, n int, t *tier, untouched bool) bool {
 // window holds the newest of them. In a narrow log it has room for n when
 // the (limit-n+1)-th newest event has left that window: one comparison. A
 // wide log counts its window's weight.
-func (g *eventLog) allowAll(now int64, n int, t *tier, untouched bool) bool {
+func (g *eventLog) allowAll(now int64, n int, t *tier, lockFree bool) bool {
 	if t.algorithm != SlidingLog || t.cals != 0 {
-		return g.allow(now, n, t, untouched)
+		return g.allow(now, n, t, lockFree)
 	}
 	now, r, gone := g.leavingAt(now, t.longest, t.longTicks, &t.scale)
 	if g.state&cached == 0 && t.cacheable {
@@ -65,13 +68,15 @@ func (g *eventLog) allowAll(now int64, n int, t *tier, untouched bool) bool {
 		} else if f := g.first(t, i, lim, r); g.count(f)+n > p.Limit {
 			c, from = g.count(f), f
 		}
-		if c > 0 {
+		switch {
+		case c == 0:
+			continue
+		case lockFree:
 			g.publishRefusal(c, g.instant(from, r, &t.scale))
-			if !untouched {
-				g.settleTo(now, gone)
-			}
-			return false
+		default:
+			g.settleTo(now, gone)
 		}
+		return false
 	}
 	g.settleTo(now, gone)
 	g.push(r, uint32(n), t.entries, t.scale.res)
