@@ -41,9 +41,9 @@ import (
 // they took a log from 48 bytes to 64, about 111 B per key to 127 in
 // TestMemoryPerKey.
 //
-// Every field but refusal and published is guarded by mu. Of state's flags, dead marks a
-// log that has left the map (evicted or Reset): a caller that finds it so
-// retries with a fresh lookup. pinned marks a log that TakeAll created and
+// Every field but refusal and published is guarded by mu. Of state's
+// flags, dead marks a log that has left the map (evicted or Reset): a
+// caller that finds it so retries with a fresh lookup. pinned marks a log that TakeAll created and
 // has yet to decide: making room and the janitor leave it be (see TakeAll).
 // cached marks a narrow log on the heap whose inline[0] holds the tick of
 // its oldest entry, so that a decision that drops nothing and refuses (or
