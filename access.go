@@ -6,7 +6,8 @@ import "github.com/keyrate/keyrate/internal/access"
 // internal/access).
 func init() {
 	access.CheckPolicies = checkPolicies
-	access.Combine = combine
+	access.Combine = combineInline
+	access.CombineMany = combine
 	access.NewReceipt = newReceipt
 	access.ReceiptAt = receiptAt
 	access.ReceiptID = receiptID

@@ -3,6 +3,8 @@ package keyrate
 import (
 	"fmt"
 	"time"
+
+	"github.com/keyrate/keyrate/internal/access"
 )
 
 // Decision is the answer to one request and the numbers behind it, the same
@@ -114,6 +116,12 @@ func combine(parts ...PolicyDecision) Decision {
 	d.fill(&parts[b], allowed)
 	d.nparts = copy(d.parts[:], parts)
 	return d
+}
+
+// combineInline is combine of parts[:n], for backend.Combine (see
+// internal/access).
+func combineInline(parts [access.MaxPolicies]PolicyDecision, n int) Decision {
+	return combine(parts[:n]...)
 }
 
 // binding returns the index of the binding part (see combine).

@@ -15,6 +15,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/internal/access"
@@ -31,7 +32,8 @@ var ErrOutOfMemory = errors.New("keyrate: store out of memory")
 // The core's implementations, set by its init (see internal/access).
 var (
 	checkPolicies = access.CheckPolicies.(func(string, []keyrate.Policy) error)
-	combine       = access.Combine.(func(...keyrate.PolicyDecision) keyrate.Decision)
+	combine       = access.Combine.(func([MaxPolicies]keyrate.PolicyDecision, int) keyrate.Decision)
+	combineMany   = access.CombineMany.(func(...keyrate.PolicyDecision) keyrate.Decision)
 )
 
 // CheckPolicies returns why policies cannot be a tier, naming the field at
@@ -48,7 +50,12 @@ func CheckPolicies(field string, policies []keyrate.Policy) error {
 // rule every backend shares (see keyrate.Decision); no parts make the zero
 // Decision, a refusal.
 func Combine(parts ...keyrate.PolicyDecision) keyrate.Decision {
-	return combine(parts...)
+	if len(parts) > MaxPolicies {
+		return combineMany(slices.Clone(parts)...)
+	}
+	// Copied, so that parts stays on the caller's stack.
+	var inline [MaxPolicies]keyrate.PolicyDecision
+	return combine(inline, copy(inline[:], parts))
 }
 
 // TierField returns SetTier's name for tier name's policies in errors, or why

@@ -17,8 +17,12 @@ const MaxPolicies = 4
 var (
 	// CheckPolicies is func(field string, policies []keyrate.Policy) error.
 	CheckPolicies any
-	// Combine is func(parts ...keyrate.PolicyDecision) keyrate.Decision.
-	Combine any
+	// Combine is func(parts [MaxPolicies]keyrate.PolicyDecision, n int)
+	// keyrate.Decision, of parts[:n]: an array passed by value stays on
+	// the caller's stack, where a slice passed through a variable would
+	// move to the heap, an allocation per decision. CombineMany is
+	// func(parts ...keyrate.PolicyDecision) keyrate.Decision, for more.
+	Combine, CombineMany any
 	// NewReceipt is func(at time.Time, n int, id uint64) keyrate.Receipt.
 	NewReceipt any
 	// ReceiptAt is func(keyrate.Receipt) time.Time, ReceiptID
