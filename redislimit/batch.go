@@ -47,6 +47,23 @@ type request struct {
 
 	ans  answer      // set by send
 	done chan answer // a queued request's answer, sent once
+
+	// What the slices of a request of one key point into (see oneKey),
+	// and the run of r alone that the direct path sends.
+	key1    [1]string
+	weight1 [1]int
+	tier1   [1]*tier
+	alone   [1]*request
+}
+
+// oneKey returns the request of key alone at weight n under tr: its slices
+// point into the request itself, one allocation where there would be four
+// (a decision of one key is the common one).
+func oneKey(key string, n int, tr *tier, tag string, instant int64) *request {
+	r := &request{tag: tag, instant: instant}
+	r.key1[0], r.weight1[0], r.tier1[0] = key, n, tr
+	r.keys, r.weights, r.tiers = r.key1[:], r.weight1[:], r.tier1[:]
+	return r
 }
 
 // answer is the script's answer to a request: whether it was admitted and
@@ -82,7 +99,8 @@ func (b *batcher) do(r *request) answer {
 		// the caller's goroutine.
 		b.flights++
 		b.mu.Unlock()
-		b.l.send(r.ctx, []*request{r})
+		r.alone[0] = r
+		b.l.send(r.ctx, r.alone[:])
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.flights--
@@ -256,20 +274,23 @@ func (l *Limiter) scriptFor(reqs []*request) *redis.Script {
 // runArgs returns the KEYS and ARGV of one script run deciding reqs.
 func (l *Limiter) runArgs(reqs []*request) ([]string, []any) {
 	n := 0
-	for _, r := range reqs {
-		n += len(r.keys)
-	}
-	keys := make([]string, 0, n)
-	var instant any = ""
 	var latest int64
 	for _, r := range reqs {
-		keys = append(keys, r.keys...)
+		n += len(r.keys)
 		latest = max(latest, r.instant)
 	}
+	keys := reqs[0].keys // a run of one request sends its own
+	if len(reqs) > 1 {
+		keys = make([]string, 0, n)
+		for _, r := range reqs {
+			keys = append(keys, r.keys...)
+		}
+	}
+	var instant any = ""
 	if l.clock != nil {
 		instant = latest
 	}
-	return keys, appendArgs(make([]any, 0, 8+3*n), instant, l.res, l.calendarNow(latest), reqs)
+	return keys, appendArgs(nil, instant, l.res, l.calendarNow(latest), reqs)
 }
 
 // settle sets the answer of each request of one script run from its reply

@@ -275,7 +275,8 @@ func (l *Limiter) askLease(ctx context.Context, key, id string, tr *tier, n, wan
 	}
 	t := l.tagOf(key, id)
 	local := l.localNow()
-	r := &request{keys: []string{l.storeKey(id, t)}, weights: []int{n}, tiers: []*tier{tr}, tag: t, instant: local / 1000, lease: want}
+	r := oneKey(l.storeKey(id, t), n, tr, t, local/1000)
+	r.lease = want
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:

@@ -332,7 +332,7 @@ func (l *Limiter) TakeContext(ctx context.Context, key string, n int) (keyrate.D
 		}
 	}
 	t := l.tagOf(key, id)
-	r := &request{keys: []string{l.storeKey(id, t)}, weights: []int{n}, tiers: []*tier{tr}, tag: t, instant: sent / 1000}
+	r := oneKey(l.storeKey(id, t), n, tr, t, sent/1000)
 	a, fallback, err := l.ask(ctx, r, func(int) string { return "take " + keyRef(t) })
 	switch {
 	case fallback:

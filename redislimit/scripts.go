@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/keyrate/keyrate/backend"
@@ -351,28 +352,30 @@ func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []ke
 // the requests name (their calendar policies' boundaries around the
 // client's instant wall), then each request's keys' weights and tiers.
 func appendArgs(args []any, instant any, res int64, wall time.Time, reqs []*request) []any {
-	var tiers []*tier
-	index := func(t *tier) int {
-		for i, u := range tiers {
-			if u == t {
-				return i + 1
-			}
-		}
-		tiers = append(tiers, t)
-		return len(tiers)
-	}
-	body := make([]any, 0, 3*len(reqs))
+	// The tiers first, numbered from 1 in the order the requests name
+	// them; a run names few, so this array keeps them off the heap.
+	var seen [4]*tier
+	tiers := seen[:0]
+	need := 3 // the length of ARGV, so that args grows once at most
 	for _, r := range reqs {
 		if r.lease > 0 {
-			body = append(body, 0, r.weights[0], r.lease, index(r.tiers[0]))
-			continue
+			need += 4
+		} else {
+			need += 1 + 2*len(r.keys)
 		}
-		body = append(body, len(r.keys))
-		for i := range r.keys {
-			body = append(body, r.weights[i], index(r.tiers[i]))
+		for _, t := range r.tiers {
+			if !slices.Contains(tiers, t) {
+				tiers = append(tiers, t)
+				need += 1 + len(t.args)
+				for _, id := range t.ids {
+					if id != 0 {
+						need += 5 // the id and four boundaries
+					}
+				}
+			}
 		}
 	}
-	args = append(args, instant, res, len(tiers))
+	args = append(slices.Grow(args, need), instant, res, len(tiers))
 	for _, t := range tiers {
 		args = append(args, len(t.policies))
 		if !t.calendar {
@@ -386,7 +389,18 @@ func appendArgs(args []any, instant any, res int64, wall time.Time, reqs []*requ
 			}
 		}
 	}
-	return append(args, body...)
+	index := func(t *tier) int { return slices.Index(tiers, t) + 1 }
+	for _, r := range reqs {
+		if r.lease > 0 {
+			args = append(args, 0, r.weights[0], r.lease, index(r.tiers[0]))
+			continue
+		}
+		args = append(args, len(r.keys))
+		for i := range r.keys {
+			args = append(args, r.weights[i], index(r.tiers[i]))
+		}
+	}
+	return args
 }
 
 // readNow reads what every refund script takes first: the key, the weight
