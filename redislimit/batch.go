@@ -194,8 +194,15 @@ func (l *Limiter) batcherFor(ctx context.Context, key string) *batcher {
 // send decides reqs in as few script runs as their slots allow, under
 // ctx, and sets each request's answer.
 func (l *Limiter) send(ctx context.Context, reqs []*request) {
+	_, single := l.client.(*redis.Client)
+	if len(reqs) == 1 || single && !l.perRequest && len(reqs) <= maxRunRequests {
+		// One run, the common case: no runs to build.
+		v, err := l.scriptFor(reqs).run(ctx, l.client, l.runCmd(reqs)).Text()
+		settle(reqs, v, err)
+		return
+	}
 	var runs [][]*request
-	if _, single := l.client.(*redis.Client); single {
+	if single {
 		for len(reqs) > maxRunRequests {
 			runs = append(runs, reqs[:maxRunRequests])
 			reqs = reqs[maxRunRequests:]
@@ -220,15 +227,14 @@ func (l *Limiter) send(ctx context.Context, reqs []*request) {
 		}
 	}
 	if len(runs) == 1 {
-		keys, args := l.runArgs(runs[0])
-		v, err := l.scriptFor(runs[0]).Run(ctx, l.client, keys, args...).Text()
+		v, err := l.scriptFor(runs[0]).run(ctx, l.client, l.runCmd(runs[0])).Text()
 		settle(runs[0], v, err)
 		return
 	}
 	cmds := l.pipelined(ctx, runs, false)
 	var again [][]*request
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if noScript(cmd.Err()) {
 			again = append(again, runs[i])
 			continue
 		}
@@ -250,12 +256,8 @@ func (l *Limiter) pipelined(ctx context.Context, runs [][]*request, full bool) [
 	pipe := l.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(runs))
 	for i, run := range runs {
-		keys, args := l.runArgs(run)
-		if full {
-			cmds[i] = l.scriptFor(run).Eval(ctx, pipe, keys, args...)
-		} else {
-			cmds[i] = l.scriptFor(run).EvalSha(ctx, pipe, keys, args...)
-		}
+		cmds[i] = l.scriptFor(run).cmd(ctx, l.runCmd(run), full)
+		pipe.Process(ctx, cmds[i])
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	return cmds
@@ -264,33 +266,35 @@ func (l *Limiter) pipelined(ctx context.Context, runs [][]*request, full bool) [
 // scriptFor returns the script of a run deciding reqs: under the sliding
 // log, a run of one request takes the script for one (slidinglogone.go),
 // which decides the common case with less work and answers alike.
-func (l *Limiter) scriptFor(reqs []*request) *redis.Script {
+func (l *Limiter) scriptFor(reqs []*request) *script {
 	if l.lone != nil && len(reqs) == 1 {
 		return l.lone
 	}
 	return l.script
 }
 
-// runArgs returns the KEYS and ARGV of one script run deciding reqs.
-func (l *Limiter) runArgs(reqs []*request) ([]string, []any) {
+// runCmd returns the command of one script run deciding reqs, its first
+// two entries left to the script (see script.cmd): then the number of
+// keys, the keys and ARGV (see appendArgs), in one slice.
+func (l *Limiter) runCmd(reqs []*request) []any {
 	n := 0
 	var latest int64
 	for _, r := range reqs {
 		n += len(r.keys)
 		latest = max(latest, r.instant)
 	}
-	keys := reqs[0].keys // a run of one request sends its own
-	if len(reqs) > 1 {
-		keys = make([]string, 0, n)
-		for _, r := range reqs {
-			keys = append(keys, r.keys...)
-		}
-	}
 	var instant any = ""
 	if l.clock != nil {
 		instant = latest
 	}
-	return keys, appendArgs(nil, instant, l.res, l.calendarNow(latest), reqs)
+	cmd := make([]any, 3, 3+n+argvLen(reqs))
+	cmd[2] = n
+	for _, r := range reqs {
+		for _, k := range r.keys {
+			cmd = append(cmd, k)
+		}
+	}
+	return appendArgs(cmd, instant, l.res, l.calendarNow(latest), reqs)
 }
 
 // settle sets the answer of each request of one script run from its reply

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/keyrate/keyrate/redislimit/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,5 +51,44 @@ func TestRunIsolatesErrors(t *testing.T) {
 		n, err := client.Exists(ctx, key("b")).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "the failed request recorded nothing for its first key")
+	}
+}
+
+// runArgs returns the KEYS and ARGV of the script run deciding reqs, as
+// runCmd lays them out, for tests that run a script by go-redis's Run.
+func (l *Limiter) runArgs(reqs []*request) ([]string, []any) {
+	cmd := l.runCmd(reqs)
+	keys := make([]string, cmd[2].(int))
+	for i := range keys {
+		keys[i] = cmd[3+i].(string)
+	}
+	return keys, cmd[3+len(keys):]
+}
+
+// TestRunCmdIsSizedOnce checks argvLen against what appendArgs appends,
+// for runs of every shape a Limiter sends: the command is one allocation
+// only if the two agree.
+func TestRunCmdIsSizedOnce(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	l, err := New(c, 10, time.Minute)
+	require.NoError(t, err)
+	def := l.tiers.Load().def
+	cal, err := newTier("policies", []keyrate.Policy{
+		{Name: "minute", Limit: 5, Window: time.Minute},
+		{Name: "day", Limit: 100, Calendar: keyrate.Daily(time.UTC)},
+	})
+	require.NoError(t, err)
+	lease := oneKey("k3", 1, cal, "t", 0)
+	lease.lease = 4
+	runs := map[string][]*request{
+		"one key":       {oneKey("k", 1, def, "t", 0)},
+		"calendar":      {oneKey("k", 2, cal, "t", 0)},
+		"lease":         {lease},
+		"many requests": {oneKey("k1", 1, def, "t", 0), {keys: []string{"k2", "k4"}, weights: []int{1, 3}, tiers: []*tier{cal, def}}, lease},
+	}
+	for name, run := range runs {
+		cmd := l.runCmd(run)
+		require.Equal(t, cap(cmd), len(cmd), "%s: %d entries in room for %d", name, len(cmd), cap(cmd))
 	}
 }

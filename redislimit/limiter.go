@@ -136,8 +136,8 @@ import (
 // once, not per request.
 type Limiter struct {
 	client  redis.UniversalClient
-	script  *redis.Script // the algorithm's decision script (scripts.go)
-	lone    *redis.Script // the script of a run of one request; nil: script
+	script  *script // the algorithm's decision script (scripts.go)
+	lone    *script // the script of a run of one request; nil: script
 	prefix  string
 	suffix  string
 	res     int64 // WithResolution, in microseconds; 0: none

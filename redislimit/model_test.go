@@ -32,14 +32,14 @@ type verdict struct {
 }
 
 // runScript runs s for key with no resolution; see runScriptAt.
-func runScript(t *testing.T, c redis.UniversalClient, s *redis.Script, key string, n, now int64, ps []policy) verdict {
+func runScript(t *testing.T, c redis.UniversalClient, s *script, key string, n, now int64, ps []policy) verdict {
 	t.Helper()
 	return runScriptAt(t, c, s, key, n, now, 0, ps)
 }
 
 // runScriptAt runs s for key at resolution res (µs): a batch of one
 // request of one key.
-func runScriptAt(t *testing.T, c redis.UniversalClient, s *redis.Script, key string, n, now, res int64, ps []policy) verdict {
+func runScriptAt(t *testing.T, c redis.UniversalClient, s *script, key string, n, now, res int64, ps []policy) verdict {
 	t.Helper()
 	tr := &tier{}
 	for _, p := range ps {
@@ -301,7 +301,7 @@ func TestModelScripts(t *testing.T) {
 	limits := []int64{1, 2, 3, 5, 10, 1000}
 	for _, alg := range []struct {
 		name   string
-		script *redis.Script
+		script *script
 		model  func() decider
 	}{
 		{"SlidingLog", slidingLogScript, func() decider { return &logModel{} }},

@@ -268,14 +268,14 @@ return table.concat(reply)
 
 // decisionScript returns the batch script of an algorithm whose source
 // defines prepare, load, assess, admit and describe.
-func decisionScript(algorithm string) *redis.Script {
-	return redis.NewScript(driverNow + algorithm + driverTiers + driverTail)
+func decisionScript(algorithm string) *script {
+	return newScript(driverNow + algorithm + driverTiers + driverTail)
 }
 
 // slidingLogBatch is the sliding log's batch script, with its fast path
 // (slidinglogone.go).
-func slidingLogBatch() *redis.Script {
-	return redis.NewScript(driverNow + slidingLogFast + slidingLogSource + driverTiers + driverTail)
+func slidingLogBatch() *script {
+	return newScript(driverNow + slidingLogFast + slidingLogSource + driverTiers + driverTail)
 }
 
 // keyReply is one key's part of a request's record: the instant it was
@@ -347,35 +347,52 @@ func parseRecord(b []byte, policies []int, lease bool) (admitted bool, keys []ke
 	return status == statusAdmitted, keys, b, -1, nil
 }
 
+// runTiers returns the tiers reqs name, in the order they first name
+// them (the scripts number them so, from 1), in seen where they fit: a run
+// names few, and the array keeps them off the heap.
+func runTiers(seen *[4]*tier, reqs []*request) []*tier {
+	tiers := seen[:0]
+	for _, r := range reqs {
+		for _, t := range r.tiers {
+			if !slices.Contains(tiers, t) {
+				tiers = append(tiers, t)
+			}
+		}
+	}
+	return tiers
+}
+
+// argvLen returns the length of the ARGV appendArgs makes of reqs.
+func argvLen(reqs []*request) int {
+	var seen [4]*tier
+	n := 3
+	for _, t := range runTiers(&seen, reqs) {
+		n += 1 + len(t.args)
+		for _, id := range t.ids {
+			if id != 0 {
+				n += 5 // the id and four boundaries
+			}
+		}
+	}
+	for _, r := range reqs {
+		if r.lease > 0 {
+			n += 4
+		} else {
+			n += 1 + 2*len(r.keys)
+		}
+	}
+	return n
+}
+
 // appendArgs appends to args the ARGV of a batch of requests: the
 // instant (instant, "" for the server's TIME), the resolution, the tiers
 // the requests name (their calendar policies' boundaries around the
 // client's instant wall), then each request's keys' weights and tiers.
+// With room for argvLen(reqs) more, args does not grow.
 func appendArgs(args []any, instant any, res int64, wall time.Time, reqs []*request) []any {
-	// The tiers first, numbered from 1 in the order the requests name
-	// them; a run names few, so this array keeps them off the heap.
 	var seen [4]*tier
-	tiers := seen[:0]
-	need := 3 // the length of ARGV, so that args grows once at most
-	for _, r := range reqs {
-		if r.lease > 0 {
-			need += 4
-		} else {
-			need += 1 + 2*len(r.keys)
-		}
-		for _, t := range r.tiers {
-			if !slices.Contains(tiers, t) {
-				tiers = append(tiers, t)
-				need += 1 + len(t.args)
-				for _, id := range t.ids {
-					if id != 0 {
-						need += 5 // the id and four boundaries
-					}
-				}
-			}
-		}
-	}
-	args = append(slices.Grow(args, need), instant, res, len(tiers))
+	tiers := runTiers(&seen, reqs)
+	args = append(args, instant, res, len(tiers))
 	for _, t := range tiers {
 		args = append(args, len(t.policies))
 		if !t.calendar {

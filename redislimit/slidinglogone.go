@@ -1,7 +1,5 @@
 package redislimit
 
-import "github.com/redis/go-redis/v9"
-
 // slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick,
 // lead, hdr, dry): the key's part of an admitted record (its numbers,
 // packed, after the status byte 1 when lead is set) of weight n under P
@@ -189,4 +187,4 @@ end
 
 // slidingLogOneScript decides a run of one request under the sliding log
 // (batch.go picks it).
-var slidingLogOneScript = redis.NewScript(slidingLogOneSource)
+var slidingLogOneScript = newScript(slidingLogOneSource)
