@@ -28,6 +28,7 @@
     dirty: true,
     busy: false,
     connectedAt: null,      // server time the live stream first opened
+    droppedAt: -Infinity,   // server time of the latest dropped notice
     dropped: 0,
   };
 
@@ -187,6 +188,13 @@
       // missing, so the server's own figures are shown instead.
       const since = state.connectedAt === null ? ev.at : Math.min(ev.at, state.connectedAt);
       s.knownFrom = policies.map((p) => since + p.windowMs);
+    } else if (!fresh && empty && state.connectedAt !== null && ev.at >= state.connectedAt && ev.at > state.droppedAt) {
+      // An event into empty windows, decided while the page was connected
+      // and had missed nothing since: no earlier event counts after it, and
+      // every later one reaches the page, in whatever order (a burst's
+      // requests are published in any order, so the first seen of a key
+      // may not be its first).
+      s.knownFrom = s.knownFrom.map((k) => Math.min(k, ev.at));
     }
     // A fixed window is simulated beside a single policy: the fixed window
     // this request falls in, aligned to multiples of the window.
@@ -340,6 +348,7 @@
       let d;
       try { d = JSON.parse(e.data); } catch (err) { return; }
       state.dropped += d.dropped;
+      state.droppedAt = Math.max(state.droppedAt, d.now);
       // Any key may have lost events: trust the server's figures for a window.
       for (const s of state.streams.values()) {
         s.knownFrom = s.policies.map((p, i) => Math.max(s.knownFrom[i], d.now + p.windowMs));
