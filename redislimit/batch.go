@@ -287,14 +287,16 @@ func (l *Limiter) runCmd(reqs []*request) []any {
 	if l.clock != nil {
 		instant = latest
 	}
-	cmd := make([]any, 3, 3+n+argvLen(reqs))
+	var seen [4]*tier
+	tiers := runTiers(&seen, reqs)
+	cmd := make([]any, 3, 3+n+argvLen(tiers, reqs))
 	cmd[2] = n
 	for _, r := range reqs {
 		for _, k := range r.keys {
 			cmd = append(cmd, k)
 		}
 	}
-	return appendArgs(cmd, instant, l.res, l.calendarNow(latest), reqs)
+	return appendArgs(cmd, instant, l.res, l.calendarNow(latest), tiers, reqs)
 }
 
 // settle sets the answer of each request of one script run from its reply

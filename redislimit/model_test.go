@@ -48,7 +48,7 @@ func runScriptAt(t *testing.T, c redis.UniversalClient, s *script, key string, n
 		tr.ids = append(tr.ids, 0)
 	}
 	r := &request{keys: []string{key}, weights: []int{int(n)}, tiers: []*tier{tr}}
-	args := appendArgs(nil, now, res, time.Time{}, []*request{r})
+	args := appendArgs(nil, now, res, time.Time{}, []*tier{tr}, []*request{r})
 	v, err := s.Run(context.Background(), c, []string{key}, args...).Text()
 	if err != nil {
 		t.Fatalf("script(n=%d, now=%d): %v", n, now, err)

@@ -362,11 +362,11 @@ func runTiers(seen *[4]*tier, reqs []*request) []*tier {
 	return tiers
 }
 
-// argvLen returns the length of the ARGV appendArgs makes of reqs.
-func argvLen(reqs []*request) int {
-	var seen [4]*tier
+// argvLen returns the length of the ARGV appendArgs makes of reqs, which
+// name tiers (see runTiers).
+func argvLen(tiers []*tier, reqs []*request) int {
 	n := 3
-	for _, t := range runTiers(&seen, reqs) {
+	for _, t := range tiers {
 		n += 1 + len(t.args)
 		for _, id := range t.ids {
 			if id != 0 {
@@ -388,10 +388,9 @@ func argvLen(reqs []*request) int {
 // instant (instant, "" for the server's TIME), the resolution, the tiers
 // the requests name (their calendar policies' boundaries around the
 // client's instant wall), then each request's keys' weights and tiers.
-// With room for argvLen(reqs) more, args does not grow.
-func appendArgs(args []any, instant any, res int64, wall time.Time, reqs []*request) []any {
-	var seen [4]*tier
-	tiers := runTiers(&seen, reqs)
+// tiers are those reqs name (see runTiers); with room for argvLen more,
+// args does not grow.
+func appendArgs(args []any, instant any, res int64, wall time.Time, tiers []*tier, reqs []*request) []any {
 	args = append(args, instant, res, len(tiers))
 	for _, t := range tiers {
 		args = append(args, len(t.policies))
