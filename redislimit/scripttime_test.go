@@ -17,11 +17,16 @@ import (
 // the usec of EVALSHA in INFO commandstats over the decisions), every
 // decision admitted, each run sent alone by one client: a run of one
 // request (Lone, as a lone caller's), 50 requests on distinct keys (Batch,
-// as under 128 callers) and one request of three keys (TakeAll3, as
-// keyrate-rls's three descriptors); each by the script the Limiter uses
-// and by the batch script's code without the fast path (General), side by
-// side in one run. Keys cycle through 10 per place in a run, a minute's
-// window and a limit no run reaches.
+// as under 128 callers), one request of three keys (TakeAll3, as
+// keyrate-rls's three descriptors from one caller) and ten of them
+// (Batch10TakeAll3, as under many callers); each by the script the
+// Limiter uses and by the batch script's code without the fast path
+// (General), side by side in one run. Keys cycle through 10 per place in
+// a run, a minute's window and a limit no run reaches, each first decided
+// 64 times; a Young shape instead gives each place fresh keys every 16
+// decisions of a key, from the key's first: the long tail of a service's
+// keys, whose logs are still growing out of their buffer (new at the 1st
+// decision, rewritten larger at the 5th and the 14th).
 func BenchmarkScriptTime(b *testing.B) {
 	client := redistest.Shared(b).Client(b)
 	ctx := context.Background()
@@ -33,7 +38,8 @@ func BenchmarkScriptTime(b *testing.B) {
 	shapes := []struct {
 		name      string
 		reqs, per int // requests per run, keys per request
-	}{{"Lone", 1, 1}, {"Batch50", 50, 1}, {"TakeAll3", 1, 3}}
+		life      int // decisions of a key before its place takes a fresh one; 0: every key prepared, and kept
+	}{{"Lone", 1, 1, 0}, {"LoneYoung", 1, 1, 16}, {"Batch50", 50, 1, 0}, {"TakeAll3", 1, 3, 0}, {"Batch10TakeAll3", 10, 3, 0}, {"Batch10TakeAll3Young", 10, 3, 16}}
 	general := decisionScript(slidingLogSource)
 	for _, shape := range shapes {
 		for _, alt := range []string{"", "/General"} {
@@ -50,7 +56,11 @@ func BenchmarkScriptTime(b *testing.B) {
 					for j := range reqs {
 						r := &request{}
 						for k := range shape.per {
-							r.keys = append(r.keys, "st{x}"+strconv.Itoa((j*shape.per+k)*10+i%10))
+							key := "st{x}" + strconv.Itoa((j*shape.per+k)*10+i%10)
+							if shape.life > 0 {
+								key += "-" + strconv.Itoa(i/(10*shape.life))
+							}
+							r.keys = append(r.keys, key)
 							r.weights = append(r.weights, 1)
 							r.tiers = append(r.tiers, tr)
 						}
@@ -61,8 +71,10 @@ func BenchmarkScriptTime(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				for i := range 640 { // every key past its first decisions, which grow its ring
-					run(i)
+				if shape.life == 0 {
+					for i := range 640 { // every key past its first decisions, which grow its ring
+						run(i)
+					}
 				}
 				if err := client.ConfigResetStat(ctx).Err(); err != nil {
 					b.Fatal(err)
