@@ -275,7 +275,7 @@ func decisionScript(algorithm string) *script {
 // slidingLogBatch is the sliding log's batch script, with its fast path
 // (slidinglogone.go).
 func slidingLogBatch() *script {
-	return newScript(driverNow + slidingLogFast + slidingLogSource + driverTiers + driverTail)
+	return newScript(driverNow + slidingLogRing + slidingLogFast + slidingLogSource + driverTiers + driverTail)
 }
 
 // keyReply is one key's part of a request's record: the instant it was

@@ -40,7 +40,7 @@ func BenchmarkScriptTime(b *testing.B) {
 		reqs, per int // requests per run, keys per request
 		life      int // decisions of a key before its place takes a fresh one; 0: every key prepared, and kept
 	}{{"Lone", 1, 1, 0}, {"LoneYoung", 1, 1, 16}, {"Batch50", 50, 1, 0}, {"TakeAll3", 1, 3, 0}, {"Batch10TakeAll3", 10, 3, 0}, {"Batch10TakeAll3Young", 10, 3, 16}}
-	general := decisionScript(slidingLogSource)
+	general := decisionScript(slidingLogRing + slidingLogSource)
 	for _, shape := range shapes {
 		for _, alt := range []string{"", "/General"} {
 			b.Run(shape.name+alt, func(b *testing.B) {

@@ -275,12 +275,8 @@ local function admit(r)
       redis.call('SETRANGE', key, 0, s)
       if ttl then redis.call('PEXPIRE', key, ttl / 1000) end
     else
-      local px = ttl and ttl / 1000
-      if not px and st.exists then
-        px = redis.call('PTTL', key)
-        if px < 0 then px = nil end
-      end
-      if px then redis.call('SET', key, s, 'PX', px) else redis.call('SET', key, s) end
+      local ok = rewrite(key, s, ttl and ttl / 1000)
+      if ok.err then error(ok) end
     end
     st.v = 2
   else
@@ -314,10 +310,6 @@ local function admit(r)
     -- to 2 when calendar policies first decide it.
 ` + rewriteHelpers + `
     local px = ttl and ttl / 1000
-    if not px then
-      px = redis.call('PTTL', key)
-      if px < 0 then px = nil end
-    end
     local s
     if st.lk ~= k then
       -- Instants round up to the new tick; entries that meet merge.
@@ -465,13 +457,7 @@ local function describe(r, n)
     -- Rewrite the log in the tier's ticks first, as an admission would.
 ` + rewriteHelpers + `
     local parts = retick(st, tr, buf)
-    local px = ttl
-    if not px then
-      px = redis.call('PTTL', r.key)
-      if px < 0 then px = nil end
-    else
-      px = px / 1000
-    end
+    local px = ttl and ttl / 1000
     st.last = now
     pcall(write, st, tr, table.concat(parts), #parts, #parts, px)
   elseif fixed or ttl then
@@ -598,11 +584,9 @@ end
 //     tick of tr and version st.v (with st.sect, the calendar counters,
 //     in a log of version 2): the m entries s (as stored, oldest first)
 //     with running total st.base before them, in the buffer when they
-//     fit, else in a ring with room for at least want entries; expiring in px
-//     milliseconds (nil: never). The ring's capacity fills Redis's
-//     allocation: the string with its 4 to 10 bytes of sds header and
-//     terminator, rounded up to a size class of its allocator (jemalloc's,
-//     four per doubling).
+//     fit, else in a ring with room for at least want entries (ringCap's,
+//     see slidingLogRing); expiring in px milliseconds, or with px nil,
+//     when it expired before (rewrite's).
 const rewriteHelpers = `
 local function ringBytes(st)
   if st.rc == 0 then return '' end
@@ -636,18 +620,47 @@ local function write(st, tr, s, m, want, px)
   local t0, c0 = struct.unpack(ENT, s, 1)
   local tn, total = struct.unpack(ENT, s, 8 * m - 7)
   if m > B then
-    local z = rb + 8 * math.max(want, m)
-    local o = 4
-    if z >= 256 then o = 6 end
-    if z >= 65536 then o = 10 end
-    local a = 64
-    while a < z + o do a = a * 2 end
-    local step = math.max(16, a / 8)
-    cap = math.floor((math.ceil((z + o) / step) * step - rb - o) / 8)
+    cap = ringCap(rb, math.max(want, m))
     rs, s, rc = s .. string.rep('\0', 8 * (cap - m)), '', m
   end
   local hdr = struct.pack(HDR, st.v, tr.k, st.gen, cap, 0, rc, st.base, c0, t0, st.expires, m, total, tn, st.last) .. s .. string.rep('\0', 8 * B - #s)
   if st.v == 2 then hdr = hdr .. st.sect end
-  if px then redis.call('SET', st.key, hdr .. rs, 'PX', px) else redis.call('SET', st.key, hdr .. rs) end
+  local ok = rewrite(st.key, hdr .. rs, px)
+  if ok.err then error(ok) end
+end
+`
+
+// slidingLogRing defines what both the sliding log's general code and its
+// fast path (slidinglogone.go) need to rewrite a log whole, so that the
+// two write alike:
+//
+//   - ringCap(rb, want), the capacity of a ring that starts at byte rb of
+//     the string and holds at least want entries, filling Redis's
+//     allocation: the string with its 4 to 10 bytes of sds header and
+//     terminator, rounded up to a size class of its allocator (jemalloc's,
+//     four per doubling);
+//   - rewrite(key, s, px), which sets key to s, expiring in px
+//     milliseconds, or, with px nil, when it expired before (never, when
+//     it did not): with SET's KEEPTTL on servers that have it (6.0; Lua
+//     tells the version from 7.0 on), else after a PTTL. It returns SET's
+//     reply, a table, as redis.pcall does.
+const slidingLogRing = `
+local function ringCap(rb, want)
+  local z = rb + 8 * want
+  local o = 4
+  if z >= 256 then o = 6 end
+  if z >= 65536 then o = 10 end
+  local a = 64
+  while a < z + o do a = a * 2 end
+  local step = math.max(16, a / 8)
+  return math.floor((math.ceil((z + o) / step) * step - rb - o) / 8)
+end
+local keepTTL = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060000
+local function rewrite(key, s, px)
+  if px then return redis.pcall('SET', key, s, 'PX', px) end
+  if keepTTL then return redis.pcall('SET', key, s, 'KEEPTTL') end
+  px = redis.pcall('PTTL', key)
+  if type(px) == 'number' and px >= 0 then return redis.pcall('SET', key, s, 'PX', px) end
+  return redis.pcall('SET', key, s)
 end
 `

@@ -11,10 +11,13 @@ package redislimit
 // fits, on a key with no log (written whole with one SET) or a log of
 // version 1 in the tier's tick whose windows have lost nothing since the
 // last decision, appended in place (to the buffer, flushed into the ring
-// when full, or merged into the newest entry). It writes what admit
-// writes in that case, byte for byte, and answers as the driver would
-// (TestOneScriptMatchesBatch). In any other case (an empty log, a
-// refusal, a window to prune, a rewrite) it writes nothing and returns
+// when full, or merged into the newest entry), or grown: rewritten whole
+// with one SET (slidingLogRing's rewrite) when the buffer is full and the
+// ring has no room for it. It writes what admit writes in that case, byte
+// for byte, and answers as the driver would (TestOneScriptMatchesBatch,
+// TestFastGrowthMatchesGeneral). In any other case (an empty log, a
+// refusal, a window to prune, a ring to shrink or a log to retick) it
+// writes nothing and returns
 // nil, leaving the header it read in pre for load. hdr, when given, is
 // the key's header as read; with dry set it writes nothing and returns
 // true where it would decide. The batch script takes it for each request
@@ -70,7 +73,7 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
     R = math.ceil(R / tick) * tick
     if R < Rn then R = math.ceil(Rn / tick) * tick end
     local merge = R == Rn
-    if (not merge and nb == B and rc + B > cap) or (cap > 8 and rc <= cap / 4) then return nil end
+    if cap > 8 and rc <= cap / 4 then return nil end
     if dry then return true end
     pre = nil -- decided here: nothing for load
     local fixed, ttl = false, nil
@@ -81,41 +84,69 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
     local m = cnt
     if not merge then m = cnt + 1 end
     local c, tr = (total + n) % M, (R / tick) % M
-    -- buf: the buffer's entries the write keeps before the new entry,
-    -- which follows them unless it replaced the newest in the ring.
-    local buf, te = '', true
-    ok = 0
-    if merge and nb == 0 then
-      local p = head + rc - 1
-      if p >= cap then p = p - cap end
-      ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
-    elseif merge then
-      buf = hdr:sub(H + 1, H + 8 * nb - 8)
-    elseif nb == B then
-      local p = head + rc
-      if p >= cap then p = p - cap end
-      buf = hdr:sub(H + 1, H + 8 * nb)
-      if p + B <= cap then
-        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
-      else
-        ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
-        if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+    if not merge and nb == B and rc + B > cap then
+      -- The buffer is full and the ring has no room for it: the log
+      -- grows, rewritten whole as admit's write does it, the ring's
+      -- entries, the buffer's and the new one all in a ring of room for
+      -- twice the entries (at most what the longest window can hold).
+      local s = hdr:sub(H + 1, HB) .. struct.pack('<II', tr, c)
+      if rc > 0 then
+        local e = head + rc
+        local rs = redis.call('GETRANGE', key, HB + 8 * head, HB + 8 * math.min(e, cap) - 1)
+        if e > cap then rs = rs .. redis.call('GETRANGE', key, HB, HB + 8 * (e - cap) - 1) end
+        s = rs .. s
       end
-      rc, buf, fixed = rc + B, '', true
-    elseif nb > 0 then
-      buf = hdr:sub(H + 1, H + 8 * nb)
-    end
-    if m == 1 then c0, t0, fixed = c, tr, true end
-    -- Offsets go as strings: Redis formats a number argument with printf.
-    if type(ok) ~= 'table' then
-      if fixed and te then
-        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
-      elseif fixed then
-        ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
-      elseif te then
-        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
-      else
-        ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
+      local bound = lim
+      if P > 1 then
+        for i = 1, P do
+          if win[i] == wmax then bound = lim[i] break end
+        end
+      end
+      if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
+      local want = math.max(m, math.min(math.max(m + B, 2 * cap), bound))
+      if want > 8 and m <= want / 4 then want = 2 * m end
+      cap = ringCap(HB, want)
+      ok = rewrite(key, struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, 0, m, base, c0, t0, expires, m, c, tr, now) ..
+        string.rep('\0', 8 * B) .. s .. string.rep('\0', 8 * (cap - m)), ttl and ttl / 1000)
+      if ok.ok then ok = 0 end
+      ttl = nil
+    else
+      -- buf: the buffer's entries the write keeps before the new entry,
+      -- which follows them unless it replaced the newest in the ring.
+      local buf, te = '', true
+      ok = 0
+      if merge and nb == 0 then
+        local p = head + rc - 1
+        if p >= cap then p = p - cap end
+        ok, te = redis.pcall('SETRANGE', key, HB + 8 * p, struct.pack('<II', tr, c)), false
+      elseif merge then
+        buf = hdr:sub(H + 1, H + 8 * nb - 8)
+      elseif nb == B then
+        local p = head + rc
+        if p >= cap then p = p - cap end
+        buf = hdr:sub(H + 1, H + 8 * nb)
+        if p + B <= cap then
+          ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf)
+        else
+          ok = redis.pcall('SETRANGE', key, HB + 8 * p, buf:sub(1, 8 * (cap - p)))
+          if type(ok) ~= 'table' then ok = redis.pcall('SETRANGE', key, HB, buf:sub(8 * (cap - p) + 1)) end
+        end
+        rc, buf, fixed = rc + B, '', true
+      elseif nb > 0 then
+        buf = hdr:sub(H + 1, H + 8 * nb)
+      end
+      if m == 1 then c0, t0, fixed = c, tr, true end
+      -- Offsets go as strings: Redis formats a number argument with printf.
+      if type(ok) ~= 'table' then
+        if fixed and te then
+          ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIIdc0II', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now, buf, tr, c))
+        elseif fixed then
+          ok = redis.pcall('SETRANGE', key, '0', struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, head, rc, base, c0, t0, expires, m, c, tr, now))
+        elseif te then
+          ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIIdc0II', m, c, tr, now, buf, tr, c))
+        else
+          ok = redis.pcall('SETRANGE', key, '36', struct.pack('<IIId', m, c, tr, now))
+        end
       end
     end
     if ttl and type(ok) ~= 'table' then ok = redis.pcall('PEXPIRE', key, ttl / 1000) end
@@ -152,7 +183,7 @@ end
 // keys) runs the batch script's code, which follows in the same chunk, on
 // the header fast read: a decision fast takes returns before the code
 // that makes the general closures runs.
-const slidingLogOneSource = driverNow + slidingLogFast + `
+const slidingLogOneSource = driverNow + slidingLogRing + slidingLogFast + `
 do
   -- The shape, by its strings as the client writes them: anything else
   -- takes the general code below.

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/keyrate/keyrate"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/keyrate/keyrate/redislimit/redistest"
@@ -18,7 +21,7 @@ var onePrefixes atomic.Int64
 
 // generalScript is the sliding log's batch script without its fast path:
 // what the fast path must answer and write alike.
-var generalScript = decisionScript(slidingLogSource)
+var generalScript = decisionScript(slidingLogRing + slidingLogSource)
 
 // TestOneScriptMatchesBatch runs the script for a run of one request
 // (slidingLogOneScript) or the batch script, each with the fast path, and
@@ -45,8 +48,11 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 		"c": {{Name: "c1", Limit: 3, Window: 50 * time.Millisecond}, {Name: "c2", Limit: 8, Window: 500 * time.Millisecond},
 			{Name: "c3", Limit: 1000, Window: time.Hour}},
 		"d": {{Limit: 1000, Window: time.Minute}},
+		"e": {{Limit: 50, Window: 100 * time.Millisecond}},
+		"f": {{Limit: 1000, Window: 200 * time.Millisecond}},
 	}
-	names := []string{"", "a", "b", "c", "d", "d", "d"}
+	names := []string{"", "a", "b", "c", "d", "d", "d", "e", "f", "f"}
+	var grown growths
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := keyrate.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
 		opts := []Option{withClock(clock), WithTiers(func(string) string { return "" }, tiers),
@@ -105,65 +111,13 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 				}
 				reqs = append(reqs, r)
 			}
-			keys, args := l.runArgs(reqs)
-			// The logs the step starts from, copied, and their generations:
-			// a log left with no entries draws a new one at random in each
-			// script, so the two may differ in it alone.
-			copies := make([]string, len(keys))
-			gens := map[string]string{}
-			for i, k := range keys {
-				copies[i] = k + ":one"
-				if err := copyKey(ctx, client, k, copies[i]); err != nil {
-					rt.Fatal(err)
-				}
-				gens[k] = client.GetRange(ctx, k, 2, 3).Val()
-			}
 			script := slidingLogScript
 			if len(reqs) == 1 && rapid.Bool().Draw(rt, "script for one") {
 				script = slidingLogOneScript
 			}
-			began := time.Now() // expiries count from when each script ran
-			one, err := script.Run(ctx, client, copies, args...).Text()
+			general, err := matchScripts(ctx, client, l, script, reqs, &grown)
 			if err != nil {
-				rt.Fatalf("step %d: with the fast path: %v", step, err)
-			}
-			general, err := generalScript.Run(ctx, client, keys, args...).Text()
-			if err != nil {
-				rt.Fatalf("step %d: general: %v", step, err)
-			}
-			drawn := map[string]bool{}
-			for i, k := range keys {
-				va, vb := client.Get(ctx, copies[i]).Val(), client.Get(ctx, k).Val()
-				if len(vb) > 4 && vb[2:4] != gens[k] && len(va) == len(vb) {
-					drawn[k] = true
-					va = va[:2] + vb[2:4] + va[4:]
-				}
-				if va != vb {
-					rt.Fatalf("step %d: logs of %s differ:\nfast    %x\ngeneral %x", step, clientKeys[of[i]], va, vb)
-				}
-				pa, pb := client.PTTL(ctx, copies[i]).Val(), client.PTTL(ctx, k).Val()
-				if (pa < 0) != (pb < 0) || (pa-pb).Abs() > 50*time.Millisecond+time.Since(began) {
-					rt.Fatalf("step %d: expiries differ: fast %v, general %v", step, pa, pb)
-				}
-			}
-			// Each record of a run that no error ended: a status, then
-			// each key's numbers.
-			size := 8 * (3 + 4*len(tr.policies))
-			if len(one) == len(general) && len(one) == len(reqs)+size*len(keys) {
-				at := 0
-				for _, r := range reqs {
-					at++
-					for _, k := range r.keys {
-						if drawn[k] {
-							g := at + 8*(1+4*len(tr.policies))
-							one = one[:g] + general[g:g+8] + one[g+8:]
-						}
-						at += size
-					}
-				}
-			}
-			if one != general {
-				rt.Fatalf("step %d: replies differ:\nfast    %x\ngeneral %x", step, one, general)
+				rt.Fatalf("step %d: %v", step, err)
 			}
 			settle(reqs, general, nil)
 			i := 0
@@ -184,6 +138,184 @@ func TestOneScriptMatchesBatch(t *testing.T) {
 			}
 		}
 	})
+	// Logs growing out of their buffer or ring, the fast path's rarest
+	// writes (TestFastGrowthMatchesGeneral takes each kind in turn).
+	assert.Positive(t, grown.any, "no log grew")
+}
+
+// TestFastGrowthMatchesGeneral drives logs through each way the fast path
+// grows one, each step compared with the general code (matchScripts):
+// out of the buffer of a new log, at an admission that sets the key's
+// expiry (to one other than it had) and at one that keeps it; and out of
+// a ring whose entries wrap around its end, after the window's turning
+// moved its head.
+func TestFastGrowthMatchesGeneral(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	clock := keyrate.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	limiter := func(policies []keyrate.Policy, opts ...Option) *Limiter {
+		opts = append(opts, withClock(clock), WithPrefix(fmt.Sprintf("one%d:", onePrefixes.Add(1))))
+		l, err := NewPolicies(client, policies, opts...)
+		require.NoError(t, err)
+		return l
+	}
+	per := func(window time.Duration) []keyrate.Policy { return []keyrate.Policy{{Limit: 1000, Window: window}} }
+	// Instants round up to 400 ms: a new log's expiry counts from its
+	// entry's, up to 400 ms after the admission, and one set later from an
+	// admission on a multiple of it, so the two expiries differ.
+	young := limiter(per(10*time.Second), WithResolution(400*time.Millisecond))
+	// A window of 1 s holds at most 7 entries 200 ms apart: a ring sized
+	// for that, not for 9.
+	bounded := limiter(per(time.Second), WithResolution(200*time.Millisecond))
+	// Under two policies, the ring is sized by the longest window's limit.
+	two := limiter([]keyrate.Policy{{Name: "burst", Limit: 5, Window: 200 * time.Millisecond}, {Name: "steady", Limit: 50, Window: 2 * time.Second}})
+	ring := limiter(per(time.Second))
+	var g growths
+	take := func(l *Limiter, script *script) {
+		t.Helper()
+		r := &request{instant: l.localNow() / 1000, keys: []string{l.StoreKey("k")}, weights: []int{1}, tiers: []*tier{l.tiers.Load().def}}
+		_, err := matchScripts(ctx, client, l, script, []*request{r}, &g)
+		require.NoError(t, err)
+	}
+	for _, script := range []*script{slidingLogOneScript, slidingLogScript} {
+		// A new log's buffer fills with an entry each 400 ms (its expiry
+		// 15.4 s on, 1.5 windows after its first entry's instant), and the
+		// fifth admission comes at 6 s, when that expiry is within a
+		// window of it. Then the log grows again, keeping its expiry.
+		clock.Set(time.UnixMicro(1_700_000_000_000_001))
+		for range 4 {
+			take(young, script)
+			clock.Advance(400 * time.Millisecond)
+		}
+		clock.Set(time.UnixMicro(1_700_000_006_000_000))
+		for range 10 {
+			take(young, script)
+			clock.Advance(400 * time.Millisecond)
+		}
+		// Five entries 200 ms apart, and five 1 ms apart, each log
+		// growing at its fifth.
+		clock.Set(time.UnixMicro(1_700_000_000_000_001))
+		for range 5 {
+			take(bounded, script)
+			clock.Advance(200 * time.Millisecond)
+		}
+		for range 5 {
+			take(two, script)
+			clock.Advance(time.Millisecond)
+		}
+		// Forty admissions a millisecond apart grow a log three times.
+		for range 40 {
+			take(ring, script)
+			clock.Advance(time.Millisecond)
+		}
+		// A second on, the oldest twenty have left the window (the ring's
+		// head moves on past them); then admissions a microsecond apart
+		// fill the ring past its end, until it grows.
+		clock.Advance(time.Second - 20*time.Millisecond)
+		for range 60 {
+			take(ring, script)
+			clock.Advance(time.Microsecond)
+		}
+		require.NoError(t, client.Del(ctx, young.StoreKey("k"), bounded.StoreKey("k"), two.StoreKey("k"), ring.StoreKey("k")).Err())
+	}
+	assert.GreaterOrEqual(t, g.any, 16, "too few logs grew")
+	assert.GreaterOrEqual(t, g.wrapped, 2, "no log grew out of a ring that wrapped around")
+	assert.GreaterOrEqual(t, g.refreshed, 2, "no log grew at an admission that set its expiry")
+}
+
+// matchScripts runs reqs, each of whose keys is under the same tier, as
+// one run: by script, which has the fast path, on copies of their keys'
+// logs, and by generalScript on the logs themselves, at the same instant
+// with the same ARGV. It returns the general script's reply, or an error
+// unless the two replies are the same bytes and so are the two logs, with
+// the same expiry to the millisecond's rounding, but for the generation a
+// log that held no entries draws at random in each. g counts the logs
+// that grew.
+func matchScripts(ctx context.Context, client *redis.Client, l *Limiter, script *script, reqs []*request, g *growths) (string, error) {
+	keys, args := l.runArgs(reqs)
+	copies := make([]string, len(keys))
+	gens := map[string]string{}
+	before := make([]string, len(keys))
+	for i, k := range keys {
+		copies[i] = k + ":one"
+		if err := copyKey(ctx, client, k, copies[i]); err != nil {
+			return "", err
+		}
+		gens[k] = client.GetRange(ctx, k, 2, 3).Val()
+		before[i] = client.GetRange(ctx, k, 0, 55).Val()
+	}
+	began := time.Now() // expiries count from when each script ran
+	one, err := script.Run(ctx, client, copies, args...).Text()
+	if err != nil {
+		return "", fmt.Errorf("with the fast path: %w", err)
+	}
+	general, err := generalScript.Run(ctx, client, keys, args...).Text()
+	if err != nil {
+		return "", fmt.Errorf("general: %w", err)
+	}
+	drawn := map[string]bool{}
+	for i, k := range keys {
+		va, vb := client.Get(ctx, copies[i]).Val(), client.Get(ctx, k).Val()
+		if len(vb) > 4 && vb[2:4] != gens[k] && len(va) == len(vb) {
+			drawn[k] = true
+			va = va[:2] + vb[2:4] + va[4:]
+		}
+		if va != vb {
+			return "", fmt.Errorf("logs of %s differ:\nfast    %x\ngeneral %x", k, va, vb)
+		}
+		g.count(before[i], vb)
+		pa, pb := client.PTTL(ctx, copies[i]).Val(), client.PTTL(ctx, k).Val()
+		if (pa < 0) != (pb < 0) || (pa-pb).Abs() > 50*time.Millisecond+time.Since(began) {
+			return "", fmt.Errorf("expiries of %s differ: fast %v, general %v", k, pa, pb)
+		}
+	}
+	// Each record of a run that no error ended: a status, then each key's
+	// numbers.
+	P := len(reqs[0].tiers[0].policies)
+	size := 8 * (3 + 4*P)
+	if len(one) == len(general) && len(one) == len(reqs)+size*len(keys) {
+		at := 0
+		for _, r := range reqs {
+			at++
+			for _, k := range r.keys {
+				if drawn[k] {
+					g := at + 8*(1+4*P)
+					one = one[:g] + general[g:g+8] + one[g+8:]
+				}
+				at += size
+			}
+		}
+	}
+	if one != general {
+		return "", fmt.Errorf("replies differ:\nfast    %x\ngeneral %x", one, general)
+	}
+	return general, nil
+}
+
+// growths counts the rewrites of a log into a larger one (its header's
+// capacity grew) that TestOneScriptMatchesBatch saw: in all, from a ring
+// whose entries wrapped around its end, and at an admission that set the
+// key's expiry (its header's expires changed).
+type growths struct{ any, wrapped, refreshed int }
+
+// count counts the step that took a log's header from before to the log
+// after, if it grew.
+func (g *growths) count(before, after string) {
+	if len(before) < 56 || len(after) < 56 || before[0] != 1 || after[0] != 1 {
+		return
+	}
+	u32 := func(s string, at int) uint32 { return binary.LittleEndian.Uint32([]byte(s[at:])) }
+	capB, head, rc, cnt := u32(before, 4), u32(before, 8), u32(before, 12), u32(before, 36)
+	if cnt == 0 || u32(after, 4) <= capB {
+		return
+	}
+	g.any++
+	if head+rc > capB {
+		g.wrapped++
+	}
+	if before[28:36] != after[28:36] {
+		g.refreshed++
+	}
 }
 
 // receipt is an admission of TestOneScriptMatchesBatch's, to refund.
