@@ -102,6 +102,10 @@ local leasable, pre, fast
 `
 
 const driverTiers = `
+-- Tiers are keyed by their index as ARGV writes it ('1'), and a count or
+-- weight of '1' is taken as it stands: Lua turns a string into a number
+-- with strtod, about 900 instructions of Redis's, where comparing two
+-- strings compares two pointers.
 local FMT = {'<i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', '<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8'}
 local tiers, a = {}, 4
 for i = 1, tonumber(ARGV[3]) do
@@ -121,7 +125,7 @@ for i = 1, tonumber(ARGV[3]) do
     end
     if l < lmin then lmin = l end
   end
-  tiers[i] = prepare({P = P, limits = limits, windows = windows, cals = cals, wmax = wmax, longest = longest, lmin = lmin, fmt = FMT[P],
+  tiers[tostring(i)] = prepare({P = P, limits = limits, windows = windows, cals = cals, wmax = wmax, longest = longest, lmin = lmin, fmt = FMT[P],
     k = 0, tick = 1, T = false, fields = false})
 end
 `
@@ -149,11 +153,11 @@ end
 const driverTail = `
 local reply, ki, na = {}, 1, #ARGV
 while a <= na do
-  local K = ARGV[a] + 0 -- as tonumber, without the call
+  local K = ARGV[a]
   a = a + 1
-  if K == 0 then
+  if K == '0' then
     -- A lease: one key, at least n and at most m, as leasable grants.
-    local n, m, tr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tiers[tonumber(ARGV[a + 2])]
+    local n, m, tr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tiers[ARGV[a + 2]]
     local r, err = load(KEYS[ki], n, tr)
     ki, a = ki + 1, a + 3
     if r and not leasable then r, err = nil, 'leases need the sliding log' end
@@ -177,8 +181,9 @@ while a <= na do
         reply[#reply + 1] = '\0' .. s .. struct.pack('<i8', 0)
       end
     end
-  elseif K == 1 then
-    local n, tr = ARGV[a] + 0, tiers[ARGV[a + 1] + 0]
+  elseif K == '1' then
+    local n, tr = ARGV[a], tiers[ARGV[a + 1]]
+    if n == '1' then n = 1 else n = n + 0 end
     local s, r, err
     if fast and not tr.cals then s, err = fast(KEYS[ki], n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, true) end
     if s == nil then r, err = load(KEYS[ki], n, tr) end
@@ -209,13 +214,15 @@ while a <= na do
       end
     end
   else
+    K = K + 0
     -- Each key read once: fast checks (dry) those it would decide, the
     -- others have their tables; an admission writes fast's keys with
     -- fast, the others with admit, in order; a refusal describes every
     -- key from its table.
     local hs, rs, admitted, fail, at = {}, {}, true, nil, 0
     for j = 1, K do
-      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2] + 0, tiers[ARGV[a + 2 * j - 1] + 0]
+      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2], tiers[ARGV[a + 2 * j - 1]]
+      if n == '1' then n = 1 else n = n + 0 end
       local h = fast and not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
       if h and fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true) then
         hs[j] = h
@@ -231,7 +238,8 @@ while a <= na do
     local rec = {''}
     for j = 1, K do
       if fail then break end
-      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2] + 0, tiers[ARGV[a + 2 * j - 1] + 0]
+      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2], tiers[ARGV[a + 2 * j - 1]]
+      if n == '1' then n = 1 else n = n + 0 end
       local r, ok, s = rs[j]
       if admitted and hs[j] then
         s, fail = fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, hs[j])

@@ -655,10 +655,9 @@ local function ringCap(rb, want)
   local step = math.max(16, a / 8)
   return math.floor((math.ceil((z + o) / step) * step - rb - o) / 8)
 end
-local keepTTL = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060000
 local function rewrite(key, s, px)
   if px then return redis.pcall('SET', key, s, 'PX', px) end
-  if keepTTL then return redis.pcall('SET', key, s, 'KEEPTTL') end
+  if (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060000 then return redis.pcall('SET', key, s, 'KEEPTTL') end
   px = redis.pcall('PTTL', key)
   if type(px) == 'number' and px >= 0 then return redis.pcall('SET', key, s, 'PX', px) end
   return redis.pcall('SET', key, s)

@@ -208,7 +208,9 @@ do
   if go then
     local k, tick = 0, 1
     while wmax >= 2147483647 * tick do k, tick = k + 1, tick * 2 end
-    local s, err = fast(KEYS[1], ARGV[6 + 2 * P] + 0, P, lim, win, wmax, lmin, k, tick, true)
+    local n = ARGV[6 + 2 * P]
+    if n == '1' then n = 1 else n = n + 0 end
+    local s, err = fast(KEYS[1], n, P, lim, win, wmax, lmin, k, tick, true)
     if s then return s end
     if s == false then return struct.pack('<BHH', 2, 1, #err) .. err end
     fast = nil -- the driver's request is this one, which fast declined
