@@ -71,8 +71,8 @@ import (
 // is not this algorithm's state (Redis's WRONGTYPE, or the script's "not a
 // keyrate log"), a log of an unknown version, or Redis refused a write (for
 // want of memory, "OOM ..."). A request that fails at a write may have
-// recorded its earlier keys: that only makes later decisions stricter. The
-// writes of a decision that records nothing (the newest instant, the
+// recorded some of its other keys: that only makes later decisions
+// stricter. The writes of a decision that records nothing (the newest instant, the
 // pruning) are left undone when Redis refuses them: they never fail it, so
 // a key at its limit is refused on a Redis out of memory too.
 //
@@ -147,11 +147,20 @@ end
 // of its own, with no table of keys, and first the algorithm's fast(...)
 // when it sets one (the sliding log's, slidinglogone.go), which decides
 // the common admission or returns nil. A request of several keys reads
-// each key once: those fast would decide are checked dry, the others
-// loaded and assessed; then, if every key has room, fast writes its keys
-// and admit the others, in order, else every key is described.
+// each key once, in order, and writes them in reverse (takeAll): fast
+// checks a key it would decide, and writes it once every key after it has
+// been found to have room (and written); any other key is loaded and
+// assessed, then admitted or described once the keys after it are
+// decided. A request of more than 1,000 keys, deeper than Lua's calls
+// nest, is decided by the general code alone (takeMany).
 const driverTail = `
 local reply, ki, na = {}, 1, #ARGV
+-- The request of several keys being decided: its TK keys from KEYS[ki],
+-- its weights and tiers from ARGV[a], its records in rec (the status
+-- first), and, once a key fails, the error and the key's index; and the
+-- functions that decide it, made at the run's first such request (Lua
+-- makes a closure each time its definition runs).
+local TK, rec, fail, at, takeAll, takeMany
 while a <= na do
   local K = ARGV[a]
   a = a + 1
@@ -214,55 +223,86 @@ while a <= na do
       end
     end
   else
-    K = K + 0
-    -- Each key read once: fast checks (dry) those it would decide, the
-    -- others have their tables; an admission writes fast's keys with
-    -- fast, the others with admit, in order; a refusal describes every
-    -- key from its table.
-    local hs, rs, admitted, fail, at = {}, {}, true, nil, 0
-    for j = 1, K do
-      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2], tiers[ARGV[a + 2 * j - 1]]
-      if n == '1' then n = 1 else n = n + 0 end
-      local h = fast and not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
-      if h and fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, true) then
-        hs[j] = h
-      else
-        if h then pre = h end
-        local r, err = load(key, n, tr)
-        if not r then fail, at = err, j break end
-        assess(r)
-        admitted = admitted and r.room
-        rs[j] = r
+    if not takeAll then
+      -- keyAt returns key j of the request, its weight and its tier.
+      local function keyAt(j)
+        local n = ARGV[a + 2 * j - 2]
+        if n == '1' then n = 1 else n = n + 0 end
+        return KEYS[ki + j - 1], n, tiers[ARGV[a + 2 * j - 1]]
       end
-    end
-    local rec = {''}
-    for j = 1, K do
-      if fail then break end
-      local key, n, tr = KEYS[ki + j - 1], ARGV[a + 2 * j - 2], tiers[ARGV[a + 2 * j - 1]]
-      if n == '1' then n = 1 else n = n + 0 end
-      local r, ok, s = rs[j]
-      if admitted and hs[j] then
-        s, fail = fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, hs[j])
-        if s then ok, fail = true, nil else ok, s = false, fail end
-      else
-        if not r then
-          pre = hs[j]
-          r, s = load(key, n, tr)
-          if r then assess(r) end
-        end
-        if not r then
-          ok = false
-        elseif admitted and r.n > 0 then
+      -- settle admits key j, loaded and assessed as r, when the request was
+      -- admitted, else describes it, and records it; it returns false when
+      -- that failed.
+      local function settle(j, r, admitted)
+        local ok, s
+        if admitted and r.n > 0 then
           ok, s = pcall(admit, r)
         elseif admitted or r.room then
           ok, s = pcall(describe, r, 0)
         else
           ok, s = pcall(describe, r, r.n)
         end
+        if not ok then fail, at = tostring(type(s) == 'table' and s.err or s), j return false end
+        rec[j + 1] = s
+        return true
       end
-      if ok then rec[j + 1] = s else fail, at = tostring(type(s) == 'table' and s.err or s), j end
+      -- takeAll decides key j of the request and, through it, every key after
+      -- it (refused: a key before j had no room), and returns whether the
+      -- request was admitted, or nil when a key failed. Each key is read
+      -- once, in order. A key fast would decide, fast checks, then has
+      -- takeAll decide the next before it writes, so that it writes only once
+      -- every key after it had room; any other key is loaded and assessed,
+      -- the keys after it decided, then it is settled. So the keys are
+      -- checked in order, and written in reverse: a key that fails leaves
+      -- every key before it as it was.
+      takeAll = function(j, refused)
+        if j > TK then return not refused end
+        local key, n, tr = keyAt(j)
+        local h = fast and not refused and not tr.cals and redis.pcall('GETRANGE', key, '0', '151')
+        local s, err, r, admitted
+        if h then
+          s, err = fast(key, n, tr.P, tr.fl, tr.fw, tr.wmax, tr.lmin, tr.k, tr.tick, false, h, takeAll, j + 1)
+          if s == false then fail, at = err, j return nil end
+          if s and s ~= true then rec[j + 1] = s return true end
+          -- fast declined it (nil), or found it had room while a key after it
+          -- had none or failed (true): the general code describes it.
+          if s and fail then return nil end
+          pre = h
+        end
+        r, err = load(key, n, tr)
+        if not r then fail, at = err, j return nil end
+        assess(r)
+        if s then
+          admitted = false
+        else
+          admitted = takeAll(j + 1, refused or not r.room)
+          if admitted == nil then return nil end
+        end
+        if not settle(j, r, admitted) then return nil end
+        return admitted
+      end
+      -- takeMany decides a request of more keys than Lua's calls nest to
+      -- (takeAll's two a key), by the general code alone: every key loaded
+      -- and assessed, in order, then each settled.
+      takeMany = function()
+        local rs, admitted = {}, true
+        for j = 1, TK do
+          local r, err = load(keyAt(j))
+          if not r then fail, at = err, j return nil end
+          assess(r)
+          admitted = admitted and r.room
+          rs[j] = r
+        end
+        for j = 1, TK do
+          if not settle(j, rs[j], admitted) then return nil end
+        end
+        return admitted
+      end
     end
-    ki, a = ki + K, a + 2 * K
+    TK, rec, fail, at = K + 0, {''}, nil, 0
+    local admitted
+    if TK <= 1000 then admitted = takeAll(1, false) else admitted = takeMany() end
+    ki, a = ki + TK, a + 2 * TK
     if fail then
       reply[#reply + 1] = struct.pack('<BHH', 2, at, #fail) .. fail
     else

@@ -1,7 +1,7 @@
 package redislimit
 
 // slidingLogFast sets fast(key, n, P, lim, win, wmax, lmin, k, tick,
-// lead, hdr, dry): the key's part of an admitted record (its numbers,
+// lead, hdr, after, aj): the key's part of an admitted record (its numbers,
 // packed, after the status byte 1 when lead is set) of weight n under P
 // sliding policies (limits lim, windows win, as numbers when P is 1, else
 // tables; the longest window wmax, the least limit lmin, ticks of tick =
@@ -19,14 +19,14 @@ package redislimit
 // refusal, a window to prune, a ring to shrink or a log to retick) it
 // writes nothing and returns
 // nil, leaving the header it read in pre for load. hdr, when given, is
-// the key's header as read; with dry set it writes nothing and returns
-// true where it would decide. The batch script takes it for each request
-// of one key, and for each key of a request of several that it would
-// decide (each read once, all checked, then all written, as the driver
-// does). Each command's constant offsets go as strings: Redis formats a
+// the key's header as read. With after set, where it would decide it first
+// calls after(aj), and writes only when that returns true; else it writes
+// nothing and returns true. The batch script takes it for each request of
+// one key, and for each key of a request of several (takeAll, whose after
+// decides the keys after this one). Each command's constant offsets go as strings: Redis formats a
 // number argument with printf, which costs about what the command does.
 const slidingLogFast = `
-fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
+fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, after, aj)
   local H, HB, B, M = 56, 88, 4, 4294967296
   if n <= 0 or n > lmin then return nil end
   if not hdr then
@@ -39,7 +39,7 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
     -- No key: a new log of a generation of its own, its entry in the
     -- buffer, no ring, as admit writes it.
     if #hdr > 0 then return nil end
-    if dry then return true end
+    if after and not after(aj) then return true end
     pre = nil
     R, held = now, 0
     if res > 0 then R = math.ceil(R / res) * res end
@@ -74,7 +74,7 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, dry)
     if R < Rn then R = math.ceil(Rn / tick) * tick end
     local merge = R == Rn
     if cap > 8 and rc <= cap / 4 then return nil end
-    if dry then return true end
+    if after and not after(aj) then return true end
     pre = nil -- decided here: nothing for load
     local fixed, ttl = false, nil
     if expires < R + wmax then

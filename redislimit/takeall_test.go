@@ -177,6 +177,50 @@ func TestTakeAllAllOrNothing(t *testing.T) {
 	}
 }
 
+// TakeAll of many keys is all or nothing as of few: at 1,000 keys (each
+// checked, then written, in nested calls of the script's), and at 1,001
+// and 12,000 (decided by the general code alone: Lua's calls nest to
+// 20,000, two a key), a request of fresh keys is admitted, one that ends
+// on a key at its limit is refused and records nothing, and one with a
+// key that is no log fails with Redis's error and records nothing.
+func TestTakeAllManyKeys(t *testing.T) {
+	client := redistest.Shared(t).Client(t)
+	clock := keyrate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newAllLimiter(t, client, clock, redislimit.WithTimeout(10*time.Second))
+	ctx := context.Background()
+	for _, n := range []int{1000, 1001, 12000} {
+		keys := func(from string) []string {
+			ks := make([]string, n)
+			for i := range ks {
+				ks[i] = fmt.Sprintf("%s-%d-%d", from, n, i)
+			}
+			return ks
+		}
+		first := keys("first")
+		ds, ok, err := l.TakeAll(ctx, hitsOf(3, first))
+		if err != nil || !ok || ds[n-1].Remaining != 0 {
+			t.Fatalf("%d keys: TakeAll of fresh keys: %v, %v; want admitted, each at its limit", n, ok, err)
+		}
+		fresh := keys("fresh")
+		ds, ok, err = l.TakeAll(ctx, hitsOf(1, append(fresh[:n-1], first[0])))
+		if err != nil || ok || !ds[0].Allowed || ds[n-1].Allowed {
+			t.Fatalf("%d keys: TakeAll ending on a full key: %v, %v; want refused by it alone", n, ok, err)
+		}
+		bad := fresh[n/2]
+		if err := client.HSet(ctx, l.StoreKey(bad), "x", "y").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err = l.TakeAll(ctx, hitsOf(1, fresh)); err == nil || ok || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("%d keys: TakeAll with a key of another type: %v, %v; want Redis's WRONGTYPE", n, ok, err)
+		}
+		for _, k := range []string{fresh[0], fresh[n/2-1], fresh[n-2]} {
+			if got, err := redislimit.EventsStored(ctx, client, l.StoreKey(k)); err != nil || got != 0 {
+				t.Fatalf("%d keys: the refused and failed calls left %d events on %s (%v), want none", n, got, k, err)
+			}
+		}
+	}
+}
+
 // Keys of any bytes are separate budgets, each under its own Redis key;
 // a key over 128 bytes is stored under its digest.
 func TestTakeAllKeysOfAnyBytes(t *testing.T) {
