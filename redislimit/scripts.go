@@ -72,9 +72,10 @@ import (
 // keyrate log"), a log of an unknown version, or Redis refused a write (for
 // want of memory, "OOM ..."). A request that fails at a write may have
 // recorded some of its other keys: that only makes later decisions
-// stricter. The writes of a decision that records nothing (the newest instant, the
-// pruning) are left undone when Redis refuses them: they never fail it, so
-// a key at its limit is refused on a Redis out of memory too.
+// stricter. The writes of a decision that records nothing (the newest
+// instant, the pruning) are left undone when Redis refuses them: they
+// never fail it, so a key at its limit is refused on a Redis out of
+// memory too.
 //
 // redis.replicate_commands lets a script that read TIME write afterwards on
 // servers before 5.0, where scripts were replicated verbatim; from 5.0 on it
