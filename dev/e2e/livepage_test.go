@@ -114,29 +114,7 @@ func TestLivePage(t *testing.T) {
 // saveScreenshot).
 func openPage(t *testing.T, browser, url string, timeout time.Duration, shot string) (context.Context, *consoleLog) {
 	t.Helper()
-	// Not t.Context(), which ends before the cleanups that take the
-	// screenshot and close the browser.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	t.Cleanup(cancel)
-	ctx, cancel = chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 1000),
-	)
-	t.Cleanup(cancel)
-	ctx, cancel = chromedp.NewContext(ctx)
-	// Cleanups run last first: the screenshot, then the browser's end.
-	t.Cleanup(cancel)
+	ctx := startBrowser(t, browser, timeout)
 	t.Cleanup(func() { saveScreenshot(t, ctx, shot) })
 
 	console := collectConsole(ctx)
@@ -146,6 +124,53 @@ func openPage(t *testing.T, browser, url string, timeout time.Duration, shot str
 	waitFor[bool](t, ctx, "the page to load its routes and connect its stream", 60*time.Second,
 		`document.body.dataset.state === 'idle' && document.getElementById('conn').dataset.conn === 'live'`)
 	return ctx, console
+}
+
+// startBrowser starts a browser for one page, ending by timeout, and
+// returns its context. chromedp starts the browser at a context's first
+// action, and again at the next one if that start failed, and then panics
+// when both browsers exit (it closes one channel for each: chromedp#452).
+// So the browser is started on its own first, and a start that fails is
+// retried on a context of its own, up to three times, with each error
+// logged.
+func startBrowser(t *testing.T, browser string, timeout time.Duration) context.Context {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		// Not t.Context(), which ends before the cleanups that take the
+		// screenshot and close the browser.
+		ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
+		ctx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+			chromedp.ExecPath(browser),
+			chromedp.UserDataDir(t.TempDir()),
+			chromedp.Headless,
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.NoFirstRun,
+			chromedp.NoDefaultBrowserCheck,
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.WindowSize(1280, 1000),
+		)
+		ctx, cancelBrowser := chromedp.NewContext(ctx)
+		stop := func() {
+			cancelBrowser()
+			cancelAlloc()
+			cancelTimeout()
+		}
+		err := chromedp.Do(ctx)
+		if err == nil {
+			t.Cleanup(stop)
+			return ctx
+		}
+		stop()
+		if attempt == 3 {
+			t.Fatalf("start the browser, attempt %d: %v", attempt, err)
+		}
+		t.Logf("start the browser, attempt %d: %v; trying again", attempt, err)
+	}
 }
 
 // fingerprint is how the demo shows an API key, in its log and on its page,
@@ -251,6 +276,7 @@ func click(t *testing.T, ctx context.Context, id string) {
 type consoleLog struct {
 	mu   sync.Mutex
 	msgs []chromedp.ConsoleMessage
+	err  error // why the log stopped before the page's context ended
 }
 
 func collectConsole(ctx context.Context) *consoleLog {
@@ -258,10 +284,14 @@ func collectConsole(ctx context.Context) *consoleLog {
 	msgs := chromedp.Console(ctx) // subscribes now, before the page opens
 	go func() {
 		for m, err := range msgs {
+			c.mu.Lock()
 			if err != nil {
+				if ctx.Err() == nil {
+					c.err = err
+				}
+				c.mu.Unlock()
 				return
 			}
-			c.mu.Lock()
 			c.msgs = append(c.msgs, m)
 			c.mu.Unlock()
 		}
@@ -269,10 +299,12 @@ func collectConsole(ctx context.Context) *consoleLog {
 	return c
 }
 
-func (c *consoleLog) all() []chromedp.ConsoleMessage {
+// all returns what the page logged so far, or the error that stopped the
+// log.
+func (c *consoleLog) all() ([]chromedp.ConsoleMessage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]chromedp.ConsoleMessage(nil), c.msgs...)
+	return append([]chromedp.ConsoleMessage(nil), c.msgs...), c.err
 }
 
 // check fails the test for anything the page logged but the browser's note
@@ -289,7 +321,11 @@ func (c *consoleLog) check(t *testing.T, also ...int) {
 		return false
 	}
 	refusals := 0
-	for _, m := range c.all() {
+	msgs, err := c.all()
+	if err != nil {
+		t.Errorf("the page's console was not read to the end: %v", err)
+	}
+	for _, m := range msgs {
 		switch {
 		case m.Source == "network" && expected(m.Text):
 			refusals++
