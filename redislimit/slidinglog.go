@@ -322,10 +322,7 @@ local function admit(r)
       if merge then s = s:sub(1, -9) end
       s = s .. e
     end
-    local bound = tr.limits[tr.longest]
-    if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
-    local want = math.max(m, math.min(math.max(m + B, 2 * st.cap), bound))
-    if want > 8 and m <= want / 4 then want = 2 * m end
+    local want = ringWant(m, st.cap, tr.limits[tr.longest], wmax)
     if tr.cals then st.v = 2 end
     st.sect = sect
     write(st, tr, s, m, want, px)
@@ -634,6 +631,11 @@ end
 // fast path (slidinglogone.go) need to rewrite a log whole, so that the
 // two write alike:
 //
+//   - ringWant(m, cap, limit, wmax), the entries a rewrite of m entries
+//     out of a ring of cap makes room for: twice those it held, or the
+//     entries and a buffer's more, but no more than the longest window
+//     (wmax, whose policy's limit is limit) can hold at the resolution;
+//     twice the entries when those fill a quarter of it or less;
 //   - ringCap(rb, want), the capacity of a ring that starts at byte rb of
 //     the string and holds at least want entries, filling Redis's
 //     allocation: the string with its 4 to 10 bytes of sds header and
@@ -645,6 +647,13 @@ end
 //     tells the version from 7.0 on), else after a PTTL. It returns SET's
 //     reply, a table, as redis.pcall does.
 const slidingLogRing = `
+local function ringWant(m, cap, limit, wmax)
+  local bound = limit
+  if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
+  local want = math.max(m, math.min(math.max(m + 4, 2 * cap), bound)) -- 4: the buffer's entries
+  if want > 8 and m <= want / 4 then want = 2 * m end
+  return want
+end
 local function ringCap(rb, want)
   local z = rb + 8 * want
   local o = 4

@@ -17,14 +17,15 @@ package redislimit
 // for byte, and answers as the driver would (TestOneScriptMatchesBatch,
 // TestFastGrowthMatchesGeneral). In any other case (an empty log, a
 // refusal, a window to prune, a ring to shrink or a log to retick) it
-// writes nothing and returns
-// nil, leaving the header it read in pre for load. hdr, when given, is
+// writes nothing and returns nil, leaving the header it read in pre for
+// load. hdr, when given, is
 // the key's header as read. With after set, where it would decide it first
 // calls after(aj), and writes only when that returns true; else it writes
 // nothing and returns true. The batch script takes it for each request of
 // one key, and for each key of a request of several (takeAll, whose after
-// decides the keys after this one). Each command's constant offsets go as strings: Redis formats a
-// number argument with printf, which costs about what the command does.
+// decides the keys after this one). Each command's constant offsets go as
+// strings: Redis formats a number argument with printf, which costs about
+// what the command does.
 const slidingLogFast = `
 fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, after, aj)
   local H, HB, B, M = 56, 88, 4, 4294967296
@@ -96,16 +97,13 @@ fast = function(key, n, P, lim, win, wmax, lmin, k, tick, lead, hdr, after, aj)
         if e > cap then rs = rs .. redis.call('GETRANGE', key, HB, HB + 8 * (e - cap) - 1) end
         s = rs .. s
       end
-      local bound = lim
+      local limit = lim
       if P > 1 then
         for i = 1, P do
-          if win[i] == wmax then bound = lim[i] break end
+          if win[i] == wmax then limit = lim[i] break end
         end
       end
-      if res > 0 then bound = math.min(bound, math.floor(wmax / res) + 2) end
-      local want = math.max(m, math.min(math.max(m + B, 2 * cap), bound))
-      if want > 8 and m <= want / 4 then want = 2 * m end
-      cap = ringCap(HB, want)
+      cap = ringCap(HB, ringWant(m, cap, limit, wmax))
       ok = rewrite(key, struct.pack('<BBHIIIIIIdIIId', 1, lk, gen, cap, 0, m, base, c0, t0, expires, m, c, tr, now) ..
         string.rep('\0', 8 * B) .. s .. string.rep('\0', 8 * (cap - m)), ttl and ttl / 1000)
       if ok.ok then ok = 0 end
